@@ -1,0 +1,44 @@
+package engine
+
+import "time"
+
+// sweeper reclaims idle keys incrementally: each tick it sweeps one shard,
+// so a full pass over the table takes SweepInterval and no pass ever holds
+// more than one shard's worth of work. It exits when Close closes stop.
+func (e *Engine) sweeper() {
+	defer close(e.done)
+	tick := e.cfg.sweep / time.Duration(e.tab.Shards())
+	if tick < time.Millisecond {
+		tick = time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	next := 0
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			e.tab.SweepShard(next, e.clk.UnixNano())
+			if next++; next == e.tab.Shards() {
+				next = 0
+			}
+		}
+	}
+}
+
+// Sweep runs one full pass over every shard now, by the engine's clock, and
+// returns the number of keys reclaimed. The background sweeper does the same
+// work a shard at a time; Sweep is for tests, for engines with
+// DisableEviction, and for callers that want memory back at once. A key is
+// reclaimed when nothing it recorded is inside its window any more (idle
+// for longer than Window plus one sub-window); an increment racing with the
+// reclamation is retried on a fresh state, never lost.
+func (e *Engine) Sweep() int {
+	now := e.clk.UnixNano()
+	n := 0
+	for i := 0; i < e.tab.Shards(); i++ {
+		n += e.tab.SweepShard(i, now)
+	}
+	return n
+}

@@ -1,0 +1,483 @@
+// Package ringslot is one key's sliding-window state: a full-width newest
+// epoch and N+1 packed (tag, count) slots, updated with atomics only.
+//
+// The algorithm and its bounds are stated in DESIGN.md §1–2. In short, the
+// window W is cut into N sub-windows of width w on the Unix-aligned grid
+// e = floor(t/w), r = t − e·w. At (e, r) the window overlaps sub-windows
+// e−N … e, and the estimate is
+//
+//	weighted:   c[e] + … + c[e−N+1] + c[e−N]·(w−r)/w
+//	unweighted: c[e] + … + c[e−N]   (Strict; Fixed is the case N = 0, w = W)
+//
+// A request of n units is admitted iff estimate + n ≤ limit, compared
+// exactly in 128-bit integers.
+package ringslot
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ringlimit/ringlimit/internal/pack"
+)
+
+// Never is the RetryAfter, in nanoseconds, of a request that can never fit.
+const Never = math.MaxInt64
+
+// dead marks a retired ring in its last word. Epochs are never negative
+// (the engine refuses times before 1970), so no epoch equals it.
+const dead = math.MinInt64
+
+// reviveGap is the idle gap, in sub-windows, past which a ring is retired
+// and replaced rather than reused. Below it every slot tag of the old
+// activity compares as older than the new epoch (the tag space is 2^24, and
+// the sweeper clears counts that fall out of the window), so reuse is
+// exact; at or beyond it an old tag could alias a new epoch.
+const reviveGap = 1 << (pack.TagBits - 2)
+
+// Geometry is the shape shared by every ring of one engine. It is immutable
+// and safe for concurrent use.
+type Geometry struct {
+	width    int64 // sub-window width w in ns
+	span     int64 // N: sub-windows in the window (0 for Fixed)
+	slots    int64 // N+1
+	weighted bool  // weight the oldest slot by (w−r)/w
+	hdr      int   // header words: last, then limit when perKey
+	words    int   // hdr + slots
+}
+
+// NewGeometry describes rings of span+1 slots of width ns each. Preconditions
+// (checked by the engine): width ≥ 1, 0 ≤ span. Strict is weighted=false;
+// Fixed is weighted=false, span=0, width=Window. With perKey each ring
+// stores its own limit.
+func NewGeometry(width int64, span int, weighted, perKey bool) *Geometry {
+	g := &Geometry{width: width, span: int64(span), slots: int64(span) + 1, weighted: weighted, hdr: 1}
+	if perKey {
+		g.hdr = 2
+	}
+	g.words = g.hdr + int(g.slots)
+	return g
+}
+
+// Width returns the sub-window width in nanoseconds.
+func (g *Geometry) Width() int64 { return g.width }
+
+// Span returns N, the number of sub-windows in the window.
+func (g *Geometry) Span() int64 { return g.span }
+
+// Bytes returns the size of one ring's allocation.
+func (g *Geometry) Bytes() int { return g.words * 8 }
+
+// Ring is a handle to one key's state. The zero Ring is invalid; copies of a
+// Ring refer to the same state. All methods are safe for concurrent use.
+//
+// Layout, one allocation of int64 words:
+//
+//	[0]        last:  the newest epoch any writer has published, or dead
+//	[1]        limit: only with per-key limits
+//	[hdr+i]    slot i: pack.Word(tag, count) for the epoch ≡ i mod N+1
+//
+// Invariants, on which the lock-free argument rests:
+//   - last only increases, until it becomes dead, after which it never
+//     changes. A writer publishes its epoch in last before it writes a slot,
+//     so no slot ever holds an epoch newer than last.
+//   - A slot's tag only moves forward. A reset and its first increment are
+//     one CAS from the exact word that was read; a rollback subtracts only
+//     while the tag is still the one it added to.
+//   - A count never exceeds the ring's limit ≤ pack.MaxCount: a writer's CAS
+//     is conditional on the estimate, which includes the slot, leaving room.
+type Ring struct{ p *atomic.Int64 }
+
+// New allocates a ring whose newest epoch is the epoch of t and whose slots
+// are empty. limit is stored only when the geometry has per-key limits.
+func (g *Geometry) New(t, limit int64) Ring {
+	w := make([]atomic.Int64, g.words)
+	w[0].Store(t / g.width)
+	if g.hdr == 2 {
+		w[1].Store(limit)
+	}
+	return Ring{p: &w[0]}
+}
+
+// word returns the i-th word; i < g.words by construction.
+func (r Ring) word(i int) *atomic.Int64 {
+	return (*atomic.Int64)(unsafe.Add(unsafe.Pointer(r.p), uintptr(i)*8))
+}
+
+// Valid reports whether r refers to a ring.
+func (r Ring) Valid() bool { return r.p != nil }
+
+// Limit returns the ring's own limit (per-key geometries only).
+func (g *Geometry) Limit(r Ring) int64 { return r.word(1).Load() }
+
+// SetLimit replaces the ring's own limit (per-key geometries only). Counts
+// are kept. A lower limit takes effect for the next decision; units already
+// admitted are not revoked.
+func (g *Geometry) SetLimit(r Ring, limit int64) { r.word(1).Store(limit) }
+
+// slot returns the slot that holds epoch e (e ≥ 0).
+func (g *Geometry) slot(r Ring, e int64) *atomic.Int64 {
+	return r.word(g.hdr + int(e%g.slots))
+}
+
+// Result is the outcome of one decision on a ring.
+type Result struct {
+	Allowed    bool
+	Dead       bool  // the ring is retired: reload the key's ring and retry
+	Remaining  int64 // units that would still be admitted now
+	RetryAfter int64 // ns; 0 when allowed, Never when the request can never fit
+}
+
+// view is a ring read at effective epoch e: the current slot's word and its
+// counted units, and the counts of the other slots by weight class.
+type view struct {
+	curWord int64
+	cur     int64 // count of epoch e
+	full    int64 // counts of e−1 … e−N+1, and e−N too when unweighted
+	old     int64 // count of e−N when weighted
+}
+
+// read takes a view at epoch e, given that last ≥ e was observed. It reports
+// false when a slot holds an epoch newer than e and last has moved past e:
+// the caller's time is stale and it must re-clamp. A slot that looks newer
+// while last has not moved is an ancient tag that wrapped, and counts 0.
+//
+// Readers may miss units added concurrently; the writer protocol in Acquire
+// makes that safe. A slot is never counted twice.
+func (g *Geometry) read(r Ring, e int64, i int) (v view, ok bool) {
+	tag := pack.TagOf(e)
+	for k := int64(0); k <= g.span; k++ {
+		w := r.word(g.hdr + i).Load()
+		d := pack.Diff(pack.TagOfWord(w), tag)
+		c := pack.CountOfWord(w)
+		switch {
+		case d == 0:
+		case d > 0 && r.word(0).Load() > e:
+			return v, false
+		default:
+			c = 0
+		}
+		switch {
+		case k == 0:
+			v.curWord, v.cur = w, c
+		case k == g.span && g.weighted:
+			v.old = c
+		default:
+			v.full += c
+		}
+		if i--; i < 0 {
+			i = int(g.slots) - 1
+		}
+		tag = (tag - 1) & (1<<pack.TagBits - 1)
+	}
+	return v, true
+}
+
+// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly.
+// 0 ≤ r < w; for unweighted geometries the caller passes r = 0.
+func (g *Geometry) fits(full, old, n, limit, r int64) bool {
+	room := limit - full - n
+	if room < 0 {
+		return false
+	}
+	if old <= room {
+		return true // old·(w−r)/w ≤ old
+	}
+	if !g.weighted {
+		return false
+	}
+	// old·(w−r) ≤ room·w, both products below 2^104.
+	h1, l1 := bits.Mul64(uint64(old), uint64(g.width-r))
+	h2, l2 := bits.Mul64(uint64(room), uint64(g.width))
+	return h1 < h2 || h1 == h2 && l1 <= l2
+}
+
+// remaining returns the largest m with full + m + old·(w−r)/w ≤ limit, or 0.
+func (g *Geometry) remaining(full, old, limit, r int64) int64 {
+	used := full + old
+	if g.weighted && old > 0 && r > 0 {
+		// ceil(old·(w−r)/w); the quotient fits because old·(w−r) < old·w.
+		hi, lo := bits.Mul64(uint64(old), uint64(g.width-r))
+		q, rem := bits.Div64(hi, lo, uint64(g.width))
+		if rem != 0 {
+			q++
+		}
+		used = full + int64(q)
+	}
+	if used >= limit {
+		return 0
+	}
+	return limit - used
+}
+
+// split returns the epoch and offset of t ≥ 0.
+func (g *Geometry) split(t int64) (e, r int64) {
+	e = t / g.width
+	return e, t - e*g.width
+}
+
+// clamp returns the effective epoch and offset for a decision at t, given
+// the ring's newest epoch l: time never runs backwards for a key, so a t
+// older than l's sub-window is treated as the start of that sub-window.
+func clamp(e, r, l int64) (int64, int64) {
+	if e < l {
+		return l, 0
+	}
+	return e, r
+}
+
+// Acquire admits n units at time t (Unix ns, ≥ 0) iff they fit under limit,
+// and records them. Preconditions: 1 ≤ n ≤ limit ≤ pack.MaxCount.
+//
+// The protocol, for each attempt:
+//  1. Load last. If t's epoch is newer, publish it with a CAS (once per
+//     sub-window per key); if older, clamp to last.
+//  2. Read every slot (no writes). If the request does not fit, deny: a
+//     denial writes nothing, so the deny path scales across cores.
+//  3. CAS the current slot from the word read to word+n (or to a fresh
+//     (tag, n) if the slot is stale). On CAS failure re-read that slot only.
+//  4. Load last again. If it moved, a writer at a newer epoch may have read
+//     our slot before our add, so undo the add and retry at the new epoch.
+//
+// Why this admits no more than a sequential execution would: order admitted
+// requests by their CAS in step 3. For an earlier admitted request P and a
+// later one Q: if both are in one sub-window, Q's CAS started from a word
+// that includes P. If P's epoch is older, P's step 4 saw last at P's epoch,
+// before last reached Q's epoch, which Q observed before its reads in step
+// 2; so Q read P's slot after P's add. P's epoch cannot be newer, because Q's
+// step 4 would then have seen last move. Units that are added and then
+// undone can only make a concurrent reader over-count: under contention a
+// request may be denied that a sequential run would admit (a false denial),
+// never the reverse.
+func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
+	e0, r0 := g.split(t)
+	last := r.word(0)
+	for {
+		l := last.Load()
+		if l == dead {
+			return Result{Dead: true}
+		}
+		if e0 > l {
+			if e0-l >= reviveGap {
+				// Idle so long that old tags could alias new epochs:
+				// retire the ring so the key starts on a fresh one.
+				if last.CompareAndSwap(l, dead) {
+					return Result{Dead: true}
+				}
+				continue
+			}
+			if !last.CompareAndSwap(l, e0) {
+				continue
+			}
+			l = e0
+		}
+		e, off := clamp(e0, r0, l)
+		if !g.weighted {
+			off = 0
+		}
+		i := int(e % g.slots)
+		v, ok := g.read(r, e, i)
+		if !ok {
+			continue
+		}
+		slot := r.word(g.hdr + i)
+		tag := pack.TagOf(e)
+		restart := false
+		for {
+			if !g.fits(v.cur+v.full, v.old, n, limit, off) {
+				return g.deny(r, e, off, v, n, limit)
+			}
+			next := pack.Word(tag, v.cur+n) // v.cur is 0 when the slot is stale: a reset
+			if slot.CompareAndSwap(v.curWord, next) {
+				break
+			}
+			// Another writer changed the current slot; the other slots'
+			// counts stay valid (step 4 covers newer epochs).
+			w := slot.Load()
+			d := pack.Diff(pack.TagOfWord(w), tag)
+			if d > 0 && last.Load() > e {
+				restart = true
+				break
+			}
+			v.curWord, v.cur = w, 0
+			if d == 0 {
+				v.cur = pack.CountOfWord(w)
+			}
+		}
+		if restart {
+			continue
+		}
+		if l2 := last.Load(); l2 != l {
+			if l2 == dead {
+				// Retired by the sweeper: this ring is unreachable, so the
+				// add needs no undo. The caller retries on a fresh ring.
+				return Result{Dead: true}
+			}
+			g.undo(slot, tag, n)
+			continue
+		}
+		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off)}
+	}
+}
+
+// undo subtracts n from slot while it still holds tag; a slot already reset
+// to a newer epoch has nothing of ours left to undo.
+func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
+	for {
+		w := slot.Load()
+		if pack.TagOfWord(w) != tag || pack.CountOfWord(w) < n {
+			return
+		}
+		if slot.CompareAndSwap(w, w-n) {
+			return
+		}
+	}
+}
+
+// Peek reports what Acquire would decide for n units at t (n may exceed
+// limit), without recording anything. With n = 0 it reports Remaining.
+func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
+	e0, r0 := g.split(t)
+	for {
+		l := r.word(0).Load()
+		if l == dead {
+			return Result{Dead: true}
+		}
+		e, off := clamp(e0, r0, l)
+		if !g.weighted {
+			off = 0
+		}
+		var v view // empty when nothing of the ring is inside the window at t
+		if e0-l <= g.span {
+			var ok bool
+			if v, ok = g.read(r, e, int(e%g.slots)); !ok {
+				continue
+			}
+		}
+		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
+			return g.deny(r, e, off, v, n, limit)
+		}
+		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}
+	}
+}
+
+// deny builds the denial for n units at (e, off) from view v.
+func (g *Geometry) deny(r Ring, e, off int64, v view, n, limit int64) Result {
+	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never}
+	if n <= limit {
+		res.RetryAfter = g.retryAfter(r, e, off, v, n, limit)
+	}
+	return res
+}
+
+// retryAfter returns the least wait, in ns, after which n units fit at the
+// key if nothing else is admitted meanwhile. At epoch e+j the window holds
+// epochs e+j−N … e, of which e+j−N is the weighted one, so each step drops
+// one more slot of the view. It re-reads the older slots; under concurrent
+// traffic the answer is advisory.
+func (g *Geometry) retryAfter(r Ring, e, off int64, v view, n, limit int64) int64 {
+	full := v.cur + v.full // counted in full at j = 0, including e−N when unweighted
+	old := v.old
+	for j := int64(0); j <= g.span+1; j++ {
+		if j > 0 {
+			// Epoch e+j: epoch e−N+j becomes the oldest slot (weighted)
+			// and e−N+j−1 leaves the window.
+			if g.weighted {
+				old = g.countAt(r, e, e-g.span+j)
+				full -= old
+			} else {
+				full -= g.countAt(r, e, e-g.span+j-1)
+			}
+		}
+		start := int64(0)
+		if j == 0 {
+			start = off
+		}
+		room := limit - full - n
+		if room < 0 {
+			continue
+		}
+		if old <= room || old == 0 {
+			if j == 0 {
+				continue // it did not fit at off, and nothing decays
+			}
+			return j*g.width - off
+		}
+		if !g.weighted {
+			continue
+		}
+		// Need old·(w−r') ≤ room·w, i.e. r' ≥ w − floor(room·w/old).
+		hi, lo := bits.Mul64(uint64(room), uint64(g.width))
+		q, _ := bits.Div64(hi, lo, uint64(old)) // room < old, so q < w
+		rp := g.width - int64(q)
+		if rp < start {
+			rp = start
+		}
+		if rp < g.width {
+			return j*g.width + rp - off
+		}
+	}
+	return Never // unreachable for n ≤ limit: at j = N+1 the window is empty
+}
+
+// countAt returns the count of epoch x as seen at epoch e (x ≤ e), or 0
+// when x is before the window or its slot holds another epoch.
+func (g *Geometry) countAt(r Ring, e, x int64) int64 {
+	if x < 0 || x > e || x < e-g.span {
+		return 0
+	}
+	w := g.slot(r, x).Load()
+	if pack.TagOfWord(w) != pack.TagOf(x) {
+		return 0
+	}
+	return pack.CountOfWord(w)
+}
+
+// Retire marks r dead if it is still idle at t. It reports whether r is dead
+// afterwards; a writer that publishes a newer epoch first wins, and then the
+// ring stays.
+func (g *Geometry) Retire(r Ring, t int64) bool {
+	e, _ := g.split(t)
+	last := r.word(0)
+	for {
+		l := last.Load()
+		if l == dead {
+			return true
+		}
+		if e-l <= g.span {
+			return false
+		}
+		if last.CompareAndSwap(l, dead) {
+			return true
+		}
+	}
+}
+
+// Scrub zeroes counts of slots that no window can see any more: those whose
+// tag is older than the ring's newest window, or that look newer than the
+// newest published epoch (an ancient tag that wrapped). A sweeper calls it
+// on live rings so that a slot skipped for 2^24 sub-windows cannot alias a
+// new epoch. Each zeroing is a CAS from the exact word read, so a concurrent
+// writer's update wins.
+func (g *Geometry) Scrub(r Ring) {
+	for i := 0; i < int(g.slots); i++ {
+		s := r.word(g.hdr + i)
+		w := s.Load()
+		if pack.CountOfWord(w) == 0 {
+			continue
+		}
+		// Loaded after w: any epoch a writer put in w is ≤ l.
+		l := r.word(0).Load()
+		if l == dead {
+			return
+		}
+		d := pack.Diff(pack.TagOfWord(w), pack.TagOf(l))
+		if d > 0 || int64(d) < -g.span {
+			s.CompareAndSwap(w, pack.Word(pack.TagOfWord(w), 0))
+		}
+	}
+}
+
+// Retired reports whether r has been retired.
+func (g *Geometry) Retired(r Ring) bool { return r.word(0).Load() == dead }

@@ -1,0 +1,189 @@
+// Package shard maps keys to rings across power-of-two sharded xsync maps,
+// creates rings on first sight, and reclaims idle ones.
+package shard
+
+import (
+	"errors"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/ringlimit/ringlimit/internal/keyhash"
+	"github.com/ringlimit/ringlimit/ringslot"
+)
+
+// ErrFull is returned when a new key would exceed the table's MaxKeys.
+var ErrFull = errors.New("ringlimit: MaxKeys reached; new keys are refused until idle keys are reclaimed")
+
+// cacheLine pads per-shard state so that two shards' counters never share a
+// line (64 bytes on amd64 and arm64).
+const cacheLine = 64
+
+// mapKey carries the key's hash beside the key, so the map never hashes the
+// string again: the one xxhash of the key picks the shard and, mixed with
+// the table's seed, the bucket. The full string is compared on lookup, so
+// two keys never share a ring through a hash collision.
+type mapKey struct {
+	h uint64
+	s string
+}
+
+func hashMapKey(k mapKey, seed uint64) uint64 { return keyhash.Mix(k.h, seed) }
+
+type shard struct {
+	m       *xsync.MapOf[mapKey, ringslot.Ring]
+	evicted atomic.Int64
+	_       [cacheLine - 16]byte
+}
+
+// Table is a sharded key → ring map. It is safe for concurrent use.
+//
+// Lookups of existing keys are lock-free (xsync's Load). Creating, replacing
+// and deleting a key take the lock of one xsync bucket, inside the map.
+type Table struct {
+	geo     *ringslot.Geometry
+	seed    uint64
+	shift   uint // 64 − log2(len(shards))
+	shards  []shard
+	maxKeys int64 // 0: unlimited
+	_       [cacheLine]byte
+	live    atomic.Int64 // keys present, for MaxKeys and Len
+	refused atomic.Int64 // keys refused by MaxKeys
+	_       [cacheLine - 16]byte
+}
+
+// New returns a table of nshards shards (a power of two ≥ 1) for rings of
+// geometry geo. seed randomises shard and bucket placement. maxKeys ≤ 0
+// means unlimited.
+func New(geo *ringslot.Geometry, nshards int, seed uint64, maxKeys int64) *Table {
+	t := &Table{
+		geo:     geo,
+		seed:    seed,
+		shift:   uint(64 - bits.TrailingZeros(uint(nshards))),
+		shards:  make([]shard, nshards),
+		maxKeys: maxKeys,
+	}
+	for i := range t.shards {
+		t.shards[i].m = xsync.NewMapOfWithHasher[mapKey, ringslot.Ring](hashMapKey)
+	}
+	return t
+}
+
+// Hash returns the hash that every other method takes with key.
+func (t *Table) Hash(key string) uint64 { return keyhash.Mix(keyhash.Sum(key), t.seed) }
+
+func (t *Table) shardOf(h uint64) *shard {
+	if t.shift == 64 {
+		return &t.shards[0]
+	}
+	return &t.shards[h>>t.shift]
+}
+
+// Load returns the key's ring, if present. It does not allocate.
+func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
+	return t.shardOf(h).m.Load(mapKey{h, key})
+}
+
+// LoadOrCreate returns the key's ring, creating it with fresh() if absent.
+// fresh may be called and its ring dropped when another goroutine creates
+// the key first. It returns ErrFull when the key is absent and MaxKeys are
+// present.
+func (t *Table) LoadOrCreate(h uint64, key string, fresh func() ringslot.Ring) (ringslot.Ring, error) {
+	s := t.shardOf(h)
+	full := false
+	r, _ := s.m.LoadOrTryCompute(mapKey{h, key}, func() (ringslot.Ring, bool) {
+		if !t.reserve() {
+			full = true
+			return ringslot.Ring{}, true
+		}
+		return fresh(), false
+	})
+	if full {
+		return ringslot.Ring{}, ErrFull
+	}
+	return r, nil
+}
+
+// reserve counts one more key, or reports false at MaxKeys.
+func (t *Table) reserve() bool {
+	if t.live.Add(1) > t.maxKeys && t.maxKeys > 0 {
+		t.live.Add(-1)
+		t.refused.Add(1)
+		return false
+	}
+	return true
+}
+
+// Replace swaps the retired ring old for fresh() and returns the key's
+// current ring. If someone already replaced or deleted old, it returns
+// that ring or creates one, under the same MaxKeys rule as LoadOrCreate.
+func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh func() ringslot.Ring) (ringslot.Ring, error) {
+	s := t.shardOf(h)
+	full := false
+	r, ok := s.m.Compute(mapKey{h, key}, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		switch {
+		case loaded && cur != old:
+			return cur, false // already replaced
+		case loaded:
+			s.evicted.Add(1) // old counts as reclaimed; its slot in live is reused
+			return fresh(), false
+		case !t.reserve():
+			full = true
+			return cur, true // absent, and stays absent
+		default:
+			return fresh(), false
+		}
+	})
+	if full || !ok {
+		return ringslot.Ring{}, ErrFull
+	}
+	return r, nil
+}
+
+// SweepShard visits every ring of shard i once. A ring idle at now (nothing
+// of it inside the window) is retired and deleted; a live ring has its stale
+// counts scrubbed. A writer that published a newer epoch before the retire
+// CAS keeps the ring; one that loaded the ring just before finds it retired
+// and retries on a fresh ring, so no increment is lost. It returns the
+// number of keys reclaimed.
+func (t *Table) SweepShard(i int, now int64) int {
+	s := &t.shards[i]
+	n := 0
+	s.m.Range(func(k mapKey, r ringslot.Ring) bool {
+		if !t.geo.Retire(r, now) {
+			t.geo.Scrub(r)
+			return true
+		}
+		s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+			if loaded && cur == r {
+				t.live.Add(-1)
+				s.evicted.Add(1)
+				n++
+				return cur, true
+			}
+			return cur, false
+		})
+		return true
+	})
+	return n
+}
+
+// Shards returns the number of shards.
+func (t *Table) Shards() int { return len(t.shards) }
+
+// Len returns the number of keys present. It is exact when no key is being
+// created or reclaimed concurrently.
+func (t *Table) Len() int64 { return t.live.Load() }
+
+// Evicted returns the number of rings reclaimed since creation.
+func (t *Table) Evicted() int64 {
+	var n int64
+	for i := range t.shards {
+		n += t.shards[i].evicted.Load()
+	}
+	return n
+}
+
+// Refused returns the number of new keys refused by MaxKeys.
+func (t *Table) Refused() int64 { return t.refused.Load() }
