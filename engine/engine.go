@@ -157,6 +157,8 @@ func (e *Engine) decide(key string, n, t int64) Decision {
 		}
 		d := Decision{Allowed: res.Allowed, Limit: limit, Remaining: res.Remaining, RetryAfter: time.Duration(res.RetryAfter)}
 		switch {
+		case n == 0: // even where a clamped time puts the estimate over the limit
+			d.Allowed, d.RetryAfter = true, 0
 		case n < 0:
 			d.Allowed, d.Reason, d.RetryAfter = false, ReasonInvalidN, Never
 		case n > limit:

@@ -174,8 +174,8 @@ func (g *Geometry) read(r Ring, e int64, i int) (v view, ok bool) {
 	return v, true
 }
 
-// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly.
-// 0 ≤ r < w; for unweighted geometries the caller passes r = 0.
+// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w).
+// Unweighted geometries have old = 0.
 func (g *Geometry) fits(full, old, n, limit, r int64) bool {
 	room := limit - full - n
 	if room < 0 {
@@ -273,9 +273,6 @@ func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
 			l = e0
 		}
 		e, off := clamp(e0, r0, l)
-		if !g.weighted {
-			off = 0
-		}
 		i := int(e % g.slots)
 		v, ok := g.read(r, e, i)
 		if !ok {
@@ -345,9 +342,6 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 			return Result{Dead: true}
 		}
 		e, off := clamp(e0, r0, l)
-		if !g.weighted {
-			off = 0
-		}
 		var v view // empty when nothing of the ring is inside the window at t
 		if e0-l <= g.span {
 			var ok bool

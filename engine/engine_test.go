@@ -1,0 +1,281 @@
+package engine_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+func newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Close()) })
+	return e
+}
+
+func TestBadConfig(t *testing.T) {
+	ok := engine.Config{Limit: 10, Window: time.Second}
+	cases := []struct {
+		name string
+		mod  func(*engine.Config)
+		want []string // substrings: the field and the allowed range
+	}{
+		{"limit zero", func(c *engine.Config) { c.Limit = 0 }, []string{"Config.Limit = 0", "1 … 1099511627775"}},
+		{"limit negative", func(c *engine.Config) { c.Limit = -5 }, []string{"Config.Limit = -5"}},
+		{"limit too large for the slot", func(c *engine.Config) { c.Limit = engine.MaxLimit + 1 }, []string{"Config.Limit = 1099511627776", "1 … 1099511627775"}},
+		{"window zero", func(c *engine.Config) { c.Window = 0 }, []string{"Config.Window = 0s", "> 0"}},
+		{"window negative", func(c *engine.Config) { c.Window = -time.Second }, []string{"Config.Window = -1s"}},
+		{"subwindows negative", func(c *engine.Config) { c.SubWindows = -1 }, []string{"Config.SubWindows = -1", "1 … 1000"}},
+		{"subwindows too many", func(c *engine.Config) { c.SubWindows = 1001 }, []string{"Config.SubWindows = 1001", "1 … 1000"}},
+		{"fractional sub-window", func(c *engine.Config) { c.Window = 1000; c.SubWindows = 3 }, []string{"Config.Window = 1µs", "divisible by 3 ns"}},
+		{"algorithm unknown", func(c *engine.Config) { c.Algorithm = 7 }, []string{"Config.Algorithm = 7"}},
+		{"shards not a power of two", func(c *engine.Config) { c.Shards = 3 }, []string{"Config.Shards = 3", "power of two"}},
+		{"shards too many", func(c *engine.Config) { c.Shards = 1 << 17 }, []string{"Config.Shards = 131072"}},
+		{"max keys negative", func(c *engine.Config) { c.MaxKeys = -1 }, []string{"Config.MaxKeys = -1"}},
+		{"coarse clock too fine", func(c *engine.Config) { c.CoarseClock = time.Microsecond }, []string{"Config.CoarseClock = 1µs", "≥ 100µs"}},
+		{"two clocks", func(c *engine.Config) { c.CoarseClock = time.Millisecond; c.Clock = engine.NewManualClock(t0) }, []string{"Config.Clock and Config.CoarseClock"}},
+		{"sweep negative", func(c *engine.Config) { c.SweepInterval = -1 }, []string{"Config.SweepInterval = -1ns"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := ok
+			c.mod(&cfg)
+			e, err := engine.New(cfg)
+			require.Error(t, err)
+			require.Nil(t, e)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	// Every N from 1 to 1000 works when the window divides.
+	for n := 1; n <= engine.MaxSubWindows; n++ {
+		e, err := engine.New(engine.Config{Limit: 3, Window: time.Duration(n) * time.Millisecond, SubWindows: n, DisableEviction: true})
+		require.NoError(t, err, "N=%d", n)
+		require.True(t, e.AllowAt("k", 3, t0).Allowed)
+		require.False(t, e.AllowAt("k", 1, t0).Allowed)
+		require.True(t, e.AllowAt("k", 3, t0.Add(time.Duration(n+1)*time.Millisecond)).Allowed, "N=%d", n)
+		require.NoError(t, e.Close())
+	}
+}
+
+func TestBadN(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: alg, DisableEviction: true})
+			// On an unknown key nothing is created.
+			for _, n := range []int64{0, -1, 6} {
+				e.AllowAt("new", n, t0)
+			}
+			require.Zero(t, e.Len(), "a request that records nothing must not create the key")
+
+			require.True(t, e.AllowAt("k", 2, t0).Allowed)
+			d := e.AllowAt("k", 0, t0)
+			require.Equal(t, engine.Decision{Allowed: true, Limit: 5, Remaining: 3}, d)
+
+			d = e.AllowAt("k", -3, t0)
+			require.Equal(t, engine.Decision{Reason: engine.ReasonInvalidN, Limit: 5, Remaining: 3, RetryAfter: engine.Never}, d)
+			require.Equal(t, int64(3), e.AllowAt("k", 0, t0).Remaining, "n < 0 must never refund")
+
+			d = e.AllowAt("k", 6, t0)
+			require.Equal(t, engine.Decision{Reason: engine.ReasonTooLarge, Limit: 5, Remaining: 3, RetryAfter: engine.Never}, d)
+			require.Equal(t, int64(3), e.AllowAt("k", 0, t0).Remaining, "n > limit must record nothing")
+
+			// The capacity is intact: exactly 3 more fit.
+			require.True(t, e.AllowAt("k", 3, t0).Allowed)
+			require.False(t, e.AllowAt("k", 1, t0).Allowed)
+		})
+	}
+}
+
+func TestClockBackwardsGainsNothingErasesNothing(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEngine(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: alg, DisableEviction: true})
+			late := t0.Add(5*time.Second + 950*time.Millisecond)
+			require.True(t, e.AllowAt("k", 6, late).Allowed)
+			rem := e.AllowAt("k", 0, late).Remaining
+			// A far older time, and a time just before late's sub-window:
+			// neither may see more room than the newest time did, nor
+			// record into an older sub-window that would expire sooner.
+			for _, back := range []time.Time{t0, late.Add(-60 * time.Millisecond), time.Unix(0, 1)} {
+				require.LessOrEqual(t, e.AllowAt("k", 0, back).Remaining, rem)
+				require.False(t, e.AllowAt("k", 5, back).Allowed)
+			}
+			require.True(t, e.AllowAt("k", 4, t0).Allowed) // recorded at late's sub-window
+			require.False(t, e.AllowAt("k", 1, late).Allowed, "the units admitted at an old time must count at the newest")
+		})
+	}
+}
+
+func TestInvalidTime(t *testing.T) {
+	e := newEngine(t, engine.Config{Limit: 10, Window: time.Second})
+	d := e.AllowAt("k", 1, time.Unix(-1, 0))
+	require.Equal(t, engine.Decision{Reason: engine.ReasonInvalidTime, Limit: 10, RetryAfter: engine.Never}, d)
+	require.False(t, e.AllowAt("k", 1, time.Time{}).Allowed)
+	require.Zero(t, e.Len())
+}
+
+// A key idle for any number of sub-windows starts fresh, including gaps that
+// are multiples of the tag space (2^24) and of the ring size.
+func TestTagAliasing(t *testing.T) {
+	for _, n := range []int{1, 7, 10, 15} {
+		w := time.Millisecond
+		cfg := engine.Config{Limit: int64(3 * (n + 1)), Window: time.Duration(n) * w, SubWindows: n, DisableEviction: true}
+		var gaps []int64
+		for b := 0; b <= 40; b++ {
+			gaps = append(gaps, 1<<b)
+			if b <= 36 {
+				gaps = append(gaps, int64(n+1)<<b)
+			}
+		}
+		gaps = append(gaps, 1<<24-1, 1<<24+1, 1<<22-1, 1<<22, 1<<23)
+		for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+			cfg.Algorithm = alg
+			e := newEngine(t, cfg)
+			for i, gap := range gaps {
+				key := fmt.Sprint(i)
+				// Fill every slot of the ring: 3 units per sub-window.
+				start := t0
+				for s := 0; s <= n; s++ {
+					e.AllowAt(key, 3, start.Add(time.Duration(s)*w))
+				}
+				last := start.Add(time.Duration(n) * w)
+				then := last.Add(time.Duration(gap) * w)
+				if gap <= int64(n) {
+					continue // still inside the window: not idle
+				}
+				// Fresh: the whole limit fits, one unit at a time, in one
+				// sub-window, and not one more.
+				for j := int64(0); j < cfg.Limit; j++ {
+					d := e.AllowAt(key, 1, then)
+					require.True(t, d.Allowed, "N=%d %v gap=%d unit %d: %+v", n, alg, gap, j, d)
+				}
+				require.False(t, e.AllowAt(key, 1, then).Allowed, "N=%d %v gap=%d", n, alg, gap)
+			}
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, DisableEviction: true})
+	huge := strings.Repeat("x", 1<<20)
+	keys := []string{"", "a", "A", huge, huge[:len(huge)-1] + "y", "\x00", "ключ"}
+	for _, k := range keys {
+		require.True(t, e.AllowAt(k, 2, t0).Allowed, "key of length %d", len(k))
+	}
+	for _, k := range keys {
+		require.False(t, e.AllowAt(k, 1, t0).Allowed, "key of length %d", len(k))
+	}
+	require.Equal(t, int64(len(keys)), e.Len())
+}
+
+func TestMaxKeysRefusesNewKeysNeverEvictsLiveOnes(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, MaxKeys: 3, Clock: clk})
+	for _, k := range []string{"a", "b", "c"} {
+		require.True(t, e.AllowN(k, 1).Allowed)
+	}
+	d := e.AllowN("d", 1)
+	require.False(t, d.Allowed)
+	require.Equal(t, engine.ReasonKeysFull, d.Reason)
+	require.Equal(t, 1100*time.Millisecond, d.RetryAfter)
+	require.Equal(t, engine.Stats{Keys: 3, Refused: 1}, e.Stats())
+	// Existing keys keep working and keep their counts.
+	require.Equal(t, int64(4), e.AllowN("a", 0).Remaining)
+	require.True(t, e.AllowN("a", 4).Allowed)
+	// Once idle keys are reclaimed there is room again.
+	clk.Advance(1100 * time.Millisecond)
+	require.Equal(t, 3, e.Sweep())
+	require.True(t, e.AllowN("d", 1).Allowed)
+	require.Equal(t, int64(1), e.Len())
+}
+
+func TestPerKeyLimits(t *testing.T) {
+	tiers := map[string]int64{"free": 2, "pro": 5}
+	e := newEngine(t, engine.Config{
+		Limit: 3, Window: time.Second, DisableEviction: true,
+		KeyLimit: func(key string) int64 { return tiers[strings.SplitN(key, ":", 2)[0]] },
+	})
+	require.Equal(t, int64(2), e.AllowAt("free:1", 0, t0).Limit)
+	require.True(t, e.AllowAt("free:1", 2, t0).Allowed)
+	require.False(t, e.AllowAt("free:1", 1, t0).Allowed)
+	require.True(t, e.AllowAt("pro:1", 5, t0).Allowed)
+	d := e.AllowAt("other", 3, t0) // resolver says 0: the default
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(3), d.Limit)
+
+	// SetLimit keeps the counts: 2 used of a new limit of 4.
+	require.NoError(t, e.SetLimit("free:1", 4))
+	d = e.AllowAt("free:1", 0, t0)
+	require.Equal(t, int64(4), d.Limit)
+	require.Equal(t, int64(2), d.Remaining)
+	require.True(t, e.AllowAt("free:1", 2, t0).Allowed)
+	require.False(t, e.AllowAt("free:1", 1, t0).Allowed)
+	// A limit below what is already used refuses until it decays.
+	require.NoError(t, e.SetLimit("free:1", 1))
+	require.False(t, e.AllowAt("free:1", 1, t0).Allowed)
+
+	require.ErrorContains(t, e.SetLimit("x", 0), "SetLimit limit = 0, want 1 … 1099511627775")
+
+	bad := newEngine(t, engine.Config{Limit: 3, Window: time.Second, KeyLimit: func(string) int64 { return -1 }})
+	d = bad.AllowAt("k", 1, t0)
+	require.Equal(t, engine.ReasonInvalidLimit, d.Reason)
+	require.Zero(t, bad.Len())
+
+	plain := newEngine(t, engine.Config{Limit: 3, Window: time.Second})
+	require.ErrorContains(t, plain.SetLimit("k", 2), "PerKeyLimits")
+}
+
+func TestSweepReclaimsIdleKeys(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Clock: clk, SweepInterval: time.Hour})
+	for i := 0; i < 100; i++ {
+		e.AllowN(fmt.Sprint(i), 1)
+	}
+	clk.Advance(time.Second) // t0's sub-window is still partly inside
+	require.Zero(t, e.Sweep())
+	e.AllowN("7", 1) // keeps key 7 alive
+	clk.Advance(100 * time.Millisecond)
+	require.Equal(t, 99, e.Sweep())
+	require.Equal(t, engine.Stats{Keys: 1, Evicted: 99}, e.Stats())
+	require.Equal(t, int64(4), e.AllowN("7", 0).Remaining) // only the unit at t0+1s is inside
+}
+
+func TestBackgroundSweeperRunsAndCloseStopsIt(t *testing.T) {
+	before := runtime.NumGoroutine()
+	clk := engine.NewManualClock(t0)
+	e, err := engine.New(engine.Config{Limit: 5, Window: time.Second, Clock: clk, Shards: 4, SweepInterval: 4 * time.Millisecond})
+	require.NoError(t, err)
+	e.AllowN("k", 1)
+	clk.Advance(2 * time.Second)
+	require.Eventually(t, func() bool { return e.Stats().Evicted == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, e.Close())
+	require.NoError(t, e.Close()) // idempotent
+	requireGoroutines(t, before)
+
+	c, err := engine.New(engine.Config{Limit: 5, Window: time.Second, CoarseClock: time.Millisecond})
+	require.NoError(t, err)
+	require.True(t, c.Allow("k"))
+	require.NoError(t, c.Close())
+	requireGoroutines(t, before)
+}
+
+// requireGoroutines checks that the goroutine count is back to want. Close
+// waits for its goroutines to signal exit; the runtime may count one for a
+// moment longer, so yield (no sleep) until a deadline.
+func requireGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > want && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	require.Equal(t, want, runtime.NumGoroutine(), "goroutines left behind after Close")
+}

@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// step is one request at a fixed instant t0+at and the decision it must get.
+type step struct {
+	at         time.Duration
+	n          int64
+	allowed    bool
+	remaining  int64
+	retryAfter time.Duration
+}
+
+func runSteps(t *testing.T, cfg engine.Config, steps []step) {
+	t.Helper()
+	cfg.DisableEviction = true
+	e, err := engine.New(cfg)
+	require.NoError(t, err)
+	defer e.Close()
+	for i, s := range steps {
+		d := e.AllowAt("k", s.n, t0.Add(s.at))
+		require.Equal(t, s.allowed, d.Allowed, "step %d (t0+%v, n=%d): %+v", i, s.at, s.n, d)
+		require.Equal(t, s.remaining, d.Remaining, "step %d remaining: %+v", i, d)
+		require.Equal(t, s.retryAfter, d.RetryAfter, "step %d retryAfter: %+v", i, d)
+		require.Equal(t, cfg.Limit, d.Limit, "step %d limit", i)
+	}
+}
+
+const ms = time.Millisecond
+
+// L=4, W=1s, N=2: sub-windows of 500ms. t0 is on the grid.
+func TestStepsWeighted(t *testing.T) {
+	runSteps(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2}, []step{
+		{0, 4, true, 0, 0},
+		// Full. The 4 leave the fully counted part at t0+1s and then decay:
+		// 4·(500−r)/500 + 1 ≤ 4 from r = 125ms.
+		{0, 1, false, 0, 1125 * ms},
+		{1100 * ms, 1, false, 0, 25 * ms}, // estimate 3.2
+		{1125 * ms, 1, true, 0, 0},        // estimate 3, exactly room for 1
+		{1250 * ms, 2, false, 1, 125 * ms}, // estimate 1 + 2 = 3
+		{1250 * ms, 1, true, 0, 0},
+		// The clock goes back: treated as the start of the newest
+		// sub-window (t0+1s), where the old 4 weigh in full: no capacity
+		// is gained, and nothing is erased.
+		{900 * ms, 1, false, 0, 375 * ms},
+		{1500 * ms, 2, true, 0, 0}, // t0's 4 are out; 2 remain counted
+		{1500 * ms, 0, true, 0, 0}, // n = 0 changes nothing
+		{1500 * ms, 5, false, 0, engine.Never},
+	})
+}
+
+func TestStepsStrict(t *testing.T) {
+	runSteps(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2, Algorithm: engine.SlidingWindowStrict}, []step{
+		{0, 4, true, 0, 0},
+		{0, 1, false, 0, 1500 * ms},      // t0's sub-window counts until t0+1.5s
+		{1100 * ms, 1, false, 0, 400 * ms}, // no decay within a sub-window
+		{1500 * ms, 4, true, 0, 0},
+		{1999 * ms, 1, false, 0, 1001 * ms},
+		{3000 * ms, 3, true, 1, 0},
+	})
+}
+
+func TestStepsFixed(t *testing.T) {
+	runSteps(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: engine.FixedWindow}, []step{
+		{0, 4, true, 0, 0},
+		{0, 1, false, 0, time.Second},
+		{999 * ms, 1, false, 0, ms},
+		{time.Second, 4, true, 0, 0}, // 8 within 1ms: fixed window's 2L
+		{time.Second + 500*ms, 1, false, 0, 500 * ms},
+	})
+}
