@@ -21,16 +21,16 @@ var benchT0 = time.Unix(1_700_000_000, 0)
 // benchAlgs are the algorithms every engine case runs for.
 var benchAlgs = []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow}
 
-// benchSink keeps the baselines' results observable, so that the compiler cannot
-// drop the work being measured.
+// benchSink keeps the baselines' results observable, so that the compiler
+// cannot drop the work being measured.
 var benchSink atomic.Int64
 
 // benchClock is how a case gets its time.
 type benchClock int
 
 const (
-	// benchClockAt: AllowAt with a caller-supplied time, benchT0 plus one nanosecond
-	// per iteration (per goroutine when parallel).
+	// benchClockAt: AllowAt with a caller-supplied time, benchT0 plus one
+	// nanosecond per iteration (per goroutine when parallel).
 	benchClockAt benchClock = iota
 	// benchClockPrecise: Allow on the engine's default monotonic clock.
 	benchClockPrecise
@@ -150,10 +150,10 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
-// benchEngineCase returns the case for alg on nkeys existing keys. With deny the
-// limit is 100 and the (single) key is filled before the timer, so the
-// measured requests take the deny path; otherwise the limit is MaxLimit and
-// every measured request must be admitted.
+// benchEngineCase returns the case for alg on nkeys existing keys. With
+// deny the limit is 100 and the (single) key is filled before the timer, so
+// the measured requests take the deny path; otherwise the limit is MaxLimit
+// and every measured request must be admitted.
 func benchEngineCase(alg engine.Algorithm, clk benchClock, nkeys int, deny, parallel bool) benchCase {
 	name := fmt.Sprintf("alg=%v/clock=%v/keys=%s", alg, clk, benchKeysLabel(nkeys))
 	if deny {
@@ -297,8 +297,8 @@ func benchAllowSerial(b *testing.B, e *engine.Engine, clk benchClock, keys []str
 	return denied
 }
 
-// benchAllowParallel is benchAllowSerial under b.RunParallel: each goroutine has its
-// own time offset and its own generator.
+// benchAllowParallel is benchAllowSerial under b.RunParallel: each
+// goroutine has its own time offset and its own generator.
 func benchAllowParallel(b *testing.B, e *engine.Engine, clk benchClock, keys []string) int64 {
 	var denied, seeds atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
@@ -351,8 +351,8 @@ type benchPaddedInt64 struct {
 // baselineSlots is the baseline's per-key state: the 11 slots of N = 10.
 type baselineSlots = [11]atomic.Int64
 
-// baselineHashMapSum is the baseline decision: hash the key, load its slots from a
-// lock-free map, add to one slot and sum all of them.
+// baselineHashMapSum is the baseline decision: hash the key, load its slots
+// from a lock-free map, add to one slot and sum all of them.
 func baselineHashMapSum(m *xsync.MapOf[string, *baselineSlots], key string) int64 {
 	h := xxhash.Sum64String(key)
 	p, _ := m.Load(key)
@@ -438,7 +438,8 @@ func baselineCases() []benchCase {
 	return cs
 }
 
-// baselineHashMapSumCase is the xxhash + xsync map + atomics baseline on n keys.
+// baselineHashMapSumCase is the xxhash + xsync map + atomics baseline on n
+// keys.
 func baselineHashMapSumCase(n int, parallel bool) benchCase {
 	var m *xsync.MapOf[string, *baselineSlots]
 	var keys []string

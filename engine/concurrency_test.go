@@ -179,16 +179,16 @@ func TestEvictionRacingWriters(t *testing.T) {
 		keys[i] = fmt.Sprint("tenant-", i)
 	}
 	stop := make(chan struct{})
-	sweeps := make(chan int)
+	done := make(chan struct{})
+	var swept atomic.Int64
 	go func() {
-		n := 0
+		defer close(done)
 		for {
 			select {
 			case <-stop:
-				sweeps <- n
 				return
 			default:
-				n += e.Sweep()
+				swept.Add(int64(e.Sweep()))
 			}
 		}
 	}()
@@ -209,6 +209,13 @@ func TestEvictionRacingWriters(t *testing.T) {
 			require.Equal(t, cfg.Limit, got, "phase %d key %s", phase, keys[j])
 		}
 	}
+	// The sweeper must be live: make every key idle and wait for it.
+	clk.Advance(cfg.Window + 200*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for swept.Load() == 0 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
 	close(stop)
-	require.Greater(t, <-sweeps, 0, "the sweeper never reclaimed anything: the race was not exercised")
+	<-done
+	require.Greater(t, swept.Load(), int64(0), "the sweeper never reclaimed anything")
 }

@@ -42,8 +42,8 @@ func TestStepsWeighted(t *testing.T) {
 		// Full. The 4 leave the fully counted part at t0+1s and then decay:
 		// 4·(500−r)/500 + 1 ≤ 4 from r = 125ms.
 		{0, 1, false, 0, 1125 * ms},
-		{1100 * ms, 1, false, 0, 25 * ms}, // estimate 3.2
-		{1125 * ms, 1, true, 0, 0},        // estimate 3, exactly room for 1
+		{1100 * ms, 1, false, 0, 25 * ms},  // estimate 3.2
+		{1125 * ms, 1, true, 0, 0},         // estimate 3, exactly room for 1
 		{1250 * ms, 2, false, 1, 125 * ms}, // estimate 1 + 2 = 3
 		{1250 * ms, 1, true, 0, 0},
 		// The clock goes back: treated as the start of the newest
@@ -59,7 +59,7 @@ func TestStepsWeighted(t *testing.T) {
 func TestStepsStrict(t *testing.T) {
 	runSteps(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2, Algorithm: engine.SlidingWindowStrict}, []step{
 		{0, 4, true, 0, 0},
-		{0, 1, false, 0, 1500 * ms},      // t0's sub-window counts until t0+1.5s
+		{0, 1, false, 0, 1500 * ms},        // t0's sub-window counts until t0+1.5s
 		{1100 * ms, 1, false, 0, 400 * ms}, // no decay within a sub-window
 		{1500 * ms, 4, true, 0, 0},
 		{1999 * ms, 1, false, 0, 1001 * ms},

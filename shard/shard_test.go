@@ -1,0 +1,85 @@
+package shard
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringlimit/ringlimit/ringslot"
+)
+
+const (
+	sec = int64(1e9)
+	t0  = 1_700_000_000 * sec
+)
+
+func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
+	g := ringslot.NewGeometry(sec/10, 10, true, false)
+	return New(g, 4, 42, maxKeys), g
+}
+
+// Two keys whose hashes collide completely still get separate rings: the
+// map compares the full key.
+func TestHashCollisionNeverSharesACount(t *testing.T) {
+	tab, g := newTable(0)
+	const h = 0xdeadbeef
+	fresh := func() ringslot.Ring { return g.New(t0, 0) }
+	a, err := tab.LoadOrCreate(h, "alice", fresh)
+	require.NoError(t, err)
+	b, err := tab.LoadOrCreate(h, "bob", fresh)
+	require.NoError(t, err)
+	require.True(t, a != b, "two keys share one ring")
+	require.True(t, g.Acquire(a, t0, 5, 5).Allowed)
+	require.True(t, g.Acquire(b, t0, 5, 5).Allowed, "bob must not see alice's count")
+	got, ok := tab.Load(h, "alice")
+	require.True(t, ok)
+	require.True(t, a == got)
+	_, ok = tab.Load(h, "carol")
+	require.False(t, ok)
+	require.Equal(t, int64(2), tab.Len())
+}
+
+func TestMaxKeysAndReplace(t *testing.T) {
+	tab, g := newTable(2)
+	fresh := func() ringslot.Ring { return g.New(t0, 0) }
+	a, err := tab.LoadOrCreate(tab.Hash("a"), "a", fresh)
+	require.NoError(t, err)
+	_, err = tab.LoadOrCreate(tab.Hash("b"), "b", fresh)
+	require.NoError(t, err)
+	_, err = tab.LoadOrCreate(tab.Hash("c"), "c", fresh)
+	require.ErrorIs(t, err, ErrFull)
+	require.Equal(t, int64(1), tab.Refused())
+
+	// Replacing a retired ring reuses its place: no MaxKeys check fails.
+	require.True(t, g.Retire(a, t0+2*sec))
+	a2, err := tab.Replace(tab.Hash("a"), "a", a, fresh)
+	require.NoError(t, err)
+	require.True(t, a != a2, "the retired ring was not replaced")
+	// A second Replace of the same old ring returns the new one.
+	a3, err := tab.Replace(tab.Hash("a"), "a", a, fresh)
+	require.NoError(t, err)
+	require.True(t, a2 == a3, "a second Replace must return the current ring")
+	require.Equal(t, int64(2), tab.Len())
+	require.Equal(t, int64(1), tab.Evicted())
+}
+
+func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
+	tab, g := newTable(0)
+	fresh := func() ringslot.Ring { return g.New(t0, 0) }
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, k := range keys {
+		r, err := tab.LoadOrCreate(tab.Hash(k), k, fresh)
+		require.NoError(t, err)
+		require.True(t, g.Acquire(r, t0, 1, 10).Allowed)
+	}
+	live, _ := tab.Load(tab.Hash("c"), "c")
+	require.True(t, g.Acquire(live, t0+sec, 1, 10).Allowed)
+	n := 0
+	for i := 0; i < tab.Shards(); i++ {
+		n += tab.SweepShard(i, t0+sec+sec/10)
+	}
+	require.Equal(t, len(keys)-1, n)
+	require.Equal(t, int64(1), tab.Len())
+	_, ok := tab.Load(tab.Hash("c"), "c")
+	require.True(t, ok)
+}
