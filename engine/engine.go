@@ -114,8 +114,36 @@ func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	return e.decide(key, n, now.UnixNano())
 }
 
-// decide is the decision path, with t in Unix nanoseconds.
+// decide is the decision path, with t in Unix nanoseconds. The common case,
+// an existing key and 1 ≤ n ≤ limit, is kept small so that its Decision
+// travels in registers; everything else goes to decideSlow.
 func (e *Engine) decide(key string, n, t int64) Decision {
+	if t >= 0 && n >= 1 {
+		h := e.tab.Hash(key)
+		if r, ok := e.tab.Load(h, key); ok {
+			limit := e.limit
+			if e.perKey {
+				limit = e.geo.Limit(r)
+			}
+			if n <= limit {
+				if res := e.geo.Acquire(r, t, n, limit); !res.Dead {
+					reason := ReasonOK
+					if !res.Allowed {
+						reason = ReasonLimited
+					}
+					return Decision{Allowed: res.Allowed, Reason: reason, Limit: limit, Remaining: res.Remaining, RetryAfter: time.Duration(res.RetryAfter)}
+				}
+			}
+		}
+	}
+	return e.decideSlow(key, n, t)
+}
+
+// decideSlow handles new, retired and absent keys, bad times, and n outside
+// 1 … limit.
+//
+//go:noinline
+func (e *Engine) decideSlow(key string, n, t int64) Decision {
 	if t < 0 {
 		return Decision{Reason: ReasonInvalidTime, Limit: e.limit, RetryAfter: Never}
 	}

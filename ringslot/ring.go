@@ -45,6 +45,8 @@ type Geometry struct {
 	weighted bool  // weight the oldest slot by (w−r)/w
 	hdr      int   // header words: last, then limit when perKey
 	words    int   // hdr + slots
+	byWidth  divider
+	bySlots  divider
 }
 
 // NewGeometry describes rings of span+1 slots of width ns each. Preconditions
@@ -57,6 +59,8 @@ func NewGeometry(width int64, span int, weighted, perKey bool) *Geometry {
 		g.hdr = 2
 	}
 	g.words = g.hdr + int(g.slots)
+	g.byWidth = newDivider(width)
+	g.bySlots = newDivider(g.slots)
 	return g
 }
 
@@ -116,9 +120,10 @@ func (g *Geometry) Limit(r Ring) int64 { return r.word(1).Load() }
 // admitted are not revoked.
 func (g *Geometry) SetLimit(r Ring, limit int64) { r.word(1).Store(limit) }
 
-// slot returns the slot that holds epoch e (e ≥ 0).
-func (g *Geometry) slot(r Ring, e int64) *atomic.Int64 {
-	return r.word(g.hdr + int(e%g.slots))
+// index returns the slot index of epoch e ≥ 0.
+func (g *Geometry) index(e int64) int {
+	_, i := g.bySlots.divmod(e)
+	return int(i)
 }
 
 // Result is the outcome of one decision on a ring.
@@ -138,41 +143,59 @@ type view struct {
 	old     int64 // count of e−N when weighted
 }
 
-// read takes a view at epoch e, given that last ≥ e was observed. It reports
-// false when a slot holds an epoch newer than e and last has moved past e:
-// the caller's time is stale and it must re-clamp. A slot that looks newer
-// while last has not moved is an ancient tag that wrapped, and counts 0.
+// read takes a view at epoch e, whose slot index is i, given that last ≥ e
+// was observed. It reports false when the current slot holds an epoch newer
+// than e and last has moved past e: the caller's time is stale and it must
+// re-clamp before it writes, because writing would move that slot's tag
+// backwards. Any other slot whose tag is not the expected one counts 0:
+// older data is outside the window, and newer data belongs to a writer that
+// published a newer last, which Acquire's final check catches.
 //
 // Readers may miss units added concurrently; the writer protocol in Acquire
 // makes that safe. A slot is never counted twice.
 func (g *Geometry) read(r Ring, e int64, i int) (v view, ok bool) {
 	tag := pack.TagOf(e)
-	for k := int64(0); k <= g.span; k++ {
-		w := r.word(g.hdr + i).Load()
-		d := pack.Diff(pack.TagOfWord(w), tag)
-		c := pack.CountOfWord(w)
-		switch {
-		case d == 0:
-		case d > 0 && r.word(0).Load() > e:
-			return v, false
-		default:
-			c = 0
+	v.curWord = r.word(g.hdr + i).Load()
+	if t := pack.TagOfWord(v.curWord); t == tag {
+		v.cur = pack.CountOfWord(v.curWord)
+	} else if pack.Diff(t, tag) > 0 && r.word(0).Load() > e {
+		return v, false
+	}
+	// Epochs e−1 … e−N live at slots i−1 … 0, then N … i+1; the last
+	// one visited is e−N, the weighted one.
+	want, c := tag, int64(0)
+	for j := g.hdr + i - 1; j >= g.hdr; j-- {
+		want = (want - 1) & tagMask
+		c = 0
+		if w := r.word(j).Load(); pack.TagOfWord(w) == want {
+			c = pack.CountOfWord(w)
 		}
-		switch {
-		case k == 0:
-			v.curWord, v.cur = w, c
-		case k == g.span && g.weighted:
-			v.old = c
-		default:
-			v.full += c
+		v.full += c
+	}
+	for j := g.hdr + int(g.slots) - 1; j > g.hdr+i; j-- {
+		want = (want - 1) & tagMask
+		c = 0
+		if w := r.word(j).Load(); pack.TagOfWord(w) == want {
+			c = pack.CountOfWord(w)
 		}
-		if i--; i < 0 {
-			i = int(g.slots) - 1
-		}
-		tag = (tag - 1) & (1<<pack.TagBits - 1)
+		v.full += c
+	}
+	if g.weighted && g.span > 0 {
+		v.full -= c
+		v.old = c
 	}
 	return v, true
 }
+
+// oldest returns the slot index of epoch e−N, given e's index i.
+func oldest(i, slots int) int {
+	if i+1 == slots {
+		return 0
+	}
+	return i + 1
+}
+
+const tagMask = 1<<pack.TagBits - 1
 
 // fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w).
 // Unweighted geometries have old = 0.
@@ -212,10 +235,7 @@ func (g *Geometry) remaining(full, old, limit, r int64) int64 {
 }
 
 // split returns the epoch and offset of t ≥ 0.
-func (g *Geometry) split(t int64) (e, r int64) {
-	e = t / g.width
-	return e, t - e*g.width
-}
+func (g *Geometry) split(t int64) (e, r int64) { return g.byWidth.divmod(t) }
 
 // clamp returns the effective epoch and offset for a decision at t, given
 // the ring's newest epoch l: time never runs backwards for a key, so a t
@@ -273,7 +293,7 @@ func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
 			l = e0
 		}
 		e, off := clamp(e0, r0, l)
-		i := int(e % g.slots)
+		i := g.index(e)
 		v, ok := g.read(r, e, i)
 		if !ok {
 			continue
@@ -283,7 +303,7 @@ func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
 		restart := false
 		for {
 			if !g.fits(v.cur+v.full, v.old, n, limit, off) {
-				return g.deny(r, e, off, v, n, limit)
+				return g.deny(r, e, i, off, v, n, limit)
 			}
 			next := pack.Word(tag, v.cur+n) // v.cur is 0 when the slot is stale: a reset
 			if slot.CompareAndSwap(v.curWord, next) {
@@ -342,25 +362,26 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 			return Result{Dead: true}
 		}
 		e, off := clamp(e0, r0, l)
+		i := g.index(e)
 		var v view // empty when nothing of the ring is inside the window at t
 		if e0-l <= g.span {
 			var ok bool
-			if v, ok = g.read(r, e, int(e%g.slots)); !ok {
+			if v, ok = g.read(r, e, i); !ok {
 				continue
 			}
 		}
 		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
-			return g.deny(r, e, off, v, n, limit)
+			return g.deny(r, e, i, off, v, n, limit)
 		}
 		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}
 	}
 }
 
-// deny builds the denial for n units at (e, off) from view v.
-func (g *Geometry) deny(r Ring, e, off int64, v view, n, limit int64) Result {
+// deny builds the denial for n units at (e, off) from view v; i is e's slot.
+func (g *Geometry) deny(r Ring, e int64, i int, off int64, v view, n, limit int64) Result {
 	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never}
 	if n <= limit {
-		res.RetryAfter = g.retryAfter(r, e, off, v, n, limit)
+		res.RetryAfter = g.retryAfter(r, e, i, off, v, n, limit)
 	}
 	return res
 }
@@ -370,43 +391,45 @@ func (g *Geometry) deny(r Ring, e, off int64, v view, n, limit int64) Result {
 // epochs e+j−N … e, of which e+j−N is the weighted one, so each step drops
 // one more slot of the view. It re-reads the older slots; under concurrent
 // traffic the answer is advisory.
-func (g *Geometry) retryAfter(r Ring, e, off int64, v view, n, limit int64) int64 {
+func (g *Geometry) retryAfter(r Ring, e int64, i int, off int64, v view, n, limit int64) int64 {
 	full := v.cur + v.full // counted in full at j = 0, including e−N when unweighted
 	old := v.old
+	idx, x := oldest(i, int(g.slots)), e-g.span // the slot and epoch leaving next
 	for j := int64(0); j <= g.span+1; j++ {
 		if j > 0 {
-			// Epoch e+j: epoch e−N+j becomes the oldest slot (weighted)
-			// and e−N+j−1 leaves the window.
 			if g.weighted {
-				old = g.countAt(r, e, e-g.span+j)
+				// Epoch x+1 becomes the weighted one; x leaves.
+				if idx++; idx == int(g.slots) {
+					idx = 0
+				}
+				x++
+				old = g.countIn(r, idx, x, e)
 				full -= old
 			} else {
-				full -= g.countAt(r, e, e-g.span+j-1)
+				full -= g.countIn(r, idx, x, e)
+				if idx++; idx == int(g.slots) {
+					idx = 0
+				}
+				x++
 			}
-		}
-		start := int64(0)
-		if j == 0 {
-			start = off
 		}
 		room := limit - full - n
 		if room < 0 {
 			continue
 		}
-		if old <= room || old == 0 {
+		if old <= room {
 			if j == 0 {
 				continue // it did not fit at off, and nothing decays
 			}
 			return j*g.width - off
 		}
-		if !g.weighted {
-			continue
-		}
-		// Need old·(w−r') ≤ room·w, i.e. r' ≥ w − floor(room·w/old).
+		// Weighted only (unweighted has old = 0): need old·(w−r') ≤ room·w,
+		// i.e. r' ≥ w − floor(room·w/old).
 		hi, lo := bits.Mul64(uint64(room), uint64(g.width))
 		q, _ := bits.Div64(hi, lo, uint64(old)) // room < old, so q < w
 		rp := g.width - int64(q)
-		if rp < start {
-			rp = start
+		if j == 0 && rp < off {
+			rp = off
 		}
 		if rp < g.width {
 			return j*g.width + rp - off
@@ -415,13 +438,13 @@ func (g *Geometry) retryAfter(r Ring, e, off int64, v view, n, limit int64) int6
 	return Never // unreachable for n ≤ limit: at j = N+1 the window is empty
 }
 
-// countAt returns the count of epoch x as seen at epoch e (x ≤ e), or 0
-// when x is before the window or its slot holds another epoch.
-func (g *Geometry) countAt(r Ring, e, x int64) int64 {
-	if x < 0 || x > e || x < e-g.span {
+// countIn returns the count of epoch x, held in slot idx, as seen at epoch
+// e: 0 when x is after e or the slot holds another epoch.
+func (g *Geometry) countIn(r Ring, idx int, x, e int64) int64 {
+	if x > e || x < 0 {
 		return 0
 	}
-	w := g.slot(r, x).Load()
+	w := r.word(g.hdr + idx).Load()
 	if pack.TagOfWord(w) != pack.TagOf(x) {
 		return 0
 	}
