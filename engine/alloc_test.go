@@ -69,7 +69,7 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 		t.Fatalf("first AllowN: %+v", d)
 	}
 	if deny {
-		if d := e.AllowAt(key, limit, benchT0); d.Allowed || d.Reason != engine.ReasonLimited {
+		if d := e.AllowAt(key, limit, benchT0); d.Allowed || d.Reason() != engine.ReasonLimited {
 			t.Fatalf("AllowAt(%d) on a partly used key: %+v, want limited", limit, d)
 		}
 		for e.AllowAt(key, 1, benchT0).Allowed {
@@ -107,7 +107,7 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 		t.Errorf("AllowN(0): %v allocs per run, decision %+v; want 0, allowed", allocs, d)
 	}
 	allocs = testing.AllocsPerRun(100, func() { d = e.AllowAt(key, limit+1, benchT0) })
-	if allocs != 0 || d.Reason != engine.ReasonTooLarge {
+	if allocs != 0 || d.Reason() != engine.ReasonNever {
 		t.Errorf("AllowAt(limit+1): %v allocs per run, decision %+v; want 0, too-large", allocs, d)
 	}
 }

@@ -80,7 +80,7 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 					d := e.AllowAt("k", n, at)
 					if d.Allowed {
 						admitted.Add(n)
-					} else if d.Reason != engine.ReasonLimited {
+					} else if d.Reason() != engine.ReasonLimited {
 						return fmt.Errorf("unexpected denial %+v", d)
 					}
 				}

@@ -86,7 +86,8 @@ type Config struct {
 	// idle long enough to be reclaimed. It may be called concurrently, and
 	// more than once for one key when two goroutines create it at once
 	// (one result is kept). Return 0 for the default Limit. A result
-	// outside 1 … MaxLimit makes that request fail with ReasonInvalidLimit.
+	// outside 1 … MaxLimit refuses that request with RetryAfter Never
+	// and creates nothing.
 	// Setting KeyLimit enables per-key limits (see PerKeyLimits).
 	KeyLimit func(key string) int64
 	// PerKeyLimits stores a limit in every key's state, so that SetLimit
@@ -111,7 +112,7 @@ type Config struct {
 	// 0 means the smallest power of two ≥ 8·GOMAXPROCS (at least 16).
 	Shards int
 	// MaxKeys, if > 0, caps the number of keys held. When it is reached a
-	// request for a new key is refused with ReasonKeysFull; existing keys
+	// request for a new key is refused (ReasonKeysFull); existing keys
 	// are never evicted early to make room.
 	MaxKeys int64
 

@@ -5,52 +5,17 @@ import (
 	"time"
 )
 
-// Never is the RetryAfter of a request that can never be admitted: n larger
-// than the key's limit, n < 0, or another permanent refusal.
+// Never is the RetryAfter of a request that can never be admitted as asked:
+// n larger than the key's limit, n < 0, a time before 1970, or a limit from
+// Config.KeyLimit outside 1 … MaxLimit.
 const Never = time.Duration(math.MaxInt64)
 
-// Reason says why a Decision came out as it did.
-type Reason uint8
-
-const (
-	// ReasonOK: the request was admitted (or n was 0).
-	ReasonOK Reason = iota
-	// ReasonLimited: the key's window has no room for n units now;
-	// RetryAfter says when it will.
-	ReasonLimited
-	// ReasonTooLarge: n exceeds the key's limit, so it can never fit;
-	// RetryAfter is Never.
-	ReasonTooLarge
-	// ReasonInvalidN: n < 0. Nothing is refunded; RetryAfter is Never.
-	ReasonInvalidN
-	// ReasonKeysFull: the key is new and Config.MaxKeys keys are held.
-	// RetryAfter is a hint: the time until the oldest possible idle key
-	// can be reclaimed (Window plus one sub-window).
-	ReasonKeysFull
-	// ReasonInvalidTime: the time is before 1970-01-01 UTC or outside
-	// time.Time.UnixNano's range. RetryAfter is Never.
-	ReasonInvalidTime
-	// ReasonInvalidLimit: Config.KeyLimit returned a limit outside
-	// 1 … MaxLimit for a new key; the key is not created. RetryAfter is
-	// Never.
-	ReasonInvalidLimit
-)
-
-var reasonNames = [...]string{"ok", "limited", "too-large", "invalid-n", "keys-full", "invalid-time", "invalid-limit"}
-
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[int(r)]
-	}
-	return "unknown"
-}
-
-// Decision is the outcome of one request.
+// Decision is the outcome of one request. It has four fields, so that the
+// compiler keeps it in registers on the decision path; Reason derives the
+// kind of outcome from them.
 type Decision struct {
 	// Allowed reports whether the n units were admitted (and recorded).
 	Allowed bool
-	// Reason says why; ReasonOK when Allowed.
-	Reason Reason
 	// Limit is the key's limit.
 	Limit int64
 	// Remaining is the number of units that would still be admitted now,
@@ -61,4 +26,48 @@ type Decision struct {
 	// never can. It is 0 when Allowed. Under concurrent traffic on the key
 	// it is advisory.
 	RetryAfter time.Duration
+}
+
+// Reason classifies a Decision.
+type Reason uint8
+
+const (
+	// ReasonOK: admitted (or n was 0).
+	ReasonOK Reason = iota
+	// ReasonLimited: the key's window has no room for n units now;
+	// RetryAfter says when it will.
+	ReasonLimited
+	// ReasonNever: the request can never be admitted as asked (n > Limit,
+	// n < 0, a time before 1970, or a bad KeyLimit result); RetryAfter is
+	// Never. The caller tells these apart by its own n and time.
+	ReasonNever
+	// ReasonKeysFull: the key is new, and Config.MaxKeys keys are held.
+	// Remaining is the full Limit (the key has used nothing) and
+	// RetryAfter is a hint: Window plus one sub-window, the soonest an
+	// idle key can be reclaimed.
+	ReasonKeysFull
+)
+
+var reasonNames = [...]string{"ok", "limited", "never", "keys-full"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reason reports why d came out as it did. A limited denial always has
+// Remaining < Limit (it asked for more than Remaining, and at most Limit),
+// so a denial with the full Limit remaining can only be MaxKeys.
+func (d Decision) Reason() Reason {
+	switch {
+	case d.Allowed:
+		return ReasonOK
+	case d.RetryAfter == Never:
+		return ReasonNever
+	case d.Remaining >= d.Limit:
+		return ReasonKeysFull
+	}
+	return ReasonLimited
 }

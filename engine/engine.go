@@ -92,51 +92,69 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // Allow is shorthand for AllowN(key, 1).Allowed.
-func (e *Engine) Allow(key string) bool { return e.AllowN(key, 1).Allowed }
+func (e *Engine) Allow(key string) bool {
+	t := e.clk.UnixNano()
+	if res, _, ok := e.fast(key, 1, t); ok {
+		return res.Allowed
+	}
+	return e.decideSlow(key, 1, t).Allowed
+}
 
 // AllowN is shorthand for AllowAt(key, n, now) with now from the engine's
 // clock.
-func (e *Engine) AllowN(key string, n int64) Decision { return e.decide(key, n, e.clk.UnixNano()) }
+func (e *Engine) AllowN(key string, n int64) Decision {
+	t := e.clk.UnixNano()
+	if res, limit, ok := e.fast(key, n, t); ok {
+		return decision(res, limit)
+	}
+	return e.decideSlow(key, n, t)
+}
 
 // AllowAt decides whether n units for key fit at time now, and records them
 // if they do.
 //
 //   - n == 0 is allowed and records nothing; the Decision reports Remaining.
-//   - n < 0 is refused (ReasonInvalidN) and records nothing: never a refund.
-//   - n above the key's limit is refused (ReasonTooLarge) with RetryAfter
-//     Never, and records nothing.
+//   - n < 0 is refused with RetryAfter Never and records nothing: never a
+//     refund.
+//   - n above the key's limit is refused with RetryAfter Never, and records
+//     nothing.
 //
 // Time never runs backwards for a key: a now older than the newest
 // sub-window the key has seen is treated as the start of that sub-window, so
 // it gains no capacity and erases nothing. Idle keys are reclaimed by the
 // engine's Clock, not by now; see Config.DisableEviction.
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
-	return e.decide(key, n, now.UnixNano())
-}
-
-// decide is the decision path, with t in Unix nanoseconds. The common case,
-// an existing key and 1 ≤ n ≤ limit, is kept small so that its Decision
-// travels in registers; everything else goes to decideSlow.
-func (e *Engine) decide(key string, n, t int64) Decision {
-	if t >= 0 && n >= 1 {
-		h := e.tab.Hash(key)
-		if r, ok := e.tab.Load(h, key); ok {
-			limit := e.limit
-			if e.perKey {
-				limit = e.geo.Limit(r)
-			}
-			if n <= limit {
-				if res := e.geo.Acquire(r, t, n, limit); !res.Dead {
-					reason := ReasonOK
-					if !res.Allowed {
-						reason = ReasonLimited
-					}
-					return Decision{Allowed: res.Allowed, Reason: reason, Limit: limit, Remaining: res.Remaining, RetryAfter: time.Duration(res.RetryAfter)}
-				}
-			}
-		}
+	t := now.UnixNano()
+	if res, limit, ok := e.fast(key, n, t); ok {
+		return decision(res, limit)
 	}
 	return e.decideSlow(key, n, t)
+}
+
+// fast is the decision path for the common case, an existing key and
+// 1 ≤ n ≤ limit at t ≥ 0 (Unix ns); ok is false for everything else, which
+// decideSlow handles. It returns the ring's Result rather than a Decision so
+// that nothing is copied through memory between frames.
+func (e *Engine) fast(key string, n, t int64) (res ringslot.Result, limit int64, ok bool) {
+	if t < 0 || n < 1 {
+		return res, 0, false
+	}
+	h := e.tab.Hash(key)
+	r, found := e.tab.Load(h, key)
+	if !found {
+		return res, 0, false
+	}
+	limit = e.ringLimit(r)
+	if n > limit {
+		return res, 0, false
+	}
+	res = e.geo.Acquire(r, t, n, limit)
+	return res, limit, !res.Dead
+}
+
+// decision converts a ring's Result.
+func decision(res ringslot.Result, limit int64) Decision {
+	return Decision{Allowed: res.Allowed, Limit: limit, Remaining: res.Remaining, RetryAfter: time.Duration(res.RetryAfter)}
 }
 
 // decideSlow handles new, retired and absent keys, bad times, and n outside
@@ -145,17 +163,19 @@ func (e *Engine) decide(key string, n, t int64) Decision {
 //go:noinline
 func (e *Engine) decideSlow(key string, n, t int64) Decision {
 	if t < 0 {
-		return Decision{Reason: ReasonInvalidTime, Limit: e.limit, RetryAfter: Never}
+		return Decision{Limit: e.limit, RetryAfter: Never}
 	}
 	h := e.tab.Hash(key)
 	r, ok := e.tab.Load(h, key)
 	for {
 		var limit int64
 		if !ok {
-			var reason Reason
-			if r, limit, reason = e.create(h, key, n, t); reason != ReasonOK {
-				d := Decision{Reason: reason, Limit: limit, RetryAfter: Never}
-				if reason == ReasonKeysFull {
+			var err refusal
+			if r, limit, err = e.create(h, key, n, t); err != refusedNone {
+				d := Decision{Limit: limit, RetryAfter: Never}
+				if err == refusedKeysFull {
+					// The key has used nothing: its full limit remains.
+					d.Remaining = limit
 					d.RetryAfter = e.cfg.Window + time.Duration(e.cfg.width)
 				}
 				return d
@@ -164,10 +184,7 @@ func (e *Engine) decideSlow(key string, n, t int64) Decision {
 				return emptyDecision(n, limit)
 			}
 		} else {
-			limit = e.limit
-			if e.perKey {
-				limit = e.geo.Limit(r)
-			}
+			limit = e.ringLimit(r)
 		}
 		var res ringslot.Result
 		if n >= 1 && n <= limit {
@@ -183,44 +200,47 @@ func (e *Engine) decideSlow(key string, n, t int64) Decision {
 			r, ok = e.replace(h, key, r, t)
 			continue
 		}
-		d := Decision{Allowed: res.Allowed, Limit: limit, Remaining: res.Remaining, RetryAfter: time.Duration(res.RetryAfter)}
+		d := decision(res, limit)
 		switch {
 		case n == 0: // even where a clamped time puts the estimate over the limit
 			d.Allowed, d.RetryAfter = true, 0
 		case n < 0:
-			d.Allowed, d.Reason, d.RetryAfter = false, ReasonInvalidN, Never
-		case n > limit:
-			d.Reason = ReasonTooLarge
-		case !res.Allowed:
-			d.Reason = ReasonLimited
+			d.Allowed, d.RetryAfter = false, Never
 		}
 		return d
 	}
 }
 
+// emptyDecision is the Decision for n units at a key with nothing recorded.
 func emptyDecision(n, limit int64) Decision {
-	switch {
-	case n < 0:
-		return Decision{Reason: ReasonInvalidN, Limit: limit, Remaining: limit, RetryAfter: Never}
-	case n > limit:
-		return Decision{Reason: ReasonTooLarge, Limit: limit, Remaining: limit, RetryAfter: Never}
+	if n < 0 || n > limit {
+		return Decision{Limit: limit, Remaining: limit, RetryAfter: Never}
 	}
 	return Decision{Allowed: true, Limit: limit, Remaining: limit}
 }
 
+// refusal is why a key's state could not be created.
+type refusal uint8
+
+const (
+	refusedNone     refusal = iota
+	refusedLimit            // KeyLimit returned a value outside 1 … MaxLimit
+	refusedKeysFull         // MaxKeys
+)
+
 // limitFor resolves a new key's limit.
-func (e *Engine) limitFor(key string) (int64, Reason) {
+func (e *Engine) limitFor(key string) (int64, refusal) {
 	if e.keyLimit == nil {
-		return e.limit, ReasonOK
+		return e.limit, refusedNone
 	}
 	l := e.keyLimit(key)
 	if l == 0 {
-		return e.limit, ReasonOK
+		return e.limit, refusedNone
 	}
 	if l < 1 || l > MaxLimit {
-		return e.limit, ReasonInvalidLimit
+		return e.limit, refusedLimit
 	}
-	return l, ReasonOK
+	return l, refusedNone
 }
 
 // create handles a key that was absent at lookup. A request that would
@@ -229,22 +249,22 @@ func (e *Engine) limitFor(key string) (int64, Reason) {
 // Kept out of decide so that its closure never costs the hot path.
 //
 //go:noinline
-func (e *Engine) create(h uint64, key string, n, t int64) (ringslot.Ring, int64, Reason) {
-	limit, reason := e.limitFor(key)
-	if reason != ReasonOK {
-		return ringslot.Ring{}, limit, reason
+func (e *Engine) create(h uint64, key string, n, t int64) (ringslot.Ring, int64, refusal) {
+	limit, err := e.limitFor(key)
+	if err != refusedNone {
+		return ringslot.Ring{}, limit, err
 	}
 	if n < 1 || n > limit {
 		if r, ok := e.tab.Load(h, key); ok { // created meanwhile
-			return r, e.ringLimit(r), ReasonOK
+			return r, e.ringLimit(r), refusedNone
 		}
-		return ringslot.Ring{}, limit, ReasonOK
+		return ringslot.Ring{}, limit, refusedNone
 	}
-	r, err := e.tab.LoadOrCreate(h, key, func() ringslot.Ring { return e.geo.New(t, limit) })
-	if err != nil {
-		return ringslot.Ring{}, limit, ReasonKeysFull
+	r, terr := e.tab.LoadOrCreate(h, key, func() ringslot.Ring { return e.geo.New(t, limit) })
+	if terr != nil {
+		return ringslot.Ring{}, limit, refusedKeysFull
 	}
-	return r, e.ringLimit(r), ReasonOK
+	return r, e.ringLimit(r), refusedNone
 }
 
 func (e *Engine) ringLimit(r ringslot.Ring) int64 {
@@ -256,12 +276,12 @@ func (e *Engine) ringLimit(r ringslot.Ring) int64 {
 
 // replace swaps a retired ring for a fresh one. It reports ok=false when the
 // key is absent afterwards (MaxKeys refused it, or a peek found nothing),
-// so that decide goes through create.
+// so that decideSlow goes through create.
 //
 //go:noinline
 func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ringslot.Ring, bool) {
-	limit, reason := e.limitFor(key)
-	if reason != ReasonOK {
+	limit, why := e.limitFor(key)
+	if why != refusedNone {
 		return ringslot.Ring{}, false
 	}
 	r, err := e.tab.Replace(h, key, old, func() ringslot.Ring { return e.geo.New(t, limit) })

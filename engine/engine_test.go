@@ -81,11 +81,13 @@ func TestBadN(t *testing.T) {
 			require.Equal(t, engine.Decision{Allowed: true, Limit: 5, Remaining: 3}, d)
 
 			d = e.AllowAt("k", -3, t0)
-			require.Equal(t, engine.Decision{Reason: engine.ReasonInvalidN, Limit: 5, Remaining: 3, RetryAfter: engine.Never}, d)
+			require.Equal(t, engine.Decision{Limit: 5, Remaining: 3, RetryAfter: engine.Never}, d)
+			require.Equal(t, engine.ReasonNever, d.Reason())
 			require.Equal(t, int64(3), e.AllowAt("k", 0, t0).Remaining, "n < 0 must never refund")
 
 			d = e.AllowAt("k", 6, t0)
-			require.Equal(t, engine.Decision{Reason: engine.ReasonTooLarge, Limit: 5, Remaining: 3, RetryAfter: engine.Never}, d)
+			require.Equal(t, engine.Decision{Limit: 5, Remaining: 3, RetryAfter: engine.Never}, d)
+			require.Equal(t, engine.ReasonNever, d.Reason())
 			require.Equal(t, int64(3), e.AllowAt("k", 0, t0).Remaining, "n > limit must record nothing")
 
 			// The capacity is intact: exactly 3 more fit.
@@ -118,7 +120,8 @@ func TestClockBackwardsGainsNothingErasesNothing(t *testing.T) {
 func TestInvalidTime(t *testing.T) {
 	e := newEngine(t, engine.Config{Limit: 10, Window: time.Second})
 	d := e.AllowAt("k", 1, time.Unix(-1, 0))
-	require.Equal(t, engine.Decision{Reason: engine.ReasonInvalidTime, Limit: 10, RetryAfter: engine.Never}, d)
+	require.Equal(t, engine.Decision{Limit: 10, RetryAfter: engine.Never}, d)
+	require.Equal(t, engine.ReasonNever, d.Reason())
 	require.False(t, e.AllowAt("k", 1, time.Time{}).Allowed)
 	require.Zero(t, e.Len())
 }
@@ -185,8 +188,8 @@ func TestMaxKeysRefusesNewKeysNeverEvictsLiveOnes(t *testing.T) {
 	}
 	d := e.AllowN("d", 1)
 	require.False(t, d.Allowed)
-	require.Equal(t, engine.ReasonKeysFull, d.Reason)
-	require.Equal(t, 1100*time.Millisecond, d.RetryAfter)
+	require.Equal(t, engine.Decision{Limit: 5, Remaining: 5, RetryAfter: 1100 * time.Millisecond}, d)
+	require.Equal(t, engine.ReasonKeysFull, d.Reason())
 	require.Equal(t, engine.Stats{Keys: 3, Refused: 1}, e.Stats())
 	// Existing keys keep working and keep their counts.
 	require.Equal(t, int64(4), e.AllowN("a", 0).Remaining)
@@ -227,7 +230,7 @@ func TestPerKeyLimits(t *testing.T) {
 
 	bad := newEngine(t, engine.Config{Limit: 3, Window: time.Second, KeyLimit: func(string) int64 { return -1 }})
 	d = bad.AllowAt("k", 1, t0)
-	require.Equal(t, engine.ReasonInvalidLimit, d.Reason)
+	require.Equal(t, engine.Decision{Limit: 3, RetryAfter: engine.Never}, d)
 	require.Zero(t, bad.Len())
 
 	plain := newEngine(t, engine.Config{Limit: 3, Window: time.Second})
@@ -278,4 +281,19 @@ func requireGoroutines(t *testing.T, want int) {
 		runtime.Gosched()
 	}
 	require.Equal(t, want, runtime.NumGoroutine(), "goroutines left behind after Close")
+}
+
+func TestReasonIsDerivedFromTheFields(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, MaxKeys: 1, Clock: clk})
+	require.Equal(t, engine.ReasonOK, e.AllowN("a", 2).Reason())
+	require.Equal(t, engine.ReasonOK, e.AllowN("a", 0).Reason())
+	require.Equal(t, engine.ReasonLimited, e.AllowN("a", 1).Reason())
+	require.Equal(t, engine.ReasonNever, e.AllowN("a", 3).Reason())
+	require.Equal(t, engine.ReasonNever, e.AllowN("a", -1).Reason())
+	require.Equal(t, engine.ReasonKeysFull, e.AllowN("b", 1).Reason())
+	require.Equal(t, engine.ReasonNever, e.AllowAt("a", 1, time.Unix(-5, 0)).Reason())
+	for r, name := range map[engine.Reason]string{engine.ReasonOK: "ok", engine.ReasonLimited: "limited", engine.ReasonNever: "never", engine.ReasonKeysFull: "keys-full", 99: "unknown"} {
+		require.Equal(t, name, r.String())
+	}
 }

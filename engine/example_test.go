@@ -34,12 +34,13 @@ func ExampleEngine_AllowAt() {
 	// 1.05s later the first sub-window is half outside the window: half of
 	// the 10 units still count.
 	fmt.Printf("%+v\n", e.AllowAt("api-key", 5, t.Add(1050*time.Millisecond)))
-	fmt.Printf("%+v\n", e.AllowAt("api-key", 20, t))
+	d := e.AllowAt("api-key", 20, t) // more than the limit: it never fits
+	fmt.Println(d.Allowed, d.Reason(), d.RetryAfter == engine.Never)
 	// Output:
-	// {Allowed:true Reason:ok Limit:10 Remaining:0 RetryAfter:0s}
-	// {Allowed:false Reason:limited Limit:10 Remaining:0 RetryAfter:1.01s}
-	// {Allowed:true Reason:ok Limit:10 Remaining:0 RetryAfter:0s}
-	// {Allowed:false Reason:too-large Limit:10 Remaining:0 RetryAfter:2562047h47m16.854775807s}
+	// {Allowed:true Limit:10 Remaining:0 RetryAfter:0s}
+	// {Allowed:false Limit:10 Remaining:0 RetryAfter:1.01s}
+	// {Allowed:true Limit:10 Remaining:0 RetryAfter:0s}
+	// false never true
 }
 
 // Strict never lets any window of length Window hold more than Limit.

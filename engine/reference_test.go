@@ -108,11 +108,11 @@ func (r *refLimiter) decide(key string, n int64, now time.Time) engine.Decision 
 	d := engine.Decision{Limit: r.limit}
 	switch {
 	case n < 0:
-		d.Reason, d.RetryAfter = engine.ReasonInvalidN, engine.Never
+		d.RetryAfter = engine.Never
 		d.Remaining = r.remaining(k, t)
 		return d
 	case n > r.limit:
-		d.Reason, d.RetryAfter = engine.ReasonTooLarge, engine.Never
+		d.RetryAfter = engine.Never
 		d.Remaining = r.remaining(k, t)
 		return d
 	case n == 0:
@@ -131,7 +131,6 @@ func (r *refLimiter) decide(key string, n int64, now time.Time) engine.Decision 
 		d.Remaining = r.remaining(k, t)
 		return d
 	}
-	d.Reason = engine.ReasonLimited
 	d.Remaining = r.remaining(k, t)
 	// The estimate never grows without traffic, so the least fitting wait
 	// can be found by bisection; within W + one sub-window it always fits.

@@ -21,15 +21,19 @@ var ErrFull = errors.New("ringlimit: MaxKeys reached; new keys are refused until
 const cacheLine = 64
 
 // mapKey carries the key's hash beside the key, so the map never hashes the
-// string again: the one xxhash of the key picks the shard and, mixed with
-// the table's seed, the bucket. The full string is compared on lookup, so
-// two keys never share a ring through a hash collision.
+// string again: the one xxhash of the key, already mixed with the table's
+// secret seed, picks the shard by its top bits and the bucket by its low
+// bits. The full string is compared on lookup, so two keys never share a
+// ring through a hash collision.
 type mapKey struct {
 	h uint64
 	s string
 }
 
-func hashMapKey(k mapKey, seed uint64) uint64 { return keyhash.Mix(k.h, seed) }
+// hashMapKey only folds in xsync's per-table seed: k.h is already a mixed,
+// seeded hash, and xsync takes buckets from bits 7 and up and its tag from
+// bits 0–6, none of which the shard index (the top bits) fixes.
+func hashMapKey(k mapKey, seed uint64) uint64 { return k.h ^ seed }
 
 type shard struct {
 	m       *xsync.MapOf[mapKey, ringslot.Ring]
