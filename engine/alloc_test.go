@@ -15,7 +15,7 @@ import (
 // clocks the window may move during the test, so only at least one request
 // is required to take the path under test.
 func TestAllowAllocatesNothingForExistingKey(t *testing.T) {
-	for _, alg := range benchAlgs {
+	for _, alg := range allAlgorithms {
 		for _, clk := range []string{"manual", "precise", "coarse"} {
 			for _, deny := range []bool{false, true} {
 				path := "allowed"
@@ -41,13 +41,13 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 		SubWindows: 10,
 		Algorithm:  alg,
 		// No background sweep inside the measurement: a sweep is not on
-		// the decision path, and AllowAt's benchT0 is far from the real clocks.
+		// the decision path, and AllowAt's t0 is far from the real clocks.
 		DisableEviction: true,
 	}
 	exact := false
 	switch clk {
 	case "manual":
-		cfg.Clock = engine.NewManualClock(benchT0)
+		cfg.Clock = engine.NewManualClock(t0)
 		exact = true
 	case "coarse":
 		cfg.CoarseClock = time.Millisecond
@@ -60,19 +60,19 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 
 	const key = "existing-key"
 	// The key's first request creates it (and allocates); with deny, fill
-	// it. AllowAt runs at benchT0, Allow and AllowN on the engine's clock, so
+	// it. AllowAt runs at t0, Allow and AllowN on the engine's clock, so
 	// with a real clock the key is filled on both timelines.
-	if d := e.AllowAt(key, 1, benchT0); !d.Allowed {
+	if d := e.AllowAt(key, 1, t0); !d.Allowed {
 		t.Fatalf("first AllowAt: %+v", d)
 	}
 	if d := e.AllowN(key, 1); !d.Allowed {
 		t.Fatalf("first AllowN: %+v", d)
 	}
 	if deny {
-		if d := e.AllowAt(key, limit, benchT0); d.Allowed || d.Reason() != engine.ReasonLimited {
+		if d := e.AllowAt(key, limit, t0); d.Allowed || d.Reason() != engine.ReasonLimited {
 			t.Fatalf("AllowAt(%d) on a partly used key: %+v, want limited", limit, d)
 		}
-		for e.AllowAt(key, 1, benchT0).Allowed {
+		for e.AllowAt(key, 1, t0).Allowed {
 		}
 		for e.Allow(key) {
 		}
@@ -95,7 +95,7 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 			t.Errorf("%s: %d of %d runs had Allowed = %v", name, match, runs, want)
 		}
 	}
-	check("AllowAt", func() bool { return e.AllowAt(key, 1, benchT0).Allowed })
+	check("AllowAt", func() bool { return e.AllowAt(key, 1, t0).Allowed })
 	check("AllowN", func() bool { return e.AllowN(key, 1).Allowed })
 	check("Allow", func() bool { return e.Allow(key) })
 
@@ -106,7 +106,7 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 	if allocs != 0 || !d.Allowed {
 		t.Errorf("AllowN(0): %v allocs per run, decision %+v; want 0, allowed", allocs, d)
 	}
-	allocs = testing.AllocsPerRun(100, func() { d = e.AllowAt(key, limit+1, benchT0) })
+	allocs = testing.AllocsPerRun(100, func() { d = e.AllowAt(key, limit+1, t0) })
 	if allocs != 0 || d.Reason() != engine.ReasonNever {
 		t.Errorf("AllowAt(limit+1): %v allocs per run, decision %+v; want 0, too-large", allocs, d)
 	}

@@ -297,3 +297,29 @@ func TestReasonIsDerivedFromTheFields(t *testing.T) {
 		require.Equal(t, name, r.String())
 	}
 }
+
+// DESIGN.md's worked example: L admitted at the very end of a sub-window,
+// then greedy requests as its weight decays, put 2L−1 units into one window
+// of length W, whatever N is. Strict admits none of them.
+func TestWeightedWorstCaseIsBelowTwiceTheLimit(t *testing.T) {
+	for _, n := range []int{1, 2, 10, 60} {
+		for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
+			cfg := engine.Config{Limit: 100, Window: time.Minute, SubWindows: n, Algorithm: alg, DisableEviction: true}
+			e := newEngine(t, cfg)
+			w := cfg.Window / time.Duration(n)
+			base := t0.Truncate(cfg.Window) // on the grid
+			burst := base.Add(w - 1)        // the last nanosecond of a sub-window
+			require.True(t, e.AllowAt("k", 100, burst).Allowed)
+			// One nanosecond before the burst leaves the window.
+			late := burst.Add(cfg.Window - 1)
+			more := fillAt(e, "k", late)
+			log := []refEvent{{burst.UnixNano(), 100}, {late.UnixNano(), more}}
+			worst := maxInWindow(log, int64(cfg.Window))
+			if alg == engine.SlidingWindow {
+				require.Equal(t, int64(199), worst, "N=%d", n)
+			} else {
+				require.Equal(t, int64(100), worst, "N=%d", n)
+			}
+		}
+	}
+}

@@ -1,0 +1,36 @@
+# ringlimit's commands. `make test` is the test command the README gives and
+# .ci/run runs; `make bench` regenerates the README's benchmark table.
+
+GO        ?= go
+BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+COUNT     ?= 6
+OUT       ?= bench/out
+
+.PHONY: test vet race test386 fuzz bench
+
+test: vet race test386
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+# Fuzz targets run on their seed corpus as part of go test.
+race:
+	$(GO) test -race -count=1 ./...
+
+# 32-bit: catches misaligned 64-bit atomics. -race does not exist on 386.
+test386:
+	GOARCH=386 $(GO) test -short -count=1 ./internal/... ./ringslot/ ./shard/ ./engine/
+
+# Longer fuzzing by hand, e.g. make fuzz FUZZTIME=10m. Commit any crasher
+# that testdata/fuzz gains: it becomes a regression seed.
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzPack$$' -fuzztime $(FUZZTIME) ./internal/pack/
+	$(GO) test -run '^$$' -fuzz '^FuzzOperations$$' -fuzztime $(FUZZTIME) ./engine/
+
+# The engine's benchmark table: medians of COUNT runs, via benchstat.
+bench:
+	mkdir -p $(OUT)
+	$(GO) test -run '^$$' -bench 'Allow' -benchmem -count $(COUNT) ./engine/ | tee $(OUT)/engine.txt
+	$(BENCHSTAT) -col /alg $(OUT)/engine.txt

@@ -1,0 +1,565 @@
+package bench_test
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// benchT0 is the fixed instant every AllowAt benchmark and test starts from. It
+// is a whole second, so it starts a sub-window of every geometry used here.
+var benchT0 = time.Unix(1_700_000_000, 0)
+
+// benchAlgs are the algorithms every engine case runs for.
+var benchAlgs = []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow}
+
+// benchSink keeps the baselines' results observable, so that the compiler
+// cannot drop the work being measured.
+var benchSink atomic.Int64
+
+// benchClock is how a case gets its time.
+type benchClock int
+
+const (
+	// benchClockAt: AllowAt with a caller-supplied time, benchT0 plus one
+	// nanosecond per iteration (per goroutine when parallel).
+	benchClockAt benchClock = iota
+	// benchClockPrecise: Allow on the engine's default monotonic clock.
+	benchClockPrecise
+	// benchClockCoarse: Allow on the engine's coarse clock (1ms).
+	benchClockCoarse
+)
+
+func (c benchClock) String() string {
+	switch c {
+	case benchClockAt:
+		return "at"
+	case benchClockPrecise:
+		return "precise"
+	case benchClockCoarse:
+		return "coarse"
+	}
+	return "clock(" + strconv.Itoa(int(c)) + ")"
+}
+
+// benchKeysLabel names a key count: 1, 1e3, 1e6, 1e7.
+func benchKeysLabel(n int) string {
+	e := 0
+	m := n
+	for m >= 10 && m%10 == 0 {
+		m /= 10
+		e++
+	}
+	if e < 3 {
+		return strconv.Itoa(n)
+	}
+	return strconv.Itoa(m) + "e" + strconv.Itoa(e)
+}
+
+func benchModeLabel(parallel bool) string {
+	if parallel {
+		return "parallel"
+	}
+	return "serial"
+}
+
+// benchKeys returns n distinct keys, each its own allocation. A single key
+// is "hot-key".
+func benchKeys(n int) []string {
+	if n == 1 {
+		return []string{"hot-key"}
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// benchRNG is a xorshift64 generator: cheap, allocation-free and owned by one
+// goroutine, for walking a key slice uniformly.
+type benchRNG struct{ x uint64 }
+
+func newBenchRNG(seed uint64) benchRNG { return benchRNG{x: seed*0x9e3779b97f4a7c15 | 1} }
+
+// intn returns a value in [0, n), n ≤ 2^32.
+func (r *benchRNG) intn(n int) int {
+	r.x ^= r.x << 13
+	r.x ^= r.x >> 7
+	r.x ^= r.x << 17
+	return int((r.x >> 32) * uint64(n) >> 32)
+}
+
+// benchCase is one sub-benchmark of BenchmarkAllow. The framework calls run
+// several times with growing b.N; run may build its state on the first call
+// and keep it, and cleanup releases it after the sub-benchmark is done.
+type benchCase struct {
+	name    string
+	run     func(b *testing.B)
+	cleanup func()
+}
+
+// BenchmarkAllow measures the decision path for existing keys, and beside
+// it, in the same run, the baselines it is judged against:
+//
+//	alg=…/clock=…/keys=…[/deny]/serial|parallel  the engine
+//	baseline=atomic-add/…                        one atomic.Int64 Add
+//	baseline=hash-map-sum/keys=…/…               xxhash + xsync.MapOf Load +
+//	                                             one atomic Add + sum of 11 slots
+//	baseline=time.Now/…, baseline=time.Since/…   the clock read alone
+//
+// Every key a case uses exists before the timer starts, so every case must
+// report 0 allocs/op.
+func BenchmarkAllow(b *testing.B) {
+	var cases []benchCase
+	for _, alg := range benchAlgs {
+		for _, clk := range []benchClock{benchClockAt, benchClockPrecise, benchClockCoarse} {
+			for _, par := range []bool{false, true} {
+				cases = append(cases, benchEngineCase(alg, clk, 1, false, par))
+			}
+		}
+		cases = append(cases,
+			benchEngineCase(alg, benchClockAt, 1_000, false, false),
+			benchEngineCase(alg, benchClockAt, 1_000, false, true),
+			benchEngineCase(alg, benchClockAt, 1_000_000, false, true),
+		)
+		for _, clk := range []benchClock{benchClockAt, benchClockPrecise, benchClockCoarse} {
+			for _, par := range []bool{false, true} {
+				cases = append(cases, benchEngineCase(alg, clk, 1, true, par))
+			}
+		}
+	}
+	cases = append(cases, baselineCases()...)
+
+	for _, c := range cases {
+		func() {
+			defer c.cleanup()
+			b.Run(c.name, func(b *testing.B) {
+				b.ReportAllocs()
+				c.run(b)
+			})
+		}()
+	}
+}
+
+// benchEngineCase returns the case for alg on nkeys existing keys. With
+// deny the limit is 100 and the (single) key is filled before the timer, so
+// the measured requests take the deny path; otherwise the limit is MaxLimit
+// and every measured request must be admitted.
+func benchEngineCase(alg engine.Algorithm, clk benchClock, nkeys int, deny, parallel bool) benchCase {
+	name := fmt.Sprintf("alg=%v/clock=%v/keys=%s", alg, clk, benchKeysLabel(nkeys))
+	if deny {
+		name += "/deny"
+	}
+	name += "/" + benchModeLabel(parallel)
+
+	var e *engine.Engine
+	var keys []string
+	return benchCase{
+		name: name,
+		run: func(b *testing.B) {
+			if e == nil {
+				e, keys = newBenchEngine(b, alg, clk, keys, nkeys, deny)
+			}
+			if deny {
+				benchFill(b, e, clk, keys[0])
+			}
+			b.ResetTimer()
+			var denied int64
+			if parallel {
+				denied = benchAllowParallel(b, e, clk, keys)
+			} else {
+				denied = benchAllowSerial(b, e, clk, keys)
+			}
+			b.StopTimer()
+			switch {
+			case deny:
+				b.ReportMetric(float64(int64(b.N)-denied)/float64(b.N), "allowed/op")
+			case denied != 0:
+				b.Errorf("%d of %d requests denied with Limit = MaxLimit", denied, b.N)
+			}
+		},
+		cleanup: func() {
+			if e != nil {
+				e.Close()
+				e, keys = nil, nil
+			}
+		},
+	}
+}
+
+// newBenchEngine builds the engine of one case and inserts its keys.
+func newBenchEngine(b *testing.B, alg engine.Algorithm, clk benchClock, keys []string, nkeys int, deny bool) (*engine.Engine, []string) {
+	b.Helper()
+	cfg := engine.Config{Limit: engine.MaxLimit, Window: time.Second, SubWindows: 10, Algorithm: alg}
+	if deny {
+		cfg.Limit = 100
+	}
+	switch clk {
+	case benchClockAt:
+		// AllowAt's timeline (2023) is unrelated to the engine's clock,
+		// by which the sweeper judges idleness: it would retire the keys.
+		cfg.DisableEviction = true
+	case benchClockCoarse:
+		cfg.CoarseClock = time.Millisecond
+	}
+	if nkeys > 1 {
+		// Keys that wait longer than Window for their turn must not be
+		// reclaimed and recreated inside the timed loop.
+		cfg.DisableEviction = true
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if keys == nil {
+		keys = benchKeys(nkeys)
+	}
+	for _, k := range keys {
+		var d engine.Decision
+		if clk == benchClockAt {
+			d = e.AllowAt(k, 1, benchT0)
+		} else {
+			d = e.AllowN(k, 1)
+		}
+		if !d.Allowed {
+			e.Close()
+			b.Fatalf("inserting %q: %+v", k, d)
+		}
+	}
+	if got := e.Len(); got != int64(nkeys) {
+		e.Close()
+		b.Fatalf("engine holds %d keys, want %d", got, nkeys)
+	}
+	return e, keys
+}
+
+// benchFill admits requests for key until one is denied.
+func benchFill(b *testing.B, e *engine.Engine, clk benchClock, key string) {
+	b.Helper()
+	for range 1000 {
+		var ok bool
+		if clk == benchClockAt {
+			ok = e.AllowAt(key, 1, benchT0).Allowed
+		} else {
+			ok = e.Allow(key)
+		}
+		if !ok {
+			return
+		}
+	}
+	b.Fatalf("key %q still admits requests after 1000", key)
+}
+
+// benchAllowSerial makes b.N requests of one unit and returns how many were
+// denied. One key is requested directly; several are picked uniformly.
+func benchAllowSerial(b *testing.B, e *engine.Engine, clk benchClock, keys []string) (denied int64) {
+	if len(keys) == 1 {
+		key := keys[0]
+		if clk == benchClockAt {
+			for i := range b.N {
+				if !e.AllowAt(key, 1, benchAt(i)).Allowed {
+					denied++
+				}
+			}
+		} else {
+			for range b.N {
+				if !e.Allow(key) {
+					denied++
+				}
+			}
+		}
+		return denied
+	}
+	r := newBenchRNG(1)
+	n := len(keys)
+	if clk == benchClockAt {
+		for i := range b.N {
+			if !e.AllowAt(keys[r.intn(n)], 1, benchAt(i)).Allowed {
+				denied++
+			}
+		}
+	} else {
+		for range b.N {
+			if !e.Allow(keys[r.intn(n)]) {
+				denied++
+			}
+		}
+	}
+	return denied
+}
+
+// benchAllowParallel is benchAllowSerial under b.RunParallel: each
+// goroutine has its own time offset and its own generator.
+func benchAllowParallel(b *testing.B, e *engine.Engine, clk benchClock, keys []string) int64 {
+	var denied, seeds atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		var d, i int64
+		if len(keys) == 1 {
+			key := keys[0]
+			if clk == benchClockAt {
+				for ; pb.Next(); i++ {
+					if !e.AllowAt(key, 1, benchAt(i)).Allowed {
+						d++
+					}
+				}
+			} else {
+				for pb.Next() {
+					if !e.Allow(key) {
+						d++
+					}
+				}
+			}
+			denied.Add(d)
+			return
+		}
+		r := newBenchRNG(uint64(seeds.Add(1)))
+		n := len(keys)
+		if clk == benchClockAt {
+			for ; pb.Next(); i++ {
+				if !e.AllowAt(keys[r.intn(n)], 1, benchAt(i)).Allowed {
+					d++
+				}
+			}
+		} else {
+			for pb.Next() {
+				if !e.Allow(keys[r.intn(n)]) {
+					d++
+				}
+			}
+		}
+		denied.Add(d)
+	})
+	return denied.Load()
+}
+
+// benchPaddedInt64 is a counter alone on its cache line.
+type benchPaddedInt64 struct {
+	_ [64]byte
+	atomic.Int64
+	_ [56]byte
+}
+
+// baselineSlots is the baseline's per-key state: the 11 slots of N = 10.
+type baselineSlots = [11]atomic.Int64
+
+// baselineHashMapSum is the baseline decision: hash the key, load its slots
+// from a lock-free map, add to one slot and sum all of them.
+func baselineHashMapSum(m *xsync.MapOf[string, *baselineSlots], key string) int64 {
+	h := xxhash.Sum64String(key)
+	p, _ := m.Load(key)
+	p[0].Add(1)
+	var s int64
+	for j := range p {
+		s += p[j].Load()
+	}
+	return s ^ int64(h)
+}
+
+func baselineCases() []benchCase {
+	benchNop := func() {}
+	cs := []benchCase{
+		{name: "baseline=atomic-add/serial", cleanup: benchNop, run: func(b *testing.B) {
+			c := new(benchPaddedInt64)
+			b.ResetTimer()
+			for range b.N {
+				c.Add(1)
+			}
+			b.StopTimer()
+			benchSink.Add(c.Load())
+		}},
+		{name: "baseline=atomic-add/parallel", cleanup: benchNop, run: func(b *testing.B) {
+			c := new(benchPaddedInt64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.Add(1)
+				}
+			})
+			b.StopTimer()
+			benchSink.Add(c.Load())
+		}},
+	}
+	for _, n := range []int{1, 1_000} {
+		for _, par := range []bool{false, true} {
+			cs = append(cs, baselineHashMapSumCase(n, par))
+		}
+	}
+	cs = append(cs,
+		benchCase{name: "baseline=time.Now/serial", cleanup: benchNop, run: func(b *testing.B) {
+			var t time.Time
+			b.ResetTimer()
+			for range b.N {
+				t = time.Now()
+			}
+			b.StopTimer()
+			benchSink.Add(t.UnixNano())
+		}},
+		benchCase{name: "baseline=time.Now/parallel", cleanup: benchNop, run: func(b *testing.B) {
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var t time.Time
+				for pb.Next() {
+					t = time.Now()
+				}
+				benchSink.Add(t.UnixNano())
+			})
+		}},
+		benchCase{name: "baseline=time.Since/serial", cleanup: benchNop, run: func(b *testing.B) {
+			start := time.Now()
+			var d time.Duration
+			b.ResetTimer()
+			for range b.N {
+				d = time.Since(start)
+			}
+			b.StopTimer()
+			benchSink.Add(int64(d))
+		}},
+		benchCase{name: "baseline=time.Since/parallel", cleanup: benchNop, run: func(b *testing.B) {
+			start := time.Now()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var d time.Duration
+				for pb.Next() {
+					d = time.Since(start)
+				}
+				benchSink.Add(int64(d))
+			})
+		}},
+	)
+	return cs
+}
+
+// baselineHashMapSumCase is the xxhash + xsync map + atomics baseline on n
+// keys.
+func baselineHashMapSumCase(n int, parallel bool) benchCase {
+	var m *xsync.MapOf[string, *baselineSlots]
+	var keys []string
+	return benchCase{
+		name: "baseline=hash-map-sum/keys=" + benchKeysLabel(n) + "/" + benchModeLabel(parallel),
+		run: func(b *testing.B) {
+			if m == nil {
+				m = xsync.NewMapOf[string, *baselineSlots]()
+				keys = benchKeys(n)
+				for _, k := range keys {
+					m.Store(k, new(baselineSlots))
+				}
+			}
+			b.ResetTimer()
+			if !parallel {
+				var acc int64
+				if n == 1 {
+					key := keys[0]
+					for range b.N {
+						acc += baselineHashMapSum(m, key)
+					}
+				} else {
+					r := newBenchRNG(1)
+					for range b.N {
+						acc += baselineHashMapSum(m, keys[r.intn(n)])
+					}
+				}
+				b.StopTimer()
+				benchSink.Add(acc)
+				return
+			}
+			var seeds atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				var acc int64
+				if n == 1 {
+					key := keys[0]
+					for pb.Next() {
+						acc += baselineHashMapSum(m, key)
+					}
+				} else {
+					r := newBenchRNG(uint64(seeds.Add(1)))
+					for pb.Next() {
+						acc += baselineHashMapSum(m, keys[r.intn(n)])
+					}
+				}
+				benchSink.Add(acc)
+			})
+		},
+		cleanup: func() { m, keys = nil, nil },
+	}
+}
+
+// BenchmarkMemory reports the heap held per key (B/key) by an engine with
+// N = 10 sub-windows, and the duration of one forced GC with those keys live
+// (gc-ns). The key strings are built before the first heap reading, so
+// B/key excludes their bytes. The measurement runs once per sub-benchmark
+// whatever b.N is; the timed b.Loop then makes AllowAt requests on random
+// existing keys (cache-cold lookups), so ns/op is that cost, not the
+// insertion's. keys=1e7 is skipped under -short.
+func BenchmarkMemory(b *testing.B) {
+	for _, n := range []int{1_000_000, 10_000_000} {
+		b.Run("keys="+benchKeysLabel(n), func(b *testing.B) {
+			if n > 1_000_000 && testing.Short() {
+				b.Skip("keys=1e7 needs several GB; skipped with -short")
+			}
+			b.ReportAllocs()
+			benchMemory(b, n)
+		})
+	}
+}
+
+func benchMemory(b *testing.B, n int) {
+	keys := benchKeys(n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	e, err := engine.New(engine.Config{Limit: 100, Window: time.Second, SubWindows: 10, DisableEviction: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	for _, k := range keys {
+		if d := e.AllowAt(k, 1, benchT0); !d.Allowed {
+			b.Fatalf("inserting %q: %+v", k, d)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := e.Len(); got != int64(n) {
+		b.Fatalf("engine holds %d keys, want %d", got, n)
+	}
+	start := time.Now()
+	runtime.GC()
+	gc := time.Since(start)
+
+	r := newBenchRNG(1)
+	var denied int64
+	for b.Loop() {
+		if !e.AllowAt(keys[r.intn(n)], 1, benchT0).Allowed {
+			denied++
+		}
+	}
+	benchSink.Add(denied)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "B/key")
+	b.ReportMetric(float64(gc.Nanoseconds()), "gc-ns")
+	runtime.KeepAlive(keys)
+}
+
+// benchTimes are the instants the clock=at cases pass to AllowAt: time
+// moves 1µs every 1024 requests, so the harness pays an array index rather
+// than a time.Add per request (which would be charged to the engine).
+var benchTimes = func() []time.Time {
+	ts := make([]time.Time, 1<<16)
+	for i := range ts {
+		ts[i] = benchT0.Add(time.Duration(i) * time.Microsecond)
+	}
+	return ts
+}()
+
+func benchAt[I int | int64](i I) time.Time { return benchTimes[int(i>>10)&(len(benchTimes)-1)] }
