@@ -6,7 +6,7 @@ BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c
 COUNT     ?= 6
 OUT       ?= bench/out
 
-.PHONY: test vet race test386 fuzz bench
+.PHONY: test vet race test386 fuzz bench peers profile
 
 test: vet race test386
 
@@ -29,8 +29,21 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPack$$' -fuzztime $(FUZZTIME) ./internal/pack/
 	$(GO) test -run '^$$' -fuzz '^FuzzOperations$$' -fuzztime $(FUZZTIME) ./engine/
 
-# The engine's benchmark table: medians of COUNT runs, via benchstat.
+# The scenario table (bench/): medians of COUNT runs, one column per
+# algorithm, via benchstat; then the layout and memory figures.
 bench:
 	mkdir -p $(OUT)
-	$(GO) test -run '^$$' -bench 'Allow' -benchmem -count $(COUNT) ./engine/ | tee $(OUT)/engine.txt
-	$(BENCHSTAT) -col /alg $(OUT)/engine.txt
+	$(GO) test -run '^$$' -bench 'Allow' -benchmem -count $(COUNT) -timeout 60m ./bench/ | tee $(OUT)/scenarios.txt
+	$(BENCHSTAT) -col /alg $(OUT)/scenarios.txt
+	$(GO) test -run '^$$' -bench 'Layout' -benchtime 1x -count $(COUNT) -timeout 60m ./bench/ | tee $(OUT)/memory.txt
+	$(BENCHSTAT) $(OUT)/memory.txt
+
+# The peer comparison (bench/peers, its own module): writes bench/peers/RESULTS.md.
+peers:
+	cd bench/peers && COUNT=$(COUNT) ./run.sh
+
+# The CPU profile of the hot path, read as a top list.
+profile:
+	mkdir -p $(OUT)
+	$(GO) test -run '^$$' -bench 'HotKey/alg=sliding/clock=at' -benchtime 20000000x -cpuprofile $(OUT)/cpu.prof -o $(OUT)/engine.test ./engine/
+	$(GO) tool pprof -top -nodecount 25 $(OUT)/engine.test $(OUT)/cpu.prof

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"fmt"
+	"math/rand"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -130,6 +131,7 @@ func BenchmarkAllow(b *testing.B) {
 			benchEngineCase(alg, benchClockAt, 1_000, false, false),
 			benchEngineCase(alg, benchClockAt, 1_000, false, true),
 			benchEngineCase(alg, benchClockAt, 1_000_000, false, true),
+			benchZipfCase(alg, 100_000),
 		)
 		for _, clk := range []benchClock{benchClockAt, benchClockPrecise, benchClockCoarse} {
 			for _, par := range []bool{false, true} {
@@ -341,6 +343,54 @@ func benchAllowParallel(b *testing.B, e *engine.Engine, clk benchClock, keys []s
 	return denied.Load()
 }
 
+// benchZipfCase is a multi-tenant load: nkeys tenants, all inserted before
+// the timer, drawn by each goroutine from its own Zipf(s = 1.1) generator, so
+// a few tenants are hot and most are cold, as in a real gateway.
+func benchZipfCase(alg engine.Algorithm, nkeys int) benchCase {
+	var e *engine.Engine
+	var keys []string
+	return benchCase{
+		name: fmt.Sprintf("alg=%v/clock=at/keys=%s-zipf/parallel", alg, benchKeysLabel(nkeys)),
+		run: func(b *testing.B) {
+			if e == nil {
+				e, keys = newBenchEngine(b, alg, benchClockAt, nil, nkeys, false)
+			}
+			// Zipf draws cost more than a decision (a log and an exp each),
+			// so each goroutine replays a table drawn before the timer.
+			draws := make([][]uint32, runtime.GOMAXPROCS(0))
+			for g := range draws {
+				z := rand.NewZipf(rand.New(rand.NewSource(int64(g)+1)), 1.1, 1, uint64(nkeys-1))
+				draws[g] = make([]uint32, 1<<16)
+				for j := range draws[g] {
+					draws[g][j] = uint32(z.Uint64())
+				}
+			}
+			var seeds, denied atomic.Int64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				tab := draws[int(seeds.Add(1)-1)%len(draws)]
+				var d, i int64
+				for ; pb.Next(); i++ {
+					if !e.AllowAt(keys[tab[i&(1<<16-1)]], 1, benchAt(i)).Allowed {
+						d++
+					}
+				}
+				denied.Add(d)
+			})
+			b.StopTimer()
+			if denied.Load() != 0 {
+				b.Errorf("%d requests denied with Limit = MaxLimit", denied.Load())
+			}
+		},
+		cleanup: func() {
+			if e != nil {
+				e.Close()
+				e, keys = nil, nil
+			}
+		},
+	}
+}
+
 // benchPaddedInt64 is a counter alone on its cache line.
 type benchPaddedInt64 struct {
 	_ [64]byte
@@ -490,65 +540,6 @@ func baselineHashMapSumCase(n int, parallel bool) benchCase {
 		},
 		cleanup: func() { m, keys = nil, nil },
 	}
-}
-
-// BenchmarkMemory reports the heap held per key (B/key) by an engine with
-// N = 10 sub-windows, and the duration of one forced GC with those keys live
-// (gc-ns). The key strings are built before the first heap reading, so
-// B/key excludes their bytes. The measurement runs once per sub-benchmark
-// whatever b.N is; the timed b.Loop then makes AllowAt requests on random
-// existing keys (cache-cold lookups), so ns/op is that cost, not the
-// insertion's. keys=1e7 is skipped under -short.
-func BenchmarkMemory(b *testing.B) {
-	for _, n := range []int{1_000_000, 10_000_000} {
-		b.Run("keys="+benchKeysLabel(n), func(b *testing.B) {
-			if n > 1_000_000 && testing.Short() {
-				b.Skip("keys=1e7 needs several GB; skipped with -short")
-			}
-			b.ReportAllocs()
-			benchMemory(b, n)
-		})
-	}
-}
-
-func benchMemory(b *testing.B, n int) {
-	keys := benchKeys(n)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-
-	e, err := engine.New(engine.Config{Limit: 100, Window: time.Second, SubWindows: 10, DisableEviction: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	for _, k := range keys {
-		if d := e.AllowAt(k, 1, benchT0); !d.Allowed {
-			b.Fatalf("inserting %q: %+v", k, d)
-		}
-	}
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	if got := e.Len(); got != int64(n) {
-		b.Fatalf("engine holds %d keys, want %d", got, n)
-	}
-	start := time.Now()
-	runtime.GC()
-	gc := time.Since(start)
-
-	r := newBenchRNG(1)
-	var denied int64
-	for b.Loop() {
-		if !e.AllowAt(keys[r.intn(n)], 1, benchT0).Allowed {
-			denied++
-		}
-	}
-	benchSink.Add(denied)
-	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "B/key")
-	b.ReportMetric(float64(gc.Nanoseconds()), "gc-ns")
-	runtime.KeepAlive(keys)
 }
 
 // benchTimes are the instants the clock=at cases pass to AllowAt: time
