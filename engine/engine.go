@@ -92,10 +92,18 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // Allow is shorthand for AllowN(key, 1).Allowed.
+//
+// It computes neither Remaining nor RetryAfter, so its deny path only reads
+// the key's slots.
 func (e *Engine) Allow(key string) bool {
 	t := e.clk.UnixNano()
-	if res, _, ok := e.fast(key, 1, t); ok {
-		return res.Allowed
+	if t >= 0 {
+		h := e.tab.Hash(key)
+		if r, ok := e.tab.Load(h, key); ok {
+			if allowed, dead := e.geo.Admit(r, t, 1, e.ringLimit(r)); !dead {
+				return allowed
+			}
+		}
 	}
 	return e.decideSlow(key, 1, t).Allowed
 }

@@ -252,7 +252,7 @@ func TestSweepReclaimsIdleKeys(t *testing.T) {
 	require.Equal(t, int64(4), e.AllowN("7", 0).Remaining) // only the unit at t0+1s is inside
 }
 
-func TestBackgroundSweeperRunsAndCloseStopsIt(t *testing.T) {
+func TestCloseLeavesNoGoroutineBehind(t *testing.T) {
 	before := runtime.NumGoroutine()
 	clk := engine.NewManualClock(t0)
 	e, err := engine.New(engine.Config{Limit: 5, Window: time.Second, Clock: clk, Shards: 4, SweepInterval: 4 * time.Millisecond})

@@ -155,3 +155,24 @@ func FuzzOperations(f *testing.F) {
 		runScript(t, cfg, ops)
 	})
 }
+
+// Allow takes its own path (no Remaining, no RetryAfter); its verdicts must
+// be AllowN's, step for step.
+func TestAllowMatchesAllowN(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		c1, c2 := engine.NewManualClock(t0), engine.NewManualClock(t0)
+		cfg := engine.Config{Limit: 5, Window: time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true}
+		cfg.Clock = c1
+		a := newEngine(t, cfg)
+		cfg.Clock = c2
+		b := newEngine(t, cfg)
+		rng := rand.New(rand.NewPCG(9, uint64(alg)))
+		for i := 0; i < 3000; i++ {
+			d := time.Duration(rng.Int64N(int64(150 * time.Millisecond)))
+			c1.Advance(d)
+			c2.Advance(d)
+			key := []string{"x", "y"}[rng.IntN(2)]
+			require.Equal(t, b.AllowN(key, 1).Allowed, a.Allow(key), "%v step %d", alg, i)
+		}
+	}
+}

@@ -271,6 +271,18 @@ func clamp(e, r, l int64) (int64, int64) {
 // request may be denied that a sequential run would admit (a false denial),
 // never the reverse.
 func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
+	return g.acquire(r, t, n, limit, true)
+}
+
+// Admit is Acquire for callers that only need the verdict: it skips
+// Remaining and RetryAfter (a walk over the slots and a 128-bit division on
+// a denial), which leaves the deny path a read of the slots and nothing more.
+func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
+	res := g.acquire(r, t, n, limit, false)
+	return res.Allowed, res.Dead
+}
+
+func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 	e0, r0 := g.split(t)
 	last := r.word(0)
 	for {
@@ -303,6 +315,9 @@ func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
 		restart := false
 		for {
 			if !g.fits(v.cur+v.full, v.old, n, limit, off) {
+				if !detail {
+					return Result{}
+				}
 				return g.deny(r, e, i, off, v, n, limit)
 			}
 			next := pack.Word(tag, v.cur+n) // v.cur is 0 when the slot is stale: a reset
@@ -333,6 +348,9 @@ func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
 			}
 			g.undo(slot, tag, n)
 			continue
+		}
+		if !detail {
+			return Result{Allowed: true}
 		}
 		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off)}
 	}
