@@ -1,0 +1,127 @@
+package main
+
+// auditor replays one tenant's decisions, in the order the engine made them,
+// through an exact sliding log of the same limit, and measures what the
+// engine actually admitted.
+//
+// The exact log admits n units at t iff the units it has itself admitted in
+// (t−W, t] plus n are at most L. A decision is a false allow when the engine
+// admitted what the log refuses, a false deny the reverse; the two logs
+// diverge once they differ, so these count disagreement with an exact
+// limiter fed the same requests, not errors of the engine's own estimate.
+//
+// The overshoot is the largest number of units the ENGINE admitted in any
+// window (t−W, t], over L: at most 1 for strict, below 2 for sliding, at
+// most 2 for fixed windows. The warm overshoot is the same over the windows
+// that end at least 2W after the tenant's first decision. The difference
+// is the sliding estimate's cold start: a key's first burst lands at one
+// offset r0 inside its sub-window, and one window later the estimate weighs
+// that sub-window by (w−r)/w while the whole burst is still inside the true
+// window, so a saturated key admits up to L·(1 + r0/w) in its first
+// windows; once its admissions are spread evenly it stays near L.
+//
+// observe must be called with non-decreasing t. Both windows are kept as
+// FIFOs of admitted events, so the work is O(1) amortised per decision and
+// the memory is bounded by the units admitted in one window (≤ 2L events).
+type auditor struct {
+	limit, window int64
+
+	log, eng fifo // events admitted by the exact log, and by the engine, still in the window
+
+	decisions, engineAllowed, logAllowed int64
+	falseAllows, falseDenies             int64
+	maxUnits, maxAt                      int64 // most units the engine admitted in one window, and that window's end
+	maxWarm                              int64 // maxUnits over windows ending ≥ first + 2W
+	first, lastT                         int64
+}
+
+type event struct{ t, n int64 }
+
+// fifo is a queue of events with the sum of their units.
+type fifo struct {
+	q    []event
+	head int
+	sum  int64
+}
+
+func (f *fifo) push(e event) {
+	if f.head > 1024 && f.head*2 > len(f.q) {
+		f.q = f.q[:copy(f.q, f.q[f.head:])]
+		f.head = 0
+	}
+	f.q = append(f.q, e)
+	f.sum += e.n
+}
+
+// expire drops the events at or before cut: the window (cut, t] excludes them.
+func (f *fifo) expire(cut int64) {
+	for f.head < len(f.q) && f.q[f.head].t <= cut {
+		f.sum -= f.q[f.head].n
+		f.head++
+	}
+}
+
+func newAuditor(limit, window int64) *auditor {
+	return &auditor{limit: limit, window: window}
+}
+
+// observe records that the engine decided allowed for n units at t (Unix ns).
+func (a *auditor) observe(t, n int64, allowed bool) {
+	if a.decisions == 0 {
+		a.first, a.lastT = t, t
+	}
+	t = max(t, a.lastT) // the contract is non-decreasing; never let the FIFOs go wrong
+	a.lastT = t
+	a.decisions++
+	cut := t - a.window
+	a.log.expire(cut)
+	logOK := a.log.sum+n <= a.limit
+	if logOK {
+		a.log.push(event{t, n})
+		a.logAllowed++
+	}
+	if allowed {
+		a.engineAllowed++
+		a.eng.expire(cut)
+		a.eng.push(event{t, n})
+		if a.eng.sum > a.maxUnits {
+			a.maxUnits, a.maxAt = a.eng.sum, t
+		}
+		if a.eng.sum > a.maxWarm && t-a.first >= 2*a.window {
+			a.maxWarm = a.eng.sum
+		}
+	}
+	switch {
+	case allowed && !logOK:
+		a.falseAllows++
+	case !allowed && logOK:
+		a.falseDenies++
+	}
+}
+
+// overshoot is maxUnits / limit; warmOvershoot is maxWarm / limit.
+func (a *auditor) overshoot() float64     { return float64(a.maxUnits) / float64(a.limit) }
+func (a *auditor) warmOvershoot() float64 { return float64(a.maxWarm) / float64(a.limit) }
+
+// boundText states what each algorithm promises for the overshoot.
+func boundText(alg string) string {
+	switch alg {
+	case "strict":
+		return "<= 1.0"
+	case "sliding":
+		return "< 2.0"
+	}
+	return "<= 2.0" // fixed: two adjacent windows
+}
+
+// withinBound checks units admitted in one window against the promise, in
+// integers.
+func withinBound(alg string, units, limit int64) bool {
+	switch alg {
+	case "strict":
+		return units <= limit
+	case "sliding":
+		return units < 2*limit
+	}
+	return units <= 2*limit
+}

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// TestRunJSON runs the real tool, briefly, and checks the report.
+func TestRunJSON(t *testing.T) {
+	for _, alg := range []string{"strict", "sliding", "fixed"} {
+		t.Run(alg, func(t *testing.T) {
+			dir := t.TempDir()
+			cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof")
+			args := []string{"-duration", "300ms", "-tenants", "1000", "-json", "-algorithm", alg, "-seed", "7"}
+			if alg == "strict" {
+				args = append(args, "-cpuprofile", cpu, "-memprofile", mem, "-pprof", "127.0.0.1:0", "-clock", "coarse")
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run(args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+			}
+
+			// stdout is exactly one JSON object with the documented fields.
+			dec := json.NewDecoder(bytes.NewReader(stdout.Bytes()))
+			var raw map[string]any
+			if err := dec.Decode(&raw); err != nil {
+				t.Fatalf("stdout is not JSON: %v\n%s", err, stdout.String())
+			}
+			if _, err := dec.Token(); err != io.EOF {
+				t.Fatalf("stdout holds more than one JSON value: %q", stdout.String())
+			}
+			for _, f := range []string{"config", "elapsed_seconds", "decisions", "allowed", "denied", "decisions_per_second",
+				"latency", "tiers", "keys", "memory", "audit"} {
+				if _, ok := raw[f]; !ok {
+					t.Errorf("JSON lacks %q", f)
+				}
+			}
+			for obj, fields := range map[string][]string{
+				"latency": {"p50_ns", "p99_ns", "p999_ns", "samples", "method"},
+				"memory":  {"bytes_per_key", "gc_pause_total_ns", "baseline_heap_bytes", "final_heap_bytes"},
+				"audit":   {"mismatch_share", "worst_overshoot", "worst_warm_overshoot", "false_allows", "false_denies", "within_bound", "per_tenant"},
+			} {
+				m, _ := raw[obj].(map[string]any)
+				for _, f := range fields {
+					if _, ok := m[f]; !ok {
+						t.Errorf("JSON %s lacks %q", obj, f)
+					}
+				}
+			}
+
+			var r report
+			if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Config.Algorithm != alg || r.Config.Tenants != 1000 || r.Config.Sample != 64 {
+				t.Errorf("config = %+v", r.Config)
+			}
+			if r.Decisions <= 0 || r.DecisionsPerSecond <= 0 {
+				t.Errorf("decisions = %d, throughput = %v; want > 0", r.Decisions, r.DecisionsPerSecond)
+			}
+			if r.Allowed+r.Denied != r.Decisions {
+				t.Errorf("allowed %d + denied %d != decisions %d", r.Allowed, r.Denied, r.Decisions)
+			}
+			var tierSum, tenants int64
+			for _, tr := range r.Tiers {
+				tierSum += tr.Allowed + tr.Denied
+				tenants += int64(tr.Tenants)
+			}
+			if tierSum != r.Decisions || tenants != 1000 || len(r.Tiers) != 3 {
+				t.Errorf("tiers = %+v: sum %d, tenants %d", r.Tiers, tierSum, tenants)
+			}
+			if l := r.Latency; l.Samples == 0 || l.P50Ns <= 0 || l.P50Ns > l.P99Ns || l.P99Ns > l.P999Ns || l.P999Ns > l.MaxNs {
+				t.Errorf("latency = %+v", l)
+			}
+			if r.Keys.Live < 1 || r.Keys.Live > 1000 {
+				t.Errorf("live keys = %d, want 1 … 1000", r.Keys.Live)
+			}
+			if r.Memory.BytesPerKey <= 0 {
+				t.Errorf("bytes per key = %v, want > 0", r.Memory.BytesPerKey)
+			}
+
+			a := r.Audit
+			if a.Tenants != 64 || len(a.PerTenant) != 64 || a.Decisions <= 0 {
+				t.Errorf("audit: %d tenants, %d listed, %d decisions", a.Tenants, len(a.PerTenant), a.Decisions)
+			}
+			if a.MismatchShare < 0 || a.MismatchShare > 1 {
+				t.Errorf("mismatch share = %v, want within [0, 1]", a.MismatchShare)
+			}
+			if !a.WithinBound {
+				t.Errorf("audit: worst overshoot %v exceeds the %s bound %s", a.WorstOvershoot, alg, a.Bound)
+			}
+			switch alg {
+			case "strict":
+				if a.WorstOvershoot > 1.0 {
+					t.Errorf("strict: worst overshoot = %v, want ≤ 1.0", a.WorstOvershoot)
+				}
+				for _, f := range []string{cpu, mem} {
+					if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+						t.Errorf("profile %s: %v (empty?)", f, err)
+					}
+				}
+				if !strings.Contains(stderr.String(), "pprof on http://127.0.0.1:") {
+					t.Errorf("stderr does not announce the pprof server:\n%s", stderr.String())
+				}
+			case "sliding":
+				if a.WorstOvershoot >= 2.0 {
+					t.Errorf("sliding: worst overshoot = %v, want < 2.0", a.WorstOvershoot)
+				}
+			case "fixed":
+				if a.WorstOvershoot > 2.0 {
+					t.Errorf("fixed: worst overshoot = %v, want ≤ 2.0", a.WorstOvershoot)
+				}
+			}
+		})
+	}
+}
+
+func TestRunText(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-duration", "100ms", "-tenants", "10", "-workers", "3"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"throughput", "latency", "p99.9", "per tier", "bytes/key", "gc ", "audit", "10 tenants", "worst overshoot"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in the message: the flag's name
+	}{
+		{"zipf below 1", []string{"-zipf", "0.5"}, "-zipf"},
+		{"zipf exactly 1", []string{"-zipf", "1"}, "-zipf"},
+		{"zipf NaN", []string{"-zipf", "NaN"}, "-zipf"},
+		{"no tenants", []string{"-tenants", "0"}, "-tenants"},
+		{"too many tenants", []string{"-tenants", "10000001"}, "-tenants"},
+		{"zero duration", []string{"-duration", "0s"}, "-duration"},
+		{"negative duration", []string{"-duration", "-1s"}, "-duration"},
+		{"unparsable duration", []string{"-duration", "soon"}, "-duration"},
+		{"no workers", []string{"-workers", "0"}, "-workers"},
+		{"zero window", []string{"-window", "0s"}, "-window"},
+		{"no sub-windows", []string{"-subwindows", "0"}, "-subwindows"},
+		{"too many sub-windows", []string{"-subwindows", "1001"}, "-subwindows"},
+		{"window not divisible", []string{"-window", "1s", "-subwindows", "7"}, "-subwindows"},
+		{"unknown algorithm", []string{"-algorithm", "leaky"}, "-algorithm"},
+		{"unknown clock", []string{"-clock", "fast"}, "-clock"},
+		{"negative sample", []string{"-sample", "-1"}, "-sample"},
+		{"huge sample", []string{"-sample", "10001"}, "-sample"},
+		{"pprof on all interfaces", []string{"-pprof", "0.0.0.0:6060"}, "-pprof"},
+		{"pprof with no host", []string{"-pprof", ":6060"}, "-pprof"},
+		{"pprof on a public host", []string{"-pprof", "example.com:6060"}, "-pprof"},
+		{"pprof without a port", []string{"-pprof", "127.0.0.1"}, "-pprof"},
+		{"unknown flag", []string{"-speed", "9"}, "-speed"},
+		{"stray argument", []string{"now"}, "now"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(tc.args, &stdout, &stderr); code != 2 {
+				t.Errorf("exit %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("message does not name %s:\n%s", tc.want, stderr.String())
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing", stdout.String())
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-h"}, &stdout, &stderr); code != 0 {
+		t.Errorf("-h: exit %d, want 0", code)
+	}
+	if !strings.Contains(stderr.String(), "-zipf") {
+		t.Errorf("-h does not list the flags:\n%s", stderr.String())
+	}
+}
+
+// TestAuditor checks the exact log and the window maximum against
+// hand-computed sequences.
+func TestAuditor(t *testing.T) {
+	type ev struct {
+		t, n    int64
+		allowed bool // the engine's decision
+	}
+	for _, tc := range []struct {
+		name                                      string
+		limit, window                             int64
+		events                                    []ev
+		logAllowed, falseAllows, falseDenies, max int64
+		warm                                      int64
+	}{
+		{
+			// Window (t−W, t]: the event at 0 has left it at t = 10.
+			name: "agrees, half-open window", limit: 2, window: 10,
+			events:     []ev{{0, 1, true}, {5, 1, true}, {9, 1, false}, {10, 1, true}, {14, 1, false}, {15, 1, true}},
+			logAllowed: 4, max: 2,
+		},
+		{
+			name: "false allow over the limit", limit: 3, window: 1000,
+			events:     []ev{{0, 1, true}, {1, 1, true}, {2, 1, true}, {3, 1, true}},
+			logAllowed: 3, falseAllows: 1, max: 4,
+		},
+		{
+			// The engine refuses what the log admits, then admits what the
+			// log, having admitted at 0, refuses; at 10 the log's event has
+			// left (0, 10] but the engine's at 5 has not: the two diverge.
+			name: "false deny then false allow", limit: 1, window: 10,
+			events:     []ev{{0, 1, false}, {5, 1, true}, {10, 1, false}},
+			logAllowed: 2, falseAllows: 1, falseDenies: 2, max: 1,
+		},
+		{
+			name: "units", limit: 10, window: 100,
+			events:     []ev{{0, 6, true}, {50, 5, false}, {99, 4, true}, {100, 6, true}},
+			logAllowed: 3, max: 10,
+		},
+		{
+			// 3 in the first window; warm windows (ending ≥ 20) hold 2.
+			name: "warm excludes the first windows", limit: 2, window: 10,
+			events:     []ev{{0, 1, true}, {1, 1, true}, {2, 1, true}, {20, 1, true}, {25, 1, true}},
+			logAllowed: 4, falseAllows: 1, max: 3, warm: 2,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAuditor(tc.limit, tc.window)
+			for _, e := range tc.events {
+				a.observe(e.t, e.n, e.allowed)
+			}
+			if a.decisions != int64(len(tc.events)) || a.logAllowed != tc.logAllowed || a.falseAllows != tc.falseAllows ||
+				a.falseDenies != tc.falseDenies || a.maxUnits != tc.max || a.maxWarm != tc.warm {
+				t.Errorf("decisions %d, log allowed %d, false allows %d, false denies %d, max %d, warm %d; want %d, %d, %d, %d, %d, %d",
+					a.decisions, a.logAllowed, a.falseAllows, a.falseDenies, a.maxUnits, a.maxWarm,
+					len(tc.events), tc.logAllowed, tc.falseAllows, tc.falseDenies, tc.max, tc.warm)
+			}
+		})
+	}
+}
+
+// TestAuditorLongRun checks the FIFO compaction against a quadratic count.
+func TestAuditorLongRun(t *testing.T) {
+	const limit, window = 50, 1000
+	a := newAuditor(limit, window)
+	var times []int64
+	for i := range int64(20_000) {
+		ts := i * 7 / 3
+		allowed := i%5 != 0 || i%11 == 0 // an arbitrary engine, sometimes over the limit
+		a.observe(ts, 1, allowed)
+		if allowed {
+			times = append(times, ts)
+		}
+	}
+	var want int64
+	for i, end := range times {
+		var s int64
+		for j := i; j >= 0 && times[j] > end-window; j-- {
+			s++
+		}
+		want = max(want, s)
+	}
+	if a.maxUnits != want {
+		t.Errorf("max in window = %d, want %d", a.maxUnits, want)
+	}
+	if a.logAllowed == 0 || a.falseAllows == 0 {
+		t.Errorf("log allowed %d, false allows %d: the sequence should exceed the limit", a.logAllowed, a.falseAllows)
+	}
+}
+
+// TestAuditorSeesEngineOvershoot drives each algorithm at fixed instants with
+// a burst at the end of a sub-window, and checks what the audit reports.
+func TestAuditorSeesEngineOvershoot(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0) // starts a sub-window
+	burst := t0.Add(99 * time.Millisecond)
+	for _, tc := range []struct {
+		alg   engine.Algorithm
+		later time.Duration // when the second burst comes
+		max   int64         // units the engine admits in one true window
+	}{
+		// At 1.05 s the weighted estimate counts the burst at 0.099 s at half
+		// weight, so 5 more fit while all 10 are still inside (0.05 s, 1.05 s].
+		{engine.SlidingWindow, 1050 * time.Millisecond, 15},
+		// Strict counts sub-window 0 in full until 1.1 s: nothing fits at
+		// 1.05 s, and at 1.1 s the burst has left the true window.
+		{engine.SlidingWindowStrict, 1050 * time.Millisecond, 10},
+		{engine.SlidingWindowStrict, 1100 * time.Millisecond, 10},
+		// A new fixed window opens at 1 s: 10 more fit next to the 10.
+		{engine.FixedWindow, 1000 * time.Millisecond, 20},
+	} {
+		t.Run(tc.alg.String()+"/"+tc.later.String(), func(t *testing.T) {
+			e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, SubWindows: 10, Algorithm: tc.alg, DisableEviction: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			a := newAuditor(10, int64(time.Second))
+			for _, at := range []time.Time{burst, t0.Add(tc.later)} {
+				for range 15 {
+					ok := e.AllowAt("k", 1, at).Allowed
+					a.observe(at.UnixNano(), 1, ok)
+				}
+			}
+			if a.maxUnits != tc.max {
+				t.Errorf("max in window = %d, want %d", a.maxUnits, tc.max)
+			}
+			alg := tc.alg.String()
+			if over := a.overshoot(); (tc.max > 10) != (over > 1.0) {
+				t.Errorf("overshoot = %v, want > 1.0 exactly when max %d > 10", over, tc.max)
+			}
+			if !withinBound(alg, a.maxUnits, a.limit) {
+				t.Errorf("%d units in one window exceeds the %s bound %s", a.maxUnits, alg, boundText(alg))
+			}
+			// The exact log admits the first 10 and nothing at 1.05 s; at
+			// 1.1 s the burst has left its window too.
+			wantFalse := tc.max - 10
+			if tc.later == 1100*time.Millisecond {
+				wantFalse = 0
+			}
+			if a.falseAllows != wantFalse {
+				t.Errorf("false allows = %d, want %d", a.falseAllows, wantFalse)
+			}
+		})
+	}
+}
+
+func TestKeyLimitAndPlan(t *testing.T) {
+	p := newPlan(options{tenants: 1000, seed: 1, sample: 64, zipf: 1.1})
+	if p.keys[7] != "tenant-000007" || p.keys[999] != "tenant-000999" {
+		t.Errorf("keys: %q, %q", p.keys[7], p.keys[999])
+	}
+	if p.tierTenants != [numTiers]int{700, 250, 50} {
+		t.Errorf("tier sizes = %v, want 700/250/50", p.tierTenants)
+	}
+	for i, k := range p.keys {
+		if got, want := p.tier.keyLimit(k), tierLimits[p.tier[i]]; got != want {
+			t.Fatalf("keyLimit(%q) = %d, want %d", k, got, want)
+		}
+	}
+	for _, k := range []string{"", "tenant-", "tenant-1000", "tenant-00x", "other-000001", "tenant-99999999999999999999"} {
+		if got := p.tier.keyLimit(k); got != 0 {
+			t.Errorf("keyLimit(%q) = %d, want 0 (the default)", k, got)
+		}
+	}
+	// Audited tenants: distinct, consistent, reaching the coldest rank.
+	seen := map[int]bool{}
+	for slot, ae := range p.audited {
+		if seen[ae.tenant] || p.audit[ae.tenant] != int32(slot) || int(p.perm[ae.rank]) != ae.tenant {
+			t.Fatalf("audit slot %d = %+v is inconsistent", slot, ae)
+		}
+		seen[ae.tenant] = true
+	}
+	if len(p.audited) != 64 || p.audited[63].rank != 999 {
+		t.Errorf("audited = %d tenants, last rank %d", len(p.audited), p.audited[63].rank)
+	}
+	if wide := newPlan(options{tenants: 1_234_567, seed: 1, zipf: 1.1}); wide.keys[5] != "tenant-0000005" {
+		t.Errorf("wide key = %q", wide.keys[5])
+	}
+}
+
+func TestAuditRanks(t *testing.T) {
+	for _, c := range []struct {
+		n, s int
+		zipf float64
+	}{{1, 1, 1.1}, {10, 10, 1.1}, {100, 64, 1.1}, {1000, 64, 1.1}, {100_000, 64, 1.1}, {100_000, 64, 3}, {1000, 0, 1.1}} {
+		r := auditRanks(c.n, c.s, c.zipf)
+		if len(r) != c.s {
+			t.Fatalf("auditRanks(%d, %d) has %d ranks", c.n, c.s, len(r))
+		}
+		for i, x := range r {
+			if x < 0 || x >= c.n || i > 0 && x <= r[i-1] {
+				t.Fatalf("auditRanks(%d, %d) = %v: not distinct, increasing, in range", c.n, c.s, r)
+			}
+		}
+		if c.s > 1 && r[len(r)-1] != c.n-1 {
+			t.Errorf("auditRanks(%d, %d) = %v: does not reach the coldest rank", c.n, c.s, r)
+		}
+		p := &plan{keys: make([]string, c.n)}
+		for _, x := range r {
+			p.audited = append(p.audited, auditee{rank: x})
+		}
+		if share := p.auditShare(c.zipf); c.s < c.n/2 && share > maxAuditShare+1e-9 {
+			t.Errorf("auditRanks(%d, %d, %v): audited share %v > %v", c.n, c.s, c.zipf, share, maxAuditShare)
+		}
+	}
+	// The normaliser's integral tail agrees with the exact sum.
+	var exact float64
+	for k := 1; k <= 200_000; k++ {
+		exact += math.Pow(float64(k), -1.1)
+	}
+	if got := zipfMass(200_000, 1.1); math.Abs(got-exact) > 1e-9*exact {
+		t.Errorf("zipfMass = %v, exact %v", got, exact)
+	}
+}
+
+func TestLatencyDecimation(t *testing.T) {
+	w := &worker{lat: make([]uint32, 0, 8), stride: sampleEvery}
+	for call := range uint64(100 * sampleEvery) { // as run samples: at multiples of the stride
+		if call&(w.stride-1) == 0 {
+			w.sample(time.Duration(call))
+		}
+	}
+	// 100 samples' worth in a buffer of 8: the stride grew to 16·64, and the
+	// buffer holds 0, s, 2s, … at the final stride s.
+	if w.stride != 16*sampleEvery || len(w.lat) == 0 || len(w.lat) > cap(w.lat) {
+		t.Fatalf("stride %d, lat %v", w.stride, w.lat)
+	}
+	for i, x := range w.lat {
+		if uint64(x) != uint64(i)*w.stride {
+			t.Fatalf("stride %d, lat %v: not evenly spread", w.stride, w.lat)
+		}
+	}
+}
+
+func TestCommas(t *testing.T) {
+	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234: "-1,234"} {
+		if got := commas(in); got != want {
+			t.Errorf("commas(%d) = %q, want %q", in, got, want)
+		}
+	}
+}
