@@ -2,6 +2,18 @@ package engine
 
 import "time"
 
+// scrubEvery returns how many sweeper passes go by between scrubs of live
+// rings. A scrub must reach every live ring well within 2^23 sub-windows;
+// one pass in up to 16 (fewer when a pass is long against the sub-window)
+// keeps that under 2^20, and saves the sweeper reading whole rings.
+func scrubEvery(pass time.Duration, width int64) int {
+	perPass := int64(pass) / width // sub-windows per pass
+	if perPass == 0 {
+		return 16
+	}
+	return int(max(1, min(16, (1<<20)/perPass)))
+}
+
 // sweeper reclaims idle keys incrementally: each tick it sweeps one shard,
 // so a full pass over the table takes SweepInterval and no pass ever holds
 // more than one shard's worth of work. It exits when Close closes stop.
@@ -13,15 +25,16 @@ func (e *Engine) sweeper() {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	next := 0
+	every := scrubEvery(e.cfg.sweep, e.cfg.width)
+	next, pass := 0, 0
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
-			e.tab.SweepShard(next, e.clk.UnixNano())
+			e.tab.SweepShard(next, e.clk.UnixNano(), pass%every == 0)
 			if next++; next == e.tab.Shards() {
-				next = 0
+				next, pass = 0, pass+1
 			}
 		}
 	}
@@ -38,7 +51,7 @@ func (e *Engine) Sweep() int {
 	now := e.clk.UnixNano()
 	n := 0
 	for i := 0; i < e.tab.Shards(); i++ {
-		n += e.tab.SweepShard(i, now)
+		n += e.tab.SweepShard(i, now, true)
 	}
 	return n
 }

@@ -146,17 +146,21 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh func() ri
 }
 
 // SweepShard visits every ring of shard i once. A ring idle at now (nothing
-// of it inside the window) is retired and deleted; a live ring has its stale
-// counts scrubbed. A writer that published a newer epoch before the retire
-// CAS keeps the ring; one that loaded the ring just before finds it retired
-// and retries on a fresh ring, so no increment is lost. It returns the
-// number of keys reclaimed.
-func (t *Table) SweepShard(i int, now int64) int {
+// of it inside the window) is retired and deleted. With scrub, a live ring
+// also has its stale counts zeroed (ringslot.Scrub), which keeps a slot
+// skipped for 2^24 sub-windows from aliasing; that needs a visit far less
+// often than every pass, and costs a read of the whole ring. A writer that
+// published a newer epoch before the retire CAS keeps the ring; one that
+// loaded the ring just before finds it retired and retries on a fresh ring,
+// so no increment is lost. It returns the number of keys reclaimed.
+func (t *Table) SweepShard(i int, now int64, scrub bool) int {
 	s := &t.shards[i]
 	n := 0
 	s.m.Range(func(k mapKey, r ringslot.Ring) bool {
 		if !t.geo.Retire(r, now) {
-			t.geo.Scrub(r)
+			if scrub {
+				t.geo.Scrub(r)
+			}
 			return true
 		}
 		s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
