@@ -1,5 +1,7 @@
 package main
 
+import "github.com/ringlimit/ringlimit/bench/internal/accuracy"
+
 // auditor replays one tenant's decisions, in the order the engine made them,
 // through an exact sliding log of the same limit, and measures what the
 // engine actually admitted.
@@ -20,13 +22,15 @@ package main
 // window, so a saturated key admits up to L·(1 + r0/w) in its first
 // windows; once its admissions are spread evenly it stays near L.
 //
-// observe must be called with non-decreasing t. Both windows are kept as
-// FIFOs of admitted events, so the work is O(1) amortised per decision and
-// the memory is bounded by the units admitted in one window (≤ 2L events).
+// observe must be called with non-decreasing t. Both sides are kept by
+// the accuracy lab's exact log and window counter (FIFOs of admitted
+// events), so the work is O(1) amortised per decision and the memory is
+// bounded by the units admitted in one window.
 type auditor struct {
 	limit, window int64
 
-	log, eng fifo // events admitted by the exact log, and by the engine, still in the window
+	log *accuracy.ExactLog // the exact limiter, fed the same requests
+	eng accuracy.WindowMax // what the engine admitted, per window
 
 	decisions, engineAllowed, logAllowed int64
 	falseAllows, falseDenies             int64
@@ -35,34 +39,8 @@ type auditor struct {
 	first, lastT                         int64
 }
 
-type event struct{ t, n int64 }
-
-// fifo is a queue of events with the sum of their units.
-type fifo struct {
-	q    []event
-	head int
-	sum  int64
-}
-
-func (f *fifo) push(e event) {
-	if f.head > 1024 && f.head*2 > len(f.q) {
-		f.q = f.q[:copy(f.q, f.q[f.head:])]
-		f.head = 0
-	}
-	f.q = append(f.q, e)
-	f.sum += e.n
-}
-
-// expire drops the events at or before cut: the window (cut, t] excludes them.
-func (f *fifo) expire(cut int64) {
-	for f.head < len(f.q) && f.q[f.head].t <= cut {
-		f.sum -= f.q[f.head].n
-		f.head++
-	}
-}
-
 func newAuditor(limit, window int64) *auditor {
-	return &auditor{limit: limit, window: window}
+	return &auditor{limit: limit, window: window, log: accuracy.NewExactLog(limit, window), eng: accuracy.WindowMax{Window: window}}
 }
 
 // observe records that the engine decided allowed for n units at t (Unix ns).
@@ -73,22 +51,18 @@ func (a *auditor) observe(t, n int64, allowed bool) {
 	t = max(t, a.lastT) // the contract is non-decreasing; never let the FIFOs go wrong
 	a.lastT = t
 	a.decisions++
-	cut := t - a.window
-	a.log.expire(cut)
-	logOK := a.log.sum+n <= a.limit
+	logOK := a.log.Allow(t, n)
 	if logOK {
-		a.log.push(event{t, n})
 		a.logAllowed++
 	}
 	if allowed {
 		a.engineAllowed++
-		a.eng.expire(cut)
-		a.eng.push(event{t, n})
-		if a.eng.sum > a.maxUnits {
-			a.maxUnits, a.maxAt = a.eng.sum, t
+		units := a.eng.Add(t, n)
+		if units > a.maxUnits {
+			a.maxUnits, a.maxAt = units, t
 		}
-		if a.eng.sum > a.maxWarm && t-a.first >= 2*a.window {
-			a.maxWarm = a.eng.sum
+		if units > a.maxWarm && t-a.first >= 2*a.window {
+			a.maxWarm = units
 		}
 	}
 	switch {

@@ -1,9 +1,13 @@
 // Command ringbench runs a multi-tenant load on the embedded engine and
 // reports throughput, sampled latency, per-tier outcomes, memory per key, GC
-// pauses and an accuracy audit against an exact sliding log.
+// pauses and an accuracy audit against an exact sliding log (-mode load,
+// the default); or it runs the accuracy lab (-mode accuracy), which replays
+// synthetic traffic through every algorithm, compares it with an exact
+// sliding log and writes docs/accuracy.md and docs/accuracy.svg.
 //
 //	go run ./bench/cmd/ringbench                      # 100,000 tenants, 10 s
 //	go run ./bench/cmd/ringbench -duration 2s -json   # one JSON object on stdout
+//	go run ./bench/cmd/ringbench -mode accuracy       # regenerates docs/accuracy.{md,svg}
 //
 // Progress goes to stderr once a second; the report goes to stdout. Exit
 // status: 0 after a run (Ctrl-C ends it early and still reports), 1 on a
@@ -22,6 +26,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/ringlimit/ringlimit/bench/internal/accuracy"
 	"github.com/ringlimit/ringlimit/engine"
 )
 
@@ -35,6 +40,14 @@ const (
 
 // options are the parsed and validated flags.
 type options struct {
+	mode string // "load" or "accuracy"
+
+	// accuracy mode
+	out   string
+	limit int64
+	quick bool
+
+	// load mode (seed and window serve both)
 	tenants    int
 	duration   time.Duration
 	alg        engine.Algorithm
@@ -69,7 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.tenants, "tenants", 100_000, "number of tenants (keys), 1 … "+commas(maxTenants))
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of the load run, > 0")
 	alg := fs.String("algorithm", "sliding", "sliding, strict or fixed")
-	fs.DurationVar(&o.window, "window", time.Second, "window length, > 0; the tiers' limits are per window")
+	fs.DurationVar(&o.window, "window", time.Second, "window length, > 0; the tiers' limits are per window (accuracy mode: default 1.2s, and a multiple of 60 ns)")
 	fs.IntVar(&o.subWindows, "subwindows", engine.DefaultSubWindows, fmt.Sprintf("sub-windows per window, 1 … %d, dividing -window into whole nanoseconds", engine.MaxSubWindows))
 	fs.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "load goroutines, ≥ 1")
 	clk := fs.String("clock", "precise", "engine clock: precise or coarse (1ms cached clock)")
@@ -80,6 +93,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the tenant permutation and the workers' generators")
 	fs.IntVar(&o.sample, "sample", 64, fmt.Sprintf("tenants audited against an exact sliding log, 0 … %d (at most -tenants)", maxSample))
+	fs.StringVar(&o.mode, "mode", "load", "load (the multi-tenant load run) or accuracy (the accuracy lab: writes accuracy.md and accuracy.svg to -out)")
+	fs.StringVar(&o.out, "out", "docs", "accuracy mode: the directory for accuracy.md and accuracy.svg")
+	fs.Int64Var(&o.limit, "limit", 100, fmt.Sprintf("accuracy mode: the limit L per window, 1 … %d", accuracy.MaxLimit))
+	fs.BoolVar(&o.quick, "quick", false, "accuracy mode: short patterns and few keys (the same worst cases, less statistics), for tests and CI")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -92,6 +109,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, usagef("unexpected argument %q; ringbench takes only flags", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch o.mode {
+	case "load":
+		for _, name := range accuracyOnlyFlags {
+			if set[name] {
+				return o, usagef("-%s applies only to -mode accuracy", name)
+			}
+		}
+	case "accuracy":
+		err := checkAccuracyFlags(&o, set)
+		return o, err
+	default:
+		return o, usagef("-mode = %q, want load or accuracy", o.mode)
 	}
 	var err error
 	switch {
@@ -155,6 +187,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "ringbench:", err)
 		return 2
+	}
+	if o.mode == "accuracy" {
+		return runAccuracy(o, stdout, stderr)
 	}
 	rep, err := bench(o, stderr)
 	if err != nil {

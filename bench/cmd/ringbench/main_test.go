@@ -165,6 +165,14 @@ func TestBadFlags(t *testing.T) {
 		{"pprof on a public host", []string{"-pprof", "example.com:6060"}, "-pprof"},
 		{"pprof without a port", []string{"-pprof", "127.0.0.1"}, "-pprof"},
 		{"unknown flag", []string{"-speed", "9"}, "-speed"},
+		{"unknown mode", []string{"-mode", "fast"}, "-mode"},
+		{"accuracy with a load flag", []string{"-mode", "accuracy", "-tenants", "5"}, "-tenants"},
+		{"accuracy with a 1s window", []string{"-mode", "accuracy", "-window", "1s"}, "-window"},
+		{"accuracy with no limit", []string{"-mode", "accuracy", "-limit", "0"}, "-limit"},
+		{"accuracy with a huge limit", []string{"-mode", "accuracy", "-limit", "1001"}, "-limit"},
+		{"accuracy with no out", []string{"-mode", "accuracy", "-out", ""}, "-out"},
+		{"out in load mode", []string{"-out", "x"}, "-out"},
+		{"quick in load mode", []string{"-quick"}, "-quick"},
 		{"stray argument", []string{"now"}, "now"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -430,5 +438,32 @@ func TestCommas(t *testing.T) {
 		if got := commas(in); got != want {
 			t.Errorf("commas(%d) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestAccuracyMode runs the accuracy lab, reduced, and checks what it writes.
+func TestAccuracyMode(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "docs")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-mode", "accuracy", "-quick", "-out", dir, "-seed", "3"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"| Algorithm |", "fixed window", "sliding window counter, N=60", "strict counter, N=1", "accuracy.md"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, accuracyMD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{accuracyCommand + " -quick", "## Summary", "## Where the seed's table was wrong", "(1+1/N)", "](accuracy.svg)"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("%s lacks %q", accuracyMD, want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, accuracySVG)); err != nil || fi.Size() == 0 {
+		t.Errorf("%s: %v (empty?)", accuracySVG, err)
 	}
 }
