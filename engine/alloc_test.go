@@ -32,6 +32,9 @@ func TestAllowAllocatesNothingForExistingKey(t *testing.T) {
 
 func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny bool) {
 	limit := int64(engine.MaxLimit)
+	if alg == engine.SlidingLog {
+		limit = engine.DefaultMaxLogLimit // a timestamp per unit; far above the requests made here
+	}
 	if deny {
 		limit = 100
 	}

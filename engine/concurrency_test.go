@@ -14,7 +14,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-var allAlgorithms = []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow}
+var allAlgorithms = []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog}
 
 // burst runs fn on 8×GOMAXPROCS goroutines released together, and collects
 // their errors through a channel with a deadline.
@@ -135,10 +135,11 @@ func TestConcurrentPhasesWithTimeMoving(t *testing.T) {
 }
 
 // Writers straddle a sub-window boundary: half at b−1ns, half at b, racing
-// to publish the new epoch. Units at both instants count in full at both,
-// so together with the earlier traffic they must fill the limit exactly.
+// to publish the new epoch (the log: its newest time). Units at both
+// instants count in full at both, so together with the earlier traffic they
+// must fill the limit exactly.
 func TestConcurrentBoundaryRace(t *testing.T) {
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 500, Window: time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true}
 			e := newEngine(t, cfg)
@@ -171,8 +172,14 @@ func TestConcurrentBoundaryRace(t *testing.T) {
 // writer that loaded a ring just before it was retired must retry on a fresh
 // one, so every key still admits exactly its limit in each phase.
 func TestEvictionRacingWriters(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) { testEvictionRacingWriters(t, alg) })
+	}
+}
+
+func testEvictionRacingWriters(t *testing.T, alg engine.Algorithm) {
 	clk := engine.NewManualClock(t0)
-	cfg := engine.Config{Limit: 50, Window: time.Second, Clock: clk, SweepInterval: time.Hour}
+	cfg := engine.Config{Limit: 50, Window: time.Second, Algorithm: alg, Clock: clk, SweepInterval: time.Hour}
 	e := newEngine(t, cfg)
 	keys := make([]string, 40)
 	for i := range keys {

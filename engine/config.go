@@ -27,6 +27,20 @@ const (
 	// comparison: two adjacent windows can together admit 2·Limit within
 	// one Window's length.
 	FixedWindow
+	// SlidingLog is the exact sliding log, the reference the others are
+	// measured against: a key keeps the time of every unit it admitted, and
+	// n units fit at t iff the units at times s with t−W < s ≤ t, plus n,
+	// are at most the limit. No window of length Window ever holds more
+	// than Limit, and nothing is refused early. The price is memory and a
+	// lock. Each key holds a ring of one 8-byte timestamp per unit of its
+	// limit, allocated in full when the key is created (8·Limit + 48
+	// bytes), so Limit is capped by Config.MaxLogLimit. And each key has a
+	// spin lock, held for a decision on it, because an exact log must drop
+	// expired units, count and append as one step, which no single-word CAS
+	// covers: requests for one key are serialised, denials included.
+	// SubWindows is ignored; time is clamped to the newest time the key has
+	// seen, not to a sub-window.
+	SlidingLog
 )
 
 // String returns the algorithm's name as the flags of the tools spell it.
@@ -38,18 +52,20 @@ func (a Algorithm) String() string {
 		return "strict"
 	case FixedWindow:
 		return "fixed"
+	case SlidingLog:
+		return "log"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
 
 // ParseAlgorithm is the inverse of Algorithm.String.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := SlidingWindow; a <= FixedWindow; a++ {
+	for a := SlidingWindow; a <= SlidingLog; a++ {
 		if a.String() == s {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("ringlimit: unknown algorithm %q (want sliding, strict or fixed)", s)
+	return 0, fmt.Errorf("ringlimit: unknown algorithm %q (want sliding, strict, fixed or log)", s)
 }
 
 // Bounds of Config fields.
@@ -63,13 +79,20 @@ const (
 	MaxSubWindows = 1000
 	// MaxShards bounds Config.Shards.
 	MaxShards = 1 << 16
+	// DefaultMaxLogLimit is the largest SlidingLog limit when
+	// Config.MaxLogLimit is 0: 10,000 units, about 80 KB for one key.
+	DefaultMaxLogLimit = 10_000
+	// MaxLogLimitCeiling bounds Config.MaxLogLimit: 2^20 units, 8 MiB for
+	// one key's log. Beyond that a sliding window counter is the tool.
+	MaxLogLimitCeiling = 1 << 20
 )
 
 // Config configures an Engine. Limit and Window are required; every other
 // field has a usable zero value.
 type Config struct {
 	// Limit is the number of units admitted per Window, per key:
-	// 1 ≤ Limit ≤ MaxLimit. With KeyLimit it is the default limit.
+	// 1 ≤ Limit ≤ MaxLimit, and ≤ MaxLogLimit with SlidingLog. With
+	// KeyLimit it is the default limit.
 	Limit int64
 	// Window is the length of the sliding window; > 0. With the sliding
 	// algorithms it must be a whole number of nanoseconds per sub-window.
@@ -80,19 +103,25 @@ type Config struct {
 	SubWindows int
 	// Algorithm is the estimate; the zero value is SlidingWindow.
 	Algorithm Algorithm
+	// MaxLogLimit caps every limit of a SlidingLog engine (Limit, KeyLimit
+	// results and SetLimit), because a log key holds 8 bytes per unit of
+	// its limit: 0 means DefaultMaxLogLimit, otherwise 1 …
+	// MaxLogLimitCeiling. Other algorithms ignore it.
+	MaxLogLimit int64
 
 	// KeyLimit, if set, gives a key its own limit. It is called when a
 	// key's state is created: on first sight, and again after the key was
 	// idle long enough to be reclaimed. It may be called concurrently, and
 	// more than once for one key when two goroutines create it at once
 	// (one result is kept). Return 0 for the default Limit. A result
-	// outside 1 … MaxLimit refuses that request with RetryAfter Never
-	// and creates nothing.
+	// outside 1 … MaxLimit (1 … MaxLogLimit with SlidingLog) refuses that
+	// request with RetryAfter Never and creates nothing. A SlidingLog key's
+	// log is allocated for the limit it is created with.
 	// Setting KeyLimit enables per-key limits (see PerKeyLimits).
 	KeyLimit func(key string) int64
 	// PerKeyLimits stores a limit in every key's state, so that SetLimit
-	// can change one key's limit. It costs 8 bytes per key. KeyLimit
-	// implies it.
+	// can change one key's limit. It costs 8 bytes per key (nothing more
+	// with SlidingLog, whose keys always store it). KeyLimit implies it.
 	PerKeyLimits bool
 
 	// Clock, if set, is the time source of Allow and AllowN and of the
@@ -123,32 +152,46 @@ type Config struct {
 	DisableEviction bool
 	// SweepInterval is the period of one full sweep over every shard; the
 	// sweeper visits one shard per SweepInterval/Shards. 0 means
-	// max(Window + one sub-window, 1s). A key idle for longer than Window
-	// plus one sub-window is reclaimed within one more SweepInterval.
+	// max(Window + one sub-window, 1s), or max(Window, 1s) for FixedWindow
+	// and SlidingLog. A key idle for longer than Window plus one
+	// sub-window (SlidingLog: whose newest request is Window old) is
+	// reclaimed within one more SweepInterval.
 	SweepInterval time.Duration
 }
 
 // normalized holds a validated Config with defaults applied.
 type normalized struct {
 	Config
-	n      int   // sub-windows
-	width  int64 // sub-window width, ns
-	shards int
-	sweep  time.Duration
+	n        int   // sub-windows
+	width    int64 // sub-window width, ns (Window for FixedWindow and SlidingLog)
+	maxLimit int64 // the largest limit of any key: MaxLimit, or the log's cap
+	shards   int
+	sweep    time.Duration
+	idle     time.Duration // how soon an idle key can be reclaimed: the KeysFull hint
 }
 
 func (c Config) validate() (normalized, error) {
 	nc := normalized{Config: c}
-	if c.Limit < 1 || c.Limit > MaxLimit {
-		return nc, fmt.Errorf("ringlimit: Config.Limit = %d, want 1 … %d", c.Limit, int64(MaxLimit))
+	switch c.Algorithm {
+	case SlidingWindow, SlidingWindowStrict, FixedWindow, SlidingLog:
+	default:
+		return nc, fmt.Errorf("ringlimit: Config.Algorithm = %d, want SlidingWindow (0), SlidingWindowStrict (1), FixedWindow (2) or SlidingLog (3)", int(c.Algorithm))
+	}
+	if c.MaxLogLimit < 0 || c.MaxLogLimit > MaxLogLimitCeiling {
+		return nc, fmt.Errorf("ringlimit: Config.MaxLogLimit = %d, want 0 (default %d) or 1 … %d", c.MaxLogLimit, DefaultMaxLogLimit, MaxLogLimitCeiling)
+	}
+	nc.maxLimit = MaxLimit
+	if c.Algorithm == SlidingLog {
+		nc.maxLimit = c.MaxLogLimit
+		if nc.maxLimit == 0 {
+			nc.maxLimit = DefaultMaxLogLimit
+		}
+	}
+	if c.Limit < 1 || c.Limit > nc.maxLimit {
+		return nc, nc.limitError("Config.Limit", c.Limit)
 	}
 	if c.Window <= 0 {
 		return nc, fmt.Errorf("ringlimit: Config.Window = %v, want > 0", c.Window)
-	}
-	switch c.Algorithm {
-	case SlidingWindow, SlidingWindowStrict, FixedWindow:
-	default:
-		return nc, fmt.Errorf("ringlimit: Config.Algorithm = %d, want SlidingWindow (0), SlidingWindowStrict (1) or FixedWindow (2)", int(c.Algorithm))
 	}
 	nc.n = c.SubWindows
 	if c.SubWindows == 0 {
@@ -157,7 +200,7 @@ func (c Config) validate() (normalized, error) {
 	if c.SubWindows < 0 || c.SubWindows > MaxSubWindows {
 		return nc, fmt.Errorf("ringlimit: Config.SubWindows = %d, want 0 (default %d) or 1 … %d", c.SubWindows, DefaultSubWindows, MaxSubWindows)
 	}
-	if c.Algorithm == FixedWindow {
+	if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog {
 		nc.n = 0
 		nc.width = int64(c.Window)
 	} else {
@@ -191,7 +234,7 @@ func (c Config) validate() (normalized, error) {
 	nc.sweep = c.SweepInterval
 	if nc.sweep == 0 {
 		nc.sweep = c.Window + time.Duration(nc.width)
-		if c.Algorithm == FixedWindow {
+		if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog {
 			nc.sweep = c.Window
 		}
 		if nc.sweep < 0 { // Window + width overflowed
@@ -201,8 +244,23 @@ func (c Config) validate() (normalized, error) {
 			nc.sweep = time.Second
 		}
 	}
+	nc.idle = c.Window + time.Duration(nc.width)
+	if c.Algorithm == SlidingLog {
+		nc.idle = c.Window // idle once its newest request is Window old
+	}
+	if nc.idle < 0 { // Window + width overflowed
+		nc.idle = c.Window
+	}
 	if c.KeyLimit != nil {
 		nc.PerKeyLimits = true
 	}
 	return nc, nil
+}
+
+// limitError describes a limit outside 1 … maxLimit, naming what set it.
+func (nc normalized) limitError(what string, l int64) error {
+	if nc.Algorithm == SlidingLog && l > nc.maxLimit {
+		return fmt.Errorf("ringlimit: %s = %d is too large for SlidingLog, want 1 … %d (raise Config.MaxLogLimit, up to %d; a log key holds 8 bytes per unit of its limit)", what, l, nc.maxLimit, MaxLogLimitCeiling)
+	}
+	return fmt.Errorf("ringlimit: %s = %d, want 1 … %d", what, l, nc.maxLimit)
 }

@@ -7,7 +7,8 @@ import (
 
 // Never is the RetryAfter of a request that can never be admitted as asked:
 // n larger than the key's limit, n < 0, a time before 1970, or a limit from
-// Config.KeyLimit outside 1 … MaxLimit.
+// Config.KeyLimit outside 1 … MaxLimit (1 … Config.MaxLogLimit with
+// SlidingLog).
 const Never = time.Duration(math.MaxInt64)
 
 // Decision is the outcome of one request. It has four fields, so that the
@@ -43,8 +44,8 @@ const (
 	ReasonNever
 	// ReasonKeysFull: the key is new, and Config.MaxKeys keys are held.
 	// Remaining is the full Limit (the key has used nothing) and
-	// RetryAfter is a hint: Window plus one sub-window, the soonest an
-	// idle key can be reclaimed.
+	// RetryAfter is a hint: Window plus one sub-window (Window for
+	// SlidingLog), the soonest an idle key can be reclaimed.
 	ReasonKeysFull
 )
 

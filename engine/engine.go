@@ -31,7 +31,8 @@ func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
 // allocate: one xxhash of the key, a lock-free map load, N+2 atomic loads and
 // one CAS (see ringslot.Acquire for the protocol). A key's first request, and
 // its first after it was reclaimed, creates its state under one xsync bucket
-// lock inside the map.
+// lock inside the map. SlidingLog is the exception: a decision holds the
+// key's own spin lock (see SlidingLog), and still does not allocate.
 //
 // Under contention on one key a request can be refused that a sequential
 // execution would admit (a false denial, when it sees another request's add
@@ -44,6 +45,7 @@ type Engine struct {
 	clk      Clock
 	coarse   *clock.Coarse
 	limit    int64
+	maxLimit int64 // of any key: MaxLimit, or the log's cap
 	perKey   bool
 	keyLimit func(string) int64
 
@@ -64,12 +66,16 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("ringlimit: seeding the key hash: %w", err)
 	}
 	geo := ringslot.NewGeometry(nc.width, nc.n, nc.Algorithm == SlidingWindow, nc.PerKeyLimits)
+	if nc.Algorithm == SlidingLog {
+		geo = ringslot.NewLog(int64(nc.Window))
+	}
 	e := &Engine{
 		cfg:      nc,
 		geo:      geo,
 		tab:      shard.New(geo, nc.shards, binary.LittleEndian.Uint64(seed[:]), nc.MaxKeys),
 		clk:      nc.Clock,
 		limit:    nc.Limit,
+		maxLimit: nc.maxLimit,
 		perKey:   nc.PerKeyLimits,
 		keyLimit: nc.KeyLimit,
 		stop:     make(chan struct{}),
@@ -94,7 +100,7 @@ func New(cfg Config) (*Engine, error) {
 // Allow is shorthand for AllowN(key, 1).Allowed.
 //
 // It computes neither Remaining nor RetryAfter, so its deny path only reads
-// the key's slots.
+// the key's slots (with SlidingLog, under the key's lock).
 func (e *Engine) Allow(key string) bool {
 	t := e.clk.UnixNano()
 	if t >= 0 {
@@ -128,9 +134,11 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 //     nothing.
 //
 // Time never runs backwards for a key: a now older than the newest
-// sub-window the key has seen is treated as the start of that sub-window, so
-// it gains no capacity and erases nothing. Idle keys are reclaimed by the
-// engine's Clock, not by now; see Config.DisableEviction.
+// sub-window the key has seen is treated as the start of that sub-window
+// (with SlidingLog, a now older than the newest time the key has seen is
+// treated as that time), so it gains no capacity and erases nothing. Idle
+// keys are reclaimed by the engine's Clock, not by now; see
+// Config.DisableEviction.
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	t := now.UnixNano()
 	if res, limit, ok := e.fast(key, n, t); ok {
@@ -184,7 +192,7 @@ func (e *Engine) decideSlow(key string, n, t int64) Decision {
 				if err == refusedKeysFull {
 					// The key has used nothing: its full limit remains.
 					d.Remaining = limit
-					d.RetryAfter = e.cfg.Window + time.Duration(e.cfg.width)
+					d.RetryAfter = e.cfg.idle
 				}
 				return d
 			}
@@ -232,7 +240,7 @@ type refusal uint8
 
 const (
 	refusedNone     refusal = iota
-	refusedLimit            // KeyLimit returned a value outside 1 … MaxLimit
+	refusedLimit            // KeyLimit returned a value outside 1 … maxLimit
 	refusedKeysFull         // MaxKeys
 )
 
@@ -245,7 +253,7 @@ func (e *Engine) limitFor(key string) (int64, refusal) {
 	if l == 0 {
 		return e.limit, refusedNone
 	}
-	if l < 1 || l > MaxLimit {
+	if l < 1 || l > e.maxLimit {
 		return e.limit, refusedLimit
 	}
 	return l, refusedNone
@@ -303,25 +311,40 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 // and keeps its counts. It needs Config.PerKeyLimits or Config.KeyLimit. A
 // lower limit applies from the next decision; units already admitted stay.
 // The override lasts until the key is reclaimed after being idle for longer
-// than Window plus one sub-window; after that Config.KeyLimit (or Limit)
-// applies again, so durable per-tenant limits belong in KeyLimit.
+// than Window plus one sub-window (SlidingLog: Window); after that
+// Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
+// belong in KeyLimit.
+//
+// With SlidingLog the limit must be at most Config.MaxLogLimit. A limit
+// above the one the key's log was allocated for moves the log into a larger
+// allocation, with every admitted unit, while the key's map bucket is
+// locked; decisions on the key wait for the copy.
 func (e *Engine) SetLimit(key string, limit int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: SetLimit needs Config.PerKeyLimits or Config.KeyLimit")
 	}
-	if limit < 1 || limit > MaxLimit {
-		return fmt.Errorf("ringlimit: SetLimit limit = %d, want 1 … %d", limit, int64(MaxLimit))
+	if limit < 1 || limit > e.maxLimit {
+		return e.cfg.limitError("SetLimit limit", limit)
 	}
 	h := e.tab.Hash(key)
 	t := e.clk.UnixNano()
 	fresh := func() ringslot.Ring { return e.geo.New(t, limit) }
 	r, err := e.tab.LoadOrCreate(h, key, fresh)
 	for err == nil {
-		e.geo.SetLimit(r, limit)
-		if !e.geo.Retired(r) {
+		if e.geo.SetLimit(r, limit) {
 			return nil
 		}
-		r, err = e.tab.Replace(h, key, r, fresh)
+		if e.geo.Retired(r) {
+			r, err = e.tab.Replace(h, key, r, fresh)
+			continue
+		}
+		// A log too small for limit. Grow it under the key's bucket lock,
+		// so that no writer replaces it with an empty ring meanwhile.
+		old := r
+		var ok bool
+		if r, ok = e.tab.Swap(h, key, old, func() ringslot.Ring { return e.geo.Grow(old, t, limit) }); !ok {
+			r, err = e.tab.LoadOrCreate(h, key, fresh) // reclaimed meanwhile
+		}
 	}
 	return fmt.Errorf("ringlimit: SetLimit(%q): %w", key, err)
 }

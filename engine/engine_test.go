@@ -42,6 +42,11 @@ func TestBadConfig(t *testing.T) {
 		{"coarse clock too fine", func(c *engine.Config) { c.CoarseClock = time.Microsecond }, []string{"Config.CoarseClock = 1µs", "≥ 100µs"}},
 		{"two clocks", func(c *engine.Config) { c.CoarseClock = time.Millisecond; c.Clock = engine.NewManualClock(t0) }, []string{"Config.Clock and Config.CoarseClock"}},
 		{"sweep negative", func(c *engine.Config) { c.SweepInterval = -1 }, []string{"Config.SweepInterval = -1ns"}},
+		{"log limit above the default cap", func(c *engine.Config) { c.Algorithm = engine.SlidingLog; c.Limit = 10_001 }, []string{"Config.Limit = 10001 is too large for SlidingLog", "want 1 … 10000", "Config.MaxLogLimit", "up to 1048576"}},
+		{"log limit above a set cap", func(c *engine.Config) { c.Algorithm = engine.SlidingLog; c.MaxLogLimit = 500; c.Limit = 501 }, []string{"Config.Limit = 501 is too large for SlidingLog", "want 1 … 500"}},
+		{"log limit zero", func(c *engine.Config) { c.Algorithm = engine.SlidingLog; c.Limit = 0 }, []string{"Config.Limit = 0, want 1 … 10000"}},
+		{"max log limit negative", func(c *engine.Config) { c.MaxLogLimit = -1 }, []string{"Config.MaxLogLimit = -1", "0 (default 10000) or 1 … 1048576"}},
+		{"max log limit above the ceiling", func(c *engine.Config) { c.Algorithm = engine.SlidingLog; c.MaxLogLimit = engine.MaxLogLimitCeiling + 1 }, []string{"Config.MaxLogLimit = 1048577", "1 … 1048576"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,6 +60,17 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+	// The log's cap moves with MaxLogLimit, up to the ceiling; the other
+	// algorithms ignore it.
+	for _, c := range []engine.Config{
+		{Limit: 10_000, Window: time.Second, Algorithm: engine.SlidingLog},
+		{Limit: engine.MaxLogLimitCeiling, Window: time.Second, Algorithm: engine.SlidingLog, MaxLogLimit: engine.MaxLogLimitCeiling},
+		{Limit: engine.MaxLimit, Window: time.Second, MaxLogLimit: 5},
+	} {
+		e, err := engine.New(c)
+		require.NoError(t, err, "%+v", c)
+		require.NoError(t, e.Close())
+	}
 	// Every N from 1 to 1000 works when the window divides.
 	for n := 1; n <= engine.MaxSubWindows; n++ {
 		e, err := engine.New(engine.Config{Limit: 3, Window: time.Duration(n) * time.Millisecond, SubWindows: n, DisableEviction: true})
@@ -67,7 +83,7 @@ func TestBadConfig(t *testing.T) {
 }
 
 func TestBadN(t *testing.T) {
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: alg, DisableEviction: true})
 			// On an unknown key nothing is created.
@@ -98,7 +114,7 @@ func TestBadN(t *testing.T) {
 }
 
 func TestClockBackwardsGainsNothingErasesNothing(t *testing.T) {
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			e := newEngine(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: alg, DisableEviction: true})
 			late := t0.Add(5*time.Second + 950*time.Millisecond)
@@ -140,7 +156,7 @@ func TestTagAliasing(t *testing.T) {
 			}
 		}
 		gaps = append(gaps, 1<<24-1, 1<<24+1, 1<<22-1, 1<<22, 1<<23)
-		for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		for _, alg := range allAlgorithms {
 			cfg.Algorithm = alg
 			e := newEngine(t, cfg)
 			for i, gap := range gaps {
@@ -300,10 +316,10 @@ func TestReasonIsDerivedFromTheFields(t *testing.T) {
 
 // DESIGN.md's worked example: L admitted at the very end of a sub-window,
 // then greedy requests as its weight decays, put 2L−1 units into one window
-// of length W, whatever N is. Strict admits none of them.
+// of length W, whatever N is. Strict and the exact log admit none of them.
 func TestWeightedWorstCaseIsBelowTwiceTheLimit(t *testing.T) {
 	for _, n := range []int{1, 2, 10, 60} {
-		for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
+		for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.SlidingLog} {
 			cfg := engine.Config{Limit: 100, Window: time.Minute, SubWindows: n, Algorithm: alg, DisableEviction: true}
 			e := newEngine(t, cfg)
 			w := cfg.Window / time.Duration(n)

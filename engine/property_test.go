@@ -45,6 +45,8 @@ func runScript(t testing.TB, cfg engine.Config, ops []op) {
 		switch cfg.Algorithm {
 		case engine.SlidingWindowStrict:
 			require.LessOrEqual(t, worst, cfg.Limit, "strict exceeded the limit for %q", key)
+		case engine.SlidingLog:
+			require.LessOrEqual(t, worst, cfg.Limit, "the exact log exceeded the limit for %q", key)
 		case engine.SlidingWindow:
 			require.Less(t, worst, 2*cfg.Limit, "weighted reached 2L for %q", key)
 		case engine.FixedWindow:
@@ -108,7 +110,7 @@ func TestPropertyMatchesReference(t *testing.T) {
 		steps = 100
 	}
 	for _, base := range propertyConfigs {
-		for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		for _, alg := range allAlgorithms {
 			cfg := base
 			cfg.Algorithm = alg
 			t.Run(fmt.Sprintf("%v/L=%d/W=%v/N=%d", alg, cfg.Limit, cfg.Window, cfg.SubWindows), func(t *testing.T) {
@@ -128,12 +130,13 @@ func FuzzOperations(f *testing.F) {
 	f.Add(uint8(1), uint8(10), []byte{5, 250, 5, 251, 5, 0, 0, 128, 64, 2})
 	f.Add(uint8(2), uint8(1), []byte{255, 255, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add(uint8(0), uint8(60), []byte{3, 3, 3, 3, 3, 3, 200, 200, 17, 4})
+	f.Add(uint8(3), uint8(7), []byte{9, 0, 5, 31, 2, 64, 60, 130, 1, 200, 13, 127, 6, 1})
 	f.Fuzz(func(t *testing.T, alg, n uint8, data []byte) {
 		cfg := engine.Config{
 			Limit:      int64(n%16) + 1,
 			Window:     time.Second,
 			SubWindows: []int{1, 2, 4, 5, 8, 10, 16, 20, 25, 40, 50, 100}[int(n)%12], // divisors of 1s
-			Algorithm:  engine.Algorithm(alg % 3),
+			Algorithm:  engine.Algorithm(alg % 4),
 		}
 		w := cfg.Window / time.Duration(cfg.SubWindows)
 		var ops []op
@@ -159,7 +162,7 @@ func FuzzOperations(f *testing.F) {
 // Allow takes its own path (no Remaining, no RetryAfter); its verdicts must
 // be AllowN's, step for step.
 func TestAllowMatchesAllowN(t *testing.T) {
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+	for _, alg := range allAlgorithms {
 		c1, c2 := engine.NewManualClock(t0), engine.NewManualClock(t0)
 		cfg := engine.Config{Limit: 5, Window: time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true}
 		cfg.Clock = c1

@@ -15,7 +15,7 @@ type refEvent struct{ t, n int64 }
 // admitted, plus the newest sub-window the key has seen.
 type refKey struct {
 	log    []refEvent
-	newest int64 // newest epoch seen by a recording request
+	newest int64 // newest epoch seen by a recording request (SlidingLog: newest time)
 	exists bool
 }
 
@@ -25,8 +25,8 @@ type refKey struct {
 type refLimiter struct {
 	limit int64
 	win   int64 // W in ns
-	n     int64 // sub-windows; 0 for fixed
-	w     int64 // sub-window width (W for fixed)
+	n     int64 // sub-windows; 0 for fixed and log
+	w     int64 // sub-window width (W for fixed; 1ns for log, whose clamp is to the exact newest time)
 	alg   engine.Algorithm
 	keys  map[string]*refKey
 }
@@ -37,10 +37,14 @@ func newRef(cfg engine.Config) *refLimiter {
 		n = engine.DefaultSubWindows
 	}
 	r := &refLimiter{limit: cfg.Limit, win: int64(cfg.Window), n: n, alg: cfg.Algorithm, keys: map[string]*refKey{}}
-	if cfg.Algorithm == engine.FixedWindow {
+	switch cfg.Algorithm {
+	case engine.FixedWindow:
 		r.n = 0
 		r.w = r.win
-	} else {
+	case engine.SlidingLog:
+		r.n = 0
+		r.w = 1
+	default:
 		r.w = r.win / n
 	}
 	return r
@@ -62,6 +66,15 @@ func (r *refLimiter) estimate(k *refKey, t int64) *big.Rat {
 	e, off := t/r.w, t%r.w
 	est := new(big.Rat)
 	switch r.alg {
+	case engine.SlidingLog:
+		// Exact: every unit admitted at s with t−W < s ≤ t.
+		var s int64
+		for _, ev := range k.log {
+			if ev.t > t-r.win && ev.t <= t {
+				s += ev.n
+			}
+		}
+		est.SetInt64(s)
 	case engine.FixedWindow:
 		est.SetInt64(r.sub(k, e))
 	case engine.SlidingWindowStrict:

@@ -76,3 +76,29 @@ func TestStepsFixed(t *testing.T) {
 		{time.Second + 500*ms, 1, false, 0, 500 * ms},
 	})
 }
+
+// The exact log: a unit at s counts at t iff t−W < s ≤ t, so RetryAfter is
+// the time the k-th oldest unit leaves (its s + W) minus now, where k units
+// must leave for n to fit.
+func TestStepsLog(t *testing.T) {
+	runSteps(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: engine.SlidingLog}, []step{
+		{0, 4, true, 0, 0},
+		{0, 1, false, 0, time.Second},     // the oldest unit (t0) leaves at t0+1s
+		{500 * ms, 1, false, 0, 500 * ms}, // no decay: each unit counts until it leaves
+		{999 * ms, 2, false, 0, ms},       // two must leave; both are t0's
+		{time.Second, 3, true, 1, 0},      // t0's 4 are out exactly at t0+1s
+		{1200 * ms, 1, true, 0, 0},
+		{1500 * ms, 2, false, 0, 500 * ms}, // the 2nd oldest is one of t0+1s's 3
+		{1500 * ms, 4, false, 0, 700 * ms}, // all 4 must leave: the last at t0+2.2s
+		// The clock goes back: treated as the newest time the key has seen
+		// (t0+1.5s, set by the denials), not the start of a sub-window.
+		{900 * ms, 1, false, 0, 500 * ms},
+		{1999 * ms, 0, true, 0, 0},
+		{2 * time.Second, 0, true, 3, 0},
+		{2 * time.Second, 5, false, 3, engine.Never},
+		{2200 * ms, 4, true, 0, 0},
+		{3199999999, 1, false, 0, 1}, // to the nanosecond
+		{3200 * ms, 4, true, 0, 0},
+		{3200 * ms, -1, false, 0, engine.Never},
+	})
+}

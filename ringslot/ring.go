@@ -1,5 +1,7 @@
 // Package ringslot is one key's sliding-window state: a full-width newest
-// epoch and N+1 packed (tag, count) slots, updated with atomics only.
+// epoch and N+1 packed (tag, count) slots, updated with atomics only; or,
+// for the exact sliding log (log.go), a ring of timestamps under a per-key
+// spin lock.
 //
 // The algorithm and its bounds are stated in DESIGN.md §1–2. In short, the
 // window W is cut into N sub-windows of width w on the Unix-aligned grid
@@ -43,8 +45,9 @@ type Geometry struct {
 	span     int64 // N: sub-windows in the window (0 for Fixed)
 	slots    int64 // N+1
 	weighted bool  // weight the oldest slot by (w−r)/w
+	log      bool  // a sliding log (log.go): width is the window W
 	hdr      int   // header words: last, then limit when perKey
-	words    int   // hdr + slots
+	words    int   // hdr + slots (the header alone for a log)
 	byWidth  divider
 	bySlots  divider
 }
@@ -70,13 +73,15 @@ func (g *Geometry) Width() int64 { return g.width }
 // Span returns N, the number of sub-windows in the window.
 func (g *Geometry) Span() int64 { return g.span }
 
-// Bytes returns the size of one ring's allocation.
+// Bytes returns the size of one ring's allocation; for a log, of its header
+// alone (see LogBytes).
 func (g *Geometry) Bytes() int { return g.words * 8 }
 
 // Ring is a handle to one key's state. The zero Ring is invalid; copies of a
 // Ring refer to the same state. All methods are safe for concurrent use.
 //
-// Layout, one allocation of int64 words:
+// Layout of a counter ring (a log ring's is in log.go), one allocation of
+// int64 words:
 //
 //	[0]        last:  the newest epoch any writer has published, or dead
 //	[1]        limit: only with per-key limits
@@ -94,8 +99,12 @@ func (g *Geometry) Bytes() int { return g.words * 8 }
 type Ring struct{ p *atomic.Int64 }
 
 // New allocates a ring whose newest epoch is the epoch of t and whose slots
-// are empty. limit is stored only when the geometry has per-key limits.
+// are empty. limit is stored only when the geometry has per-key limits. A
+// log ring's newest time is t, and its capacity is limit (≥ 1) units.
 func (g *Geometry) New(t, limit int64) Ring {
+	if g.log {
+		return newLog(t, limit)
+	}
 	w := make([]atomic.Int64, g.words)
 	w[0].Store(t / g.width)
 	if g.hdr == 2 {
@@ -115,10 +124,18 @@ func (r Ring) Valid() bool { return r.p != nil }
 // Limit returns the ring's own limit (per-key geometries only).
 func (g *Geometry) Limit(r Ring) int64 { return r.word(1).Load() }
 
-// SetLimit replaces the ring's own limit (per-key geometries only). Counts
-// are kept. A lower limit takes effect for the next decision; units already
-// admitted are not revoked.
-func (g *Geometry) SetLimit(r Ring, limit int64) { r.word(1).Store(limit) }
+// SetLimit replaces the ring's own limit (per-key geometries only) and
+// reports whether the ring holds it afterwards: false when r is retired (a
+// new limit stored in it is lost with it), or is a log ring whose capacity
+// is below limit (see Grow). Counts are kept. A lower limit takes effect for
+// the next decision; units already admitted are not revoked.
+func (g *Geometry) SetLimit(r Ring, limit int64) bool {
+	if g.log {
+		return g.logSetLimit(r, limit)
+	}
+	r.word(1).Store(limit)
+	return !g.Retired(r)
+}
 
 // index returns the slot index of epoch e ≥ 0.
 func (g *Geometry) index(e int64) int {
@@ -283,6 +300,9 @@ func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
 }
 
 func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
+	if g.log { // the one branch the counter rings pay for the log
+		return g.logAcquire(r, t, n, limit, detail)
+	}
 	e0, r0 := g.split(t)
 	last := r.word(0)
 	for {
@@ -373,6 +393,9 @@ func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
 // Peek reports what Acquire would decide for n units at t (n may exceed
 // limit), without recording anything. With n = 0 it reports Remaining.
 func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
+	if g.log {
+		return g.logPeek(r, t, n, limit)
+	}
 	e0, r0 := g.split(t)
 	for {
 		l := r.word(0).Load()
@@ -471,8 +494,12 @@ func (g *Geometry) countIn(r Ring, idx int, x, e int64) int64 {
 
 // Retire marks r dead if it is still idle at t. It reports whether r is dead
 // afterwards; a writer that publishes a newer epoch first wins, and then the
-// ring stays.
+// ring stays. A log ring is idle when the newest time it has seen is at or
+// before t − W.
 func (g *Geometry) Retire(r Ring, t int64) bool {
+	if g.log {
+		return g.logRetire(r, t)
+	}
 	e, _ := g.split(t)
 	last := r.word(0)
 	for {
@@ -494,8 +521,12 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 // newest published epoch (an ancient tag that wrapped). A sweeper calls it
 // on live rings so that a slot skipped for 2^24 sub-windows cannot alias a
 // new epoch. Each zeroing is a CAS from the exact word read, so a concurrent
-// writer's update wins.
+// writer's update wins. A log ring holds full-width times, which cannot
+// alias, so there is nothing to scrub.
 func (g *Geometry) Scrub(r Ring) {
+	if g.log {
+		return
+	}
 	for i := 0; i < int(g.slots); i++ {
 		s := r.word(g.hdr + i)
 		w := s.Load()

@@ -145,6 +145,27 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh func() ri
 	return r, nil
 }
 
+// Swap replaces the key's ring old with next() and returns the key's ring
+// afterwards. next runs under the key's map bucket lock, and only while old
+// is still the key's ring, so no Replace or Swap of old can interleave with
+// it: that is what lets a sliding log move into a larger ring
+// (ringslot.Geometry.Grow) without a writer replacing it with an empty one.
+// Unlike Replace it counts nothing as evicted: the key stays one key. ok is
+// false when the key is absent (reclaimed meanwhile); it stays absent.
+func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringslot.Ring) (r ringslot.Ring, ok bool) {
+	s := t.shardOf(h)
+	return s.m.Compute(mapKey{h, key}, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		switch {
+		case !loaded:
+			return cur, true // absent, and stays absent
+		case cur == old:
+			return next(), false
+		default:
+			return cur, false // already replaced or moved
+		}
+	})
+}
+
 // SweepShard visits every ring of shard i once. A ring idle at now (nothing
 // of it inside the window) is retired and deleted. With scrub, a live ring
 // also has its stale counts zeroed (ringslot.Scrub), which keeps a slot

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,4 +84,64 @@ func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 	require.Equal(t, int64(1), tab.Len())
 	_, ok := tab.Load(tab.Hash("c"), "c")
 	require.True(t, ok)
+}
+
+// Swap moves a key to a new ring under the bucket lock: only while the old
+// ring is current, without counting an eviction, and never creating a key.
+func TestSwap(t *testing.T) {
+	tab, g := newTable(0)
+	fresh := func() ringslot.Ring { return g.New(t0, 0) }
+	h := tab.Hash("a")
+	a, err := tab.LoadOrCreate(h, "a", fresh)
+	require.NoError(t, err)
+	b := g.New(t0, 0)
+	got, ok := tab.Swap(h, "a", a, func() ringslot.Ring { return b })
+	require.True(t, ok)
+	require.True(t, got == b)
+	// old is no longer current: next is not called, the current ring is
+	// returned.
+	got, ok = tab.Swap(h, "a", a, func() ringslot.Ring { panic("next called for a stale ring") })
+	require.True(t, ok)
+	require.True(t, got == b)
+	cur, _ := tab.Load(h, "a")
+	require.True(t, cur == b)
+	// An absent key stays absent.
+	_, ok = tab.Swap(tab.Hash("z"), "z", a, func() ringslot.Ring { panic("next called for an absent key") })
+	require.False(t, ok)
+	_, ok = tab.Load(tab.Hash("z"), "z")
+	require.False(t, ok)
+	require.Equal(t, int64(1), tab.Len())
+	require.Zero(t, tab.Evicted())
+}
+
+// next runs under the key's bucket lock: a Replace of the same old ring,
+// started from inside next, cannot finish until the swap is installed, and
+// then finds the new ring rather than replacing old with an empty one.
+func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
+	tab, g := newTable(0)
+	fresh := func() ringslot.Ring { return g.New(t0, 0) }
+	h := tab.Hash("a")
+	old, err := tab.LoadOrCreate(h, "a", fresh)
+	require.NoError(t, err)
+	moved := g.New(t0, 0)
+	replaced := make(chan ringslot.Ring, 1)
+	var finished atomic.Bool
+	early := false
+	got, ok := tab.Swap(h, "a", old, func() ringslot.Ring {
+		go func() {
+			r, _ := tab.Replace(h, "a", old, fresh)
+			finished.Store(true)
+			replaced <- r
+		}()
+		for i := 0; i < 1000 && !early; i++ { // give the Replace every chance to run
+			runtime.Gosched()
+			early = finished.Load()
+		}
+		return moved
+	})
+	require.False(t, early, "Replace ran while Swap's next held the key")
+	require.True(t, ok)
+	require.True(t, got == moved)
+	require.True(t, <-replaced == moved, "Replace must find the moved ring")
+	require.Zero(t, tab.Evicted())
 }

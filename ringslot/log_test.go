@@ -1,0 +1,183 @@
+package ringslot
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLogSizeIsPinned(t *testing.T) {
+	// A 48-byte header, then 8 bytes per unit of capacity.
+	require.Equal(t, 48, NewLog(sec).Bytes())
+	require.Equal(t, 848, LogBytes(100))
+	require.True(t, NewLog(sec).IsLog())
+	require.False(t, NewGeometry(sec/10, 10, true, false).IsLog())
+}
+
+// modelLog is the obvious log: every admitted unit's time, in a slice.
+type modelLog struct {
+	times  []int64
+	newest int64
+	win    int64
+}
+
+func (m *modelLog) live(t int64) []int64 {
+	var in []int64
+	for _, s := range m.times {
+		if s > t-m.win && s <= t {
+			in = append(in, s)
+		}
+	}
+	return in
+}
+
+func (m *modelLog) decide(t, n, limit int64, record bool) Result {
+	t = max(t, m.newest)
+	if record {
+		m.newest = t
+	}
+	in := m.live(t)
+	used := int64(len(in))
+	if used+n <= limit {
+		if record {
+			for i := int64(0); i < n; i++ {
+				m.times = append(m.times, t)
+			}
+			used += n
+		}
+		return Result{Allowed: true, Remaining: max(0, limit-used)}
+	}
+	res := Result{Remaining: max(0, limit-used), RetryAfter: Never}
+	if n <= limit {
+		res.RetryAfter = in[used+n-limit-1] + m.win - t
+	}
+	return res
+}
+
+// Random traffic against the model, with a capacity equal to the limit so
+// that the ring wraps many times, steps back in time, bursts that expire
+// many units at once (the binary search), and peeks of every class of n.
+func TestLogMatchesModel(t *testing.T) {
+	for _, limit := range []int64{1, 2, 7, 37} {
+		for seed := uint64(1); seed <= 8; seed++ {
+			rng := rand.New(rand.NewPCG(seed, uint64(limit)))
+			const win = 100
+			g := NewLog(win)
+			now := t0
+			r := g.New(now, limit)
+			m := &modelLog{newest: now, win: win}
+			for i := 0; i < 1500; i++ {
+				switch rng.IntN(8) {
+				case 0:
+					now -= rng.Int64N(50)
+				case 1:
+					now += win + rng.Int64N(win)
+				default:
+					now += rng.Int64N(30)
+				}
+				n := 1 + rng.Int64N(limit)
+				if rng.IntN(4) == 0 {
+					n = rng.Int64N(limit+3) - 1 // a peek: 0, −1 or above the limit too
+					require.Equal(t, m.decide(now, n, limit, false), g.Peek(r, now, n, limit), "seed %d step %d: Peek(t0%+d, %d)", seed, i, now-t0, n)
+					continue
+				}
+				require.Equal(t, m.decide(now, n, limit, true), g.Acquire(r, now, n, limit), "seed %d step %d: Acquire(t0%+d, %d)", seed, i, now-t0, n)
+				if rng.IntN(2) == 0 {
+					allowed, dead := g.Admit(r, now, 1, limit)
+					require.False(t, dead)
+					require.Equal(t, m.decide(now, 1, limit, true).Allowed, allowed, "seed %d step %d: Admit", seed, i)
+				}
+			}
+		}
+	}
+}
+
+func TestLogAcquireAtOneInstantFillsExactly(t *testing.T) {
+	g := NewLog(sec)
+	const limit = 5000
+	r := g.New(t0, limit)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 1000; j++ {
+				if g.Acquire(r, t0+sec/20, 1, limit).Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(limit), admitted.Load())
+	require.Equal(t, Result{Allowed: true}, g.Peek(r, t0+sec/20, 0, limit))
+	require.Equal(t, Result{RetryAfter: sec}, g.Acquire(r, t0+sec/20, 1, limit))
+}
+
+func TestLogRetireOnlyWhenIdle(t *testing.T) {
+	g := NewLog(sec)
+	r := g.New(t0, 10)
+	require.True(t, g.Acquire(r, t0, 3, 10).Allowed)
+	require.False(t, g.Retire(r, t0+sec-1), "t0's units are inside until t0+1s")
+	g.Scrub(r) // nothing to scrub; must not disturb the log
+	require.Equal(t, Result{Allowed: true, Remaining: 7}, g.Peek(r, t0+sec-1, 0, 10))
+	require.True(t, g.Retire(r, t0+sec))
+	require.True(t, g.Retired(r))
+	require.True(t, g.Retire(r, t0+sec), "retired stays retired")
+	require.True(t, g.Acquire(r, t0+2*sec, 1, 10).Dead)
+	require.True(t, g.Peek(r, t0+2*sec, 0, 10).Dead)
+	require.False(t, g.SetLimit(r, 5))
+}
+
+func TestLogSetLimitAndGrow(t *testing.T) {
+	g := NewLog(sec)
+	r := g.New(t0, 4)
+	// Units 2 … 5 arrive after units 0 and 1 have left: the ring wraps.
+	for i := int64(0); i < 6; i++ {
+		at := t0 + i
+		if i >= 2 {
+			at = t0 + sec + i
+		}
+		require.True(t, g.Acquire(r, at, 1, 4).Allowed, "unit %d", i)
+	}
+	require.True(t, g.SetLimit(r, 3))
+	require.Equal(t, int64(3), g.Limit(r))
+	require.False(t, g.SetLimit(r, 5), "above the capacity")
+
+	big := g.Grow(r, 0, 6)
+	require.True(t, g.Retired(r), "the old ring is retired once moved")
+	require.True(t, g.Acquire(r, t0+sec+5, 1, 4).Dead)
+	require.Equal(t, int64(6), g.Limit(big))
+	// The 4 units (t0+1s+2 … +5) and the newest time moved with the log.
+	require.Equal(t, Result{Allowed: true, Remaining: 2}, g.Peek(big, 0, 0, 6))
+	require.Equal(t, Result{Allowed: true}, g.Acquire(big, t0, 2, 6))
+	// Now +2, +3, +4, +5, +5, +5 past t0+1s: 3 must leave, the 3rd at +4+1s.
+	require.Equal(t, Result{RetryAfter: sec - 1}, g.Acquire(big, t0+sec+5, 3, 6))
+
+	// Growing a ring that was retired when idle gives an empty one.
+	idle := g.New(t0, 2)
+	require.True(t, g.Retire(idle, t0+sec))
+	fresh := g.Grow(idle, t0+5*sec, 3)
+	require.Equal(t, Result{Allowed: true, Remaining: 3}, g.Peek(fresh, 0, 0, 3))
+	require.Equal(t, Result{Allowed: true}, g.Acquire(fresh, t0, 3, 3))
+	require.Equal(t, Result{RetryAfter: sec}, g.Acquire(fresh, t0, 1, 3), "clamped to t0+5s")
+}
+
+// A writer at a new time slips in between Retire's unlocked check (the
+// ring looks idle) and its lock: the ring must stay, with the writer's
+// unit. Retiring it would lose an admitted unit with the ring.
+func TestLogRetireRechecksUnderTheLock(t *testing.T) {
+	g := NewLog(sec)
+	r := g.New(t0, 10)
+	require.True(t, g.Acquire(r, t0, 1, 10).Allowed)
+	var writer Result
+	testHookRetire = func(Ring) { writer = g.Acquire(r, t0+2*sec, 1, 10) }
+	defer func() { testHookRetire = nil }()
+	require.False(t, g.Retire(r, t0+2*sec), "idle by t0's unit, not by the writer's")
+	require.Equal(t, Result{Allowed: true, Remaining: 9}, writer)
+	require.False(t, g.Retired(r))
+}
