@@ -75,26 +75,32 @@ func TestRemainingIsFloorOfRoom(t *testing.T) {
 	}
 }
 
+// burstAdmitted runs 16 goroutines of 1000 single-unit Acquires each on r at
+// t, and returns how many were admitted.
+func burstAdmitted(g *Geometry, r Ring, t, limit int64) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 1000; j++ {
+				if g.Acquire(r, t, 1, limit).Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
 func TestAcquireAtOneInstantFillsExactly(t *testing.T) {
 	for _, weighted := range []bool{true, false} {
 		g := NewGeometry(sec/10, 10, weighted, false)
 		r := g.New(t0, 0)
 		const limit = 5000
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for i := 0; i < 16; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := 0; j < 1000; j++ {
-					if g.Acquire(r, t0+sec/20, 1, limit).Allowed {
-						admitted.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		require.Equal(t, int64(limit), admitted.Load())
+		require.Equal(t, int64(limit), burstAdmitted(g, r, t0+sec/20, limit))
 		res := g.Peek(r, t0+sec/20, 0, limit)
 		require.Equal(t, Result{Allowed: true}, res)
 	}
