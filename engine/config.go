@@ -79,6 +79,10 @@ const (
 	MaxSubWindows = 1000
 	// MaxShards bounds Config.Shards.
 	MaxShards = 1 << 16
+	// MaxWindow bounds Config.Window (2^60 ns, about 36.5 years), so that
+	// times, waits and window ends computed from it (up to two windows past
+	// a time before 2116) stay inside int64 nanoseconds.
+	MaxWindow = time.Duration(1 << 60)
 	// DefaultMaxLogLimit is the largest SlidingLog limit when
 	// Config.MaxLogLimit is 0: 10,000 units, about 80 KB for one key.
 	DefaultMaxLogLimit = 10_000
@@ -190,8 +194,8 @@ func (c Config) validate() (normalized, error) {
 	if c.Limit < 1 || c.Limit > nc.maxLimit {
 		return nc, nc.limitError("Config.Limit", c.Limit)
 	}
-	if c.Window <= 0 {
-		return nc, fmt.Errorf("ringlimit: Config.Window = %v, want > 0", c.Window)
+	if c.Window <= 0 || c.Window > MaxWindow {
+		return nc, fmt.Errorf("ringlimit: Config.Window = %v, want > 0 and ≤ %v", c.Window, MaxWindow)
 	}
 	nc.n = c.SubWindows
 	if c.SubWindows == 0 {

@@ -32,6 +32,7 @@ func TestBadConfig(t *testing.T) {
 		{"limit too large for the slot", func(c *engine.Config) { c.Limit = engine.MaxLimit + 1 }, []string{"Config.Limit = 1099511627776", "1 … 1099511627775"}},
 		{"window zero", func(c *engine.Config) { c.Window = 0 }, []string{"Config.Window = 0s", "> 0"}},
 		{"window negative", func(c *engine.Config) { c.Window = -time.Second }, []string{"Config.Window = -1s"}},
+		{"window too long", func(c *engine.Config) { c.Window = engine.MaxWindow + 1 }, []string{"Config.Window = 320255h", "≤ 320255h"}},
 		{"subwindows negative", func(c *engine.Config) { c.SubWindows = -1 }, []string{"Config.SubWindows = -1", "1 … 1000"}},
 		{"subwindows too many", func(c *engine.Config) { c.SubWindows = 1001 }, []string{"Config.SubWindows = 1001", "1 … 1000"}},
 		{"fractional sub-window", func(c *engine.Config) { c.Window = 1000; c.SubWindows = 3 }, []string{"Config.Window = 1µs", "divisible by 3 ns"}},
