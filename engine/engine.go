@@ -349,6 +349,32 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 	return fmt.Errorf("ringlimit: SetLimit(%q): %w", key, err)
 }
 
+// UpdateLimits calls fn for every key held, with its current limit, and
+// sets the limit fn returns (0 keeps it), keeping every key's counts: the
+// way to apply a new per-tenant policy to live keys, while Config.KeyLimit
+// applies it to keys created from now on. It needs Config.PerKeyLimits or
+// Config.KeyLimit. It is not a snapshot: a key created meanwhile gets its
+// limit from KeyLimit instead. It returns the first error SetLimit would
+// return for a limit out of range, after visiting every key.
+func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
+	if !e.perKey {
+		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")
+	}
+	var first error
+	e.tab.Range(func(key string, r ringslot.Ring) bool {
+		cur := e.geo.Limit(r)
+		next := fn(key, cur)
+		if next == 0 || next == cur {
+			return true
+		}
+		if err := e.SetLimit(key, next); err != nil && first == nil {
+			first = err
+		}
+		return true
+	})
+	return first
+}
+
 // Len returns the number of keys held.
 func (e *Engine) Len() int64 { return e.tab.Len() }
 

@@ -312,3 +312,27 @@ func stacksContain(s string) bool {
 	buf := make([]byte, 1<<20)
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), s)
 }
+
+func TestUpdateLimitsKeepsCounts(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			tiers := map[string]int64{"free": 2, "pro": 5}
+			e := newEngine(t, engine.Config{Limit: 3, Window: time.Second, Algorithm: alg, DisableEviction: true, PerKeyLimits: true})
+			require.True(t, e.AllowAt("free:a", 2, t0).Allowed)
+			require.True(t, e.AllowAt("pro:b", 3, t0).Allowed)
+			require.NoError(t, e.UpdateLimits(func(key string, limit int64) int64 {
+				return tiers[strings.SplitN(key, ":", 2)[0]]
+			}))
+			d := e.AllowAt("free:a", 0, t0)
+			require.Equal(t, int64(2), d.Limit)
+			require.Equal(t, int64(0), d.Remaining, "the 2 units admitted before the update still count")
+			d = e.AllowAt("pro:b", 0, t0)
+			require.Equal(t, int64(5), d.Limit)
+			require.Equal(t, int64(2), d.Remaining)
+			err := e.UpdateLimits(func(string, int64) int64 { return -1 })
+			require.ErrorContains(t, err, "SetLimit limit = -1")
+		})
+	}
+	plain := newEngine(t, engine.Config{Limit: 3, Window: time.Second})
+	require.ErrorContains(t, plain.UpdateLimits(func(string, int64) int64 { return 1 }), "PerKeyLimits")
+}

@@ -198,6 +198,22 @@ func (t *Table) SweepShard(i int, now int64, scrub bool) int {
 	return n
 }
 
+// Range calls fn for every key present and its ring, one shard at a time,
+// until fn returns false. Like xsync's Range it is not a snapshot: keys
+// created or reclaimed meanwhile may or may not be visited.
+func (t *Table) Range(fn func(key string, r ringslot.Ring) bool) {
+	for i := range t.shards {
+		more := true
+		t.shards[i].m.Range(func(k mapKey, r ringslot.Ring) bool {
+			more = fn(k.s, r)
+			return more
+		})
+		if !more {
+			return
+		}
+	}
+}
+
 // Shards returns the number of shards.
 func (t *Table) Shards() int { return len(t.shards) }
 
