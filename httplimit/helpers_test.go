@@ -1,0 +1,77 @@
+package httplimit
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// t0 is aligned to a 10 s window, so FixedWindow waits are exact.
+var t0 = time.Unix(1_700_000_000, 0)
+
+func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *engine.ManualClock) {
+	t.Helper()
+	clk := engine.NewManualClock(t0)
+	cfg.Clock = clk
+	if cfg.Window == 0 {
+		cfg.Window = 10 * time.Second
+	}
+	if cfg.Limit == 0 {
+		cfg.Limit = 5
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, clk
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	_, _ = io.WriteString(w, "ok")
+})
+
+// do serves one request through h with a recorder, from remote.
+func do(h http.Handler, remote string, mod func(*http.Request)) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remote
+	if mod != nil {
+		mod(r)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// get makes a real request to srv.
+func get(t *testing.T, c *http.Client, url string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func wantHeader(t *testing.T, h http.Header, k, want string) {
+	t.Helper()
+	if got := h.Get(k); got != want {
+		t.Errorf("%s = %q, want %q", k, got, want)
+	}
+}
