@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -20,11 +21,19 @@ const sep = "\x00"
 // port. An IPv4 address (or an IPv4-mapped IPv6 address, which counts as
 // IPv4) is its own key; an IPv6 address is grouped by its first ipv6Prefix
 // bits, written as a prefix ("2001:db8:1:2::/64"), because one client
-// commonly holds a whole /64. ipv6Prefix ≤ 0 means 64; above 128 means 128.
-// An unparsable RemoteAddr is an error.
+// commonly holds a whole /64. ipv6Prefix 0 means 64; outside 0 … 128 every
+// request gets an error that names it. An unparsable RemoteAddr is an
+// error. For the usual "a.b.c.d:port" the key is a substring of
+// RemoteAddr, so it costs no allocation.
 func KeyByIP(ipv6Prefix int) KeyFunc {
-	bits := clampBits(ipv6Prefix)
+	bits, berr := prefixBits("KeyByIP", ipv6Prefix)
 	return func(r *http.Request) (string, error) {
+		if berr != nil {
+			return "", berr
+		}
+		if host, ok := ipv4Host(r.RemoteAddr); ok {
+			return host, nil
+		}
 		a, err := peerAddr(r.RemoteAddr)
 		if err != nil {
 			return "", err
@@ -33,14 +42,31 @@ func KeyByIP(ipv6Prefix int) KeyFunc {
 	}
 }
 
-func clampBits(b int) int {
+// prefixBits validates an IPv6 prefix length: 0 means 64, 1 … 128 as is.
+func prefixBits(fn string, b int) (int, error) {
 	switch {
-	case b <= 0:
-		return 64
-	case b > 128:
-		return 128
+	case b == 0:
+		return 64, nil
+	case b < 0 || b > 128:
+		return 0, errors.New("httplimit: " + fn + " ipv6Prefix = " + strconv.Itoa(b) + ", want 1 … 128 (0 for 64)")
 	}
-	return b
+	return b, nil
+}
+
+// ipv4Host returns the host of an "a.b.c.d:port" RemoteAddr. netip accepts
+// only the canonical dotted form for IPv4 (no leading zeros), so the
+// substring is exactly the address's String: the same key, no allocation.
+func ipv4Host(remote string) (string, bool) {
+	i := strings.LastIndexByte(remote, ':')
+	if i < 0 {
+		return "", false
+	}
+	host := remote[:i]
+	a, err := netip.ParseAddr(host)
+	if err != nil || !a.Is4() {
+		return "", false
+	}
+	return host, true
 }
 
 // peerAddr parses a RemoteAddr: "ip:port", "[ip6]:port", or a bare IP.

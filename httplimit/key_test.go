@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ringlimit/ringlimit/engine"
 )
 
@@ -127,5 +129,31 @@ func TestKeyByHeaderRouteCompose(t *testing.T) {
 	}
 	if a, b, c := serve("/items/1"), serve("/items/2"), serve("/other"); a != 200 || b != 429 || c != 200 {
 		t.Fatalf("per-pattern: %d %d %d, want 200 429 200", a, b, c)
+	}
+}
+
+func TestKeyByIPv4CostsNoAllocation(t *testing.T) {
+	k := KeyByIP(64)
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.7:51234"
+	key, err := k(r)
+	require.NoError(t, err)
+	require.Equal(t, "192.0.2.7", key)
+	allocs := testing.AllocsPerRun(100, func() { _, _ = k(r) })
+	require.Zero(t, allocs)
+	// A non-canonical form is not taken as is.
+	r.RemoteAddr = "[::ffff:192.0.2.7]:51234"
+	key, err = k(r)
+	require.NoError(t, err)
+	require.Equal(t, "192.0.2.7", key, "an IPv4-mapped address is the IPv4 key")
+}
+
+func TestBadPrefixIsAnErrorNamingIt(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.7:51234"
+	for _, k := range []KeyFunc{KeyByIP(200), KeyByIP(-1), KeyByRealIP(nil, 129)} {
+		_, err := k(r)
+		require.ErrorContains(t, err, "ipv6Prefix")
+		require.ErrorContains(t, err, "want 1 … 128")
 	}
 }

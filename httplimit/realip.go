@@ -24,7 +24,10 @@ import (
 //
 // With no trusted prefixes, KeyByRealIP is KeyByIP.
 func KeyByRealIP(trusted []netip.Prefix, ipv6Prefix int) KeyFunc {
-	bits := clampBits(ipv6Prefix)
+	bits, berr := prefixBits("KeyByRealIP", ipv6Prefix)
+	if berr != nil {
+		return func(*http.Request) (string, error) { return "", berr }
+	}
 	tr := make([]netip.Prefix, 0, len(trusted))
 	for _, p := range trusted {
 		if p.IsValid() {
