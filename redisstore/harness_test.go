@@ -1,0 +1,140 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// server is a redis-server started by a test on a loopback port.
+type server struct {
+	tb   testing.TB
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+func (s *server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// The pool logs every failed dial; the tests kill servers on purpose.
+func init() { redis.SetLogger(quietLogger{}) }
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func needRedis(tb testing.TB) {
+	tb.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			tb.Fatalf("%s is not installed: these tests need a real Redis (Debian: apt-get install -y redis-server); .ci/run installs it", bin)
+		}
+	}
+}
+
+// startRedis starts redis-server on a free loopback port with a temporary
+// directory, waits for PING, and stops it in Cleanup.
+func startRedis(tb testing.TB, extra ...string) *server {
+	tb.Helper()
+	needRedis(tb)
+	s := &server{tb: tb, port: freePort(tb), dir: tb.TempDir(), args: extra}
+	s.start()
+	tb.Cleanup(s.kill)
+	return s
+}
+
+func (s *server) start() {
+	s.tb.Helper()
+	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	s.cmd.Stdout, s.cmd.Stderr = nil, nil
+	if err := s.cmd.Start(); err != nil {
+		s.tb.Fatalf("starting redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			s.tb.Fatalf("redis-server on %s did not answer PING: %v", s.addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill stops the server (SIGKILL) and waits for it.
+func (s *server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_, _ = s.cmd.Process.Wait()
+		s.cmd = nil
+	}
+}
+
+func (s *server) client() *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr: s.addr(), MaxRetries: -1, DialerRetries: 1,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+	})
+	s.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// startCluster starts three cluster-enabled masters and joins them.
+func startCluster(tb testing.TB) []*server {
+	tb.Helper()
+	var nodes []*server
+	var addrs []string
+	for range 3 {
+		dir := tb.TempDir()
+		s := startRedis(tb, "--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf", "--cluster-node-timeout", "5000")
+		nodes = append(nodes, s)
+		addrs = append(addrs, s.addr())
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		for {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("cluster on %v not ok: %v %s", addrs, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return nodes
+}

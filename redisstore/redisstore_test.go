@@ -1,0 +1,318 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+var ctx = context.Background()
+
+func mustNew(t *testing.T, c redis.UniversalClient, cfg engine.Config, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(c, cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestConfigErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		cfg  engine.Config
+		want string
+	}{
+		{engine.Config{Window: time.Second}, "Limit"},
+		{engine.Config{Limit: 1}, "Window"},
+		{engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.SlidingLog}, "SlidingLog"},
+		{engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4}, "microseconds"},
+		{engine.Config{Limit: 1e8, Window: 10 * time.Second, SubWindows: 10}, "2^53"},
+		{engine.Config{Limit: 1, Window: 200 * 24 * time.Hour, SubWindows: 10}, "2^53"},
+		{engine.Config{Limit: 1, Window: time.Second, KeyLimit: func(string) int64 { return 1 }}, "KeyLimit"},
+	} {
+		_, err := New(c, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	// Strict and Fixed have no product bound.
+	if _, err := New(c, engine.Config{Limit: 1e8, Window: 10 * time.Second, Algorithm: engine.SlidingWindowStrict}); err != nil {
+		t.Error(err)
+	}
+	if _, err := New(c, engine.Config{Limit: 1, Window: time.Second}, WithFallbackLocal(0)); err == nil {
+		t.Error("share 0 accepted")
+	}
+}
+
+// Several Limiters, each with its own client, share one key's limit from
+// concurrent goroutines: together they admit exactly Limit.
+func TestSharedLimit(t *testing.T) {
+	s := startRedis(t)
+	const limit = 300
+	cfg := engine.Config{Limit: limit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		l := mustNew(t, s.client(), cfg)
+		for range 4 {
+			wg.Go(func() {
+				for range 150 {
+					d, err := l.AllowN(ctx, "shared", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		if st := l.Stats(); st.Failures != 0 {
+			t.Errorf("failures: %+v", st)
+		}
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != limit {
+		t.Fatalf("admitted %d across 4 limiters, want exactly %d", got, limit)
+	}
+}
+
+// Each decision, with the Redis time the script used, matches the engine
+// driven with AllowAt at that time: Allowed, Remaining and RetryAfter.
+func TestMatchesReference(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			cfg := engine.Config{Limit: 12, Window: 240 * time.Millisecond, SubWindows: 4, Algorithm: alg}
+			if alg == engine.FixedWindow {
+				cfg.Window = 80 * time.Millisecond
+			}
+			l := mustNew(t, c, cfg, WithPrefix("ref:"+alg.String()+":"))
+			rc := cfg
+			rc.DisableEviction = true
+			ref, err := engine.New(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			rng := rand.New(rand.NewPCG(uint64(alg), 7))
+			keys := []string{"a", "b{c}"}
+			denied, admitted := 0, 0
+			for i := range 400 {
+				key := keys[rng.IntN(len(keys))]
+				n := int64(rng.IntN(5))
+				switch rng.IntN(20) {
+				case 0:
+					n = -1
+				case 1:
+					n = cfg.Limit + 1
+				case 2:
+					n = cfg.Limit
+				}
+				got, at, err := l.eval(ctx, key, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := ref.AllowAt(key, n, at)
+				if got != want {
+					t.Fatalf("step %d: key %q n %d at %v: redis %+v, engine %+v", i, key, n, at.Format(time.RFC3339Nano), got, want)
+				}
+				if got.Allowed && n > 0 {
+					admitted++
+				} else if !got.Allowed {
+					denied++
+				}
+				if rng.IntN(3) == 0 {
+					time.Sleep(time.Duration(rng.IntN(15000)) * time.Microsecond)
+				}
+			}
+			if admitted == 0 || denied == 0 {
+				t.Fatalf("the script did not exercise both outcomes: %d admitted, %d denied", admitted, denied)
+			}
+		})
+	}
+}
+
+// The server killed mid-run: each policy decides while it is down, every
+// failure is counted and reported; restarted on the same port, each limiter
+// answers from Redis again (through NOSCRIPT: the new server has no script).
+func TestServerKilled(t *testing.T) {
+	s := startRedis(t)
+	cfg := engine.Config{Limit: 10, Window: time.Minute}
+	var hookCalls atomic.Int64
+	hook := WithOnError(func(error) { hookCalls.Add(1) })
+	closed := mustNew(t, s.client(), cfg, hook)
+	open := mustNew(t, s.client(), cfg, hook, WithPolicy(FailOpen))
+	local := mustNew(t, s.client(), cfg, hook, WithFallbackLocal(0.5))
+	for _, l := range []*Limiter{closed, open, local} {
+		if ok, err := l.Allow(ctx, "k"); !ok || err != nil {
+			t.Fatalf("before the kill: %v %v", ok, err)
+		}
+	}
+	s.kill()
+
+	d, err := closed.AllowN(ctx, "k", 1)
+	if err != nil || d.Allowed || d.Reason() != engine.ReasonLimited {
+		t.Fatalf("FailClosed while down: %+v %v", d, err)
+	}
+	d, err = open.AllowN(ctx, "k", 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("FailOpen while down: %+v %v", d, err)
+	}
+	n := 0
+	for range 10 {
+		if d, err := local.AllowN(ctx, "k", 1); err != nil {
+			t.Fatal(err)
+		} else if d.Allowed {
+			n++
+		}
+	}
+	if n != 5 {
+		t.Fatalf("FallbackLocal(0.5) of 10 admitted %d while down, want 5", n)
+	}
+	if st := local.Stats(); st.Failures != 10 || st.FallbackDecisions != 10 {
+		t.Fatalf("FallbackLocal stats %+v", st)
+	}
+	if got := hookCalls.Load(); got != 12 {
+		t.Fatalf("OnError called %d times, want 12", got)
+	}
+	// A deadline is honoured and counted.
+	dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	time.Sleep(2 * time.Millisecond)
+	if _, err := closed.AllowN(dctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("expired context: %v", err)
+	}
+
+	s.start()
+	for _, l := range []*Limiter{closed, open, local} {
+		before := l.Stats()
+		var ok bool
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if ok, _ = l.Allow(ctx, "k"); l.Stats().Decisions > before.Decisions {
+				break
+			}
+		}
+		if st := l.Stats(); st.Decisions == before.Decisions || !ok {
+			t.Fatalf("no recovery after restart: %+v (allowed %v)", st, ok)
+		}
+	}
+}
+
+func TestScriptFlush(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	l := mustNew(t, c, engine.Config{Limit: 3, Window: time.Minute})
+	for i := range 5 {
+		if i == 2 {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := l.AllowN(ctx, "k", 1)
+		if err != nil || d.Allowed != (i < 3) {
+			t.Fatalf("step %d: %+v %v", i, d, err)
+		}
+	}
+	if st := l.Stats(); st.NoScript != 2 || st.Failures != 0 {
+		t.Fatalf("stats %+v, want two NOSCRIPTs (the first call, and after the flush) and no failure", st)
+	}
+}
+
+func TestBraces(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	cfg := engine.Config{Limit: 2, Window: time.Minute, SubWindows: 6}
+	l := mustNew(t, c, cfg)
+	keys := []string{"a{b}c", "{a}", "a", "{a", "a}", `\(a\)`, "(a)", "}{", "", `\`, `\\`}
+	seen := map[string]string{}
+	for _, k := range keys {
+		rk := l.Key(k)
+		if o, dup := seen[rk]; dup {
+			t.Fatalf("keys %q and %q share the Redis key %q", o, k, rk)
+		}
+		seen[rk] = k
+		// The tag is everything between the first '{' and the next '}'.
+		i := strings.IndexByte(rk, '{')
+		j := strings.IndexByte(rk[i+1:], '}')
+		if i+1+j != len(rk)-1 {
+			t.Fatalf("key %q: Redis key %q: the hash tag does not end at the last byte", k, rk)
+		}
+	}
+	for _, k := range keys {
+		for i := range 3 {
+			d, err := l.AllowN(ctx, k, 1)
+			if err != nil || d.Allowed != (i < 2) {
+				t.Fatalf("key %q step %d: %+v %v (keys must not share counts)", k, i, d, err)
+			}
+		}
+		ttl, err := c.PTTL(ctx, l.Key(k)).Result()
+		if err != nil || ttl <= 0 || ttl > cfg.Window+cfg.Window/6 {
+			t.Fatalf("key %q: PTTL %v %v", k, ttl, err)
+		}
+	}
+}
+
+func TestCluster(t *testing.T) {
+	nodes := startCluster(t)
+	var addrs []string
+	for _, s := range nodes {
+		addrs = append(addrs, s.addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer cc.Close()
+	l := mustNew(t, cc, engine.Config{Limit: 3, Window: time.Minute, SubWindows: 12})
+	slots := map[int64]bool{}
+	for i := range 300 {
+		k := fmt.Sprintf("tenant-%d", i)
+		if i%3 == 0 {
+			k = fmt.Sprintf("{t%d}x{", i)
+		}
+		for j := range 4 {
+			d, _, err := l.eval(ctx, k, 1) // eval: any CROSSSLOT would surface here
+			if err != nil {
+				t.Fatalf("key %q: %v", k, err)
+			}
+			if d.Allowed != (j < 3) {
+				t.Fatalf("key %q step %d: %+v", k, j, d)
+			}
+		}
+		slot, err := cc.ClusterKeySlot(ctx, l.Key(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+	}
+	var perNode []int64
+	for _, s := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		n, err := c.DBSize(ctx).Result()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		perNode = append(perNode, n)
+	}
+	for i, n := range perNode {
+		if n == 0 {
+			t.Fatalf("node %d holds no key: %v", i, perNode)
+		}
+	}
+	if len(slots) < 200 || l.Stats().Failures != 0 {
+		t.Fatalf("%d slots, stats %+v", len(slots), l.Stats())
+	}
+}

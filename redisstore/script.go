@@ -1,0 +1,126 @@
+package redisstore
+
+// luaSource is the decision script. KEYS[1] is the key's hash (one hash tag,
+// so one slot). ARGV: n, limit, w (µs, the sub-window width), span (N for the
+// sliding algorithms, 0 for FixedWindow), weighted (1 or 0), ttl (ms), force (1: add n
+// unchecked, the hybrid mode's flush; 0 otherwise).
+//
+// The hash holds field "l", the newest epoch the key has seen, and one field
+// per epoch in l−span … l holding that sub-window's count (fields named by
+// the epoch, in decimal). Time is Redis TIME, in µs: below 2^53 until the
+// year 2255, so every quantity is an exact integer in Lua's doubles under
+// the bounds New enforces (see checkBounds).
+//
+// Replies {allowed, remaining, retryAfterNs (−1 = Never), sec, usec}: the
+// last two are the time the script decided at, for tests and debugging.
+const luaSource = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local key = KEYS[1]
+local n = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local w = tonumber(ARGV[3])
+local span = tonumber(ARGV[4])
+local weighted = ARGV[5] == '1'
+local ttl = tonumber(ARGV[6])
+local force = ARGV[7] == '1' -- hybrid flush: add n without the check
+
+local function idiv(x, y)
+  local q = math.floor(x / y)
+  while q * y > x do q = q - 1 end
+  while (q + 1) * y <= x do q = q + 1 end
+  return q
+end
+local function f(e) return string.format('%d', e) end
+
+local tm = redis.call('TIME')
+local sec, usec = tonumber(tm[1]), tonumber(tm[2])
+local t = sec * 1000000 + usec
+local e0 = idiv(t, w)
+local off = t - e0 * w
+local l = tonumber(redis.call('HGET', key, 'l') or '-1')
+local e = e0
+if e0 < l then e, off = l, 0 end
+
+-- counts c[0..span] of epochs e-span .. e
+local fields = {}
+for k = 0, span do fields[k + 1] = f(e - span + k) end
+local vals = redis.call('HMGET', key, unpack(fields))
+local c = {}
+for k = 0, span do c[k] = tonumber(vals[k + 1] or '0') or 0 end
+local cur = c[span]
+local full, old = 0, 0
+for k = 0, span - 1 do full = full + c[k] end
+if weighted and span > 0 then full = full - c[0]; old = c[0] end
+
+local wn = w * 1000   -- ns
+local offn = off * 1000
+
+local function fits(fl, o, m)
+  local room = limit - fl - m
+  if room < 0 then return false end
+  if o <= room then return true end
+  if not weighted then return false end
+  return o * (w - off) <= room * w
+end
+local function remaining(fl, o)
+  local used = fl + o
+  if weighted and o > 0 and off > 0 then
+    local x = o * (w - off)
+    local q = idiv(x, w)
+    if q * w ~= x then q = q + 1 end
+    used = fl + q
+  end
+  if used >= limit then return 0 end
+  return limit - used
+end
+local function retryAfter()
+  local fl, o = cur + full, old
+  local x = 0 -- index into c of the epoch leaving next
+  for j = 0, span + 1 do
+    if j > 0 then
+      if weighted then
+        x = x + 1
+        o = c[x] or 0
+        fl = fl - o
+      else
+        fl = fl - (c[x] or 0)
+        x = x + 1
+      end
+    end
+    local room = limit - fl - n
+    if room >= 0 then
+      if o <= room then
+        if j > 0 then return j * wn - offn end
+      else
+        local rp = wn - idiv(room * wn, o)
+        if j == 0 and rp < offn then rp = offn end
+        if rp < wn then return j * wn + rp - offn end
+      end
+    end
+  end
+  return -1
+end
+
+if n >= 1 and (force or n <= limit) then
+  if not force and not fits(cur + full, old, n) then
+    return {0, remaining(cur + full, old), retryAfter(), sec, usec}
+  end
+  if e > l then
+    if l >= 0 then
+      local lo = l - span
+      local hi = math.min(l, e - span - 1)
+      for k = lo, hi do redis.call('HDEL', key, f(k)) end
+    end
+    redis.call('HSET', key, 'l', f(e))
+  end
+  redis.call('HINCRBY', key, f(e), n)
+  redis.call('PEXPIRE', key, ttl)
+  return {1, remaining(cur + n + full, old), 0, sec, usec}
+end
+-- a peek: n = 0, n < 0 or n > limit; records nothing
+local rem = remaining(cur + full, old)
+if n == 0 then return {1, rem, 0, sec, usec} end
+if n < 0 then return {0, rem, -1, sec, usec} end
+if fits(cur + full, old, n) then return {1, rem, 0, sec, usec} end
+return {0, rem, -1, sec, usec}
+`
