@@ -103,13 +103,8 @@ func New(cfg Config) (*Engine, error) {
 // the key's slots (with SlidingLog, under the key's lock).
 func (e *Engine) Allow(key string) bool {
 	t := e.clk.UnixNano()
-	if t >= 0 {
-		h := e.tab.Hash(key)
-		if r, ok := e.tab.Load(h, key); ok {
-			if allowed, dead := e.geo.Admit(r, t, 1, e.ringLimit(r)); !dead {
-				return allowed
-			}
-		}
+	if res, _, ok := e.fast(key, 1, t, false); ok {
+		return res.Allowed
 	}
 	return e.decideSlow(key, 1, t).Allowed
 }
@@ -118,7 +113,7 @@ func (e *Engine) Allow(key string) bool {
 // clock.
 func (e *Engine) AllowN(key string, n int64) Decision {
 	t := e.clk.UnixNano()
-	if res, limit, ok := e.fast(key, n, t); ok {
+	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
 	return e.decideSlow(key, n, t)
@@ -141,7 +136,7 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 // Config.DisableEviction.
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	t := now.UnixNano()
-	if res, limit, ok := e.fast(key, n, t); ok {
+	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
 	return e.decideSlow(key, n, t)
@@ -150,8 +145,9 @@ func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 // fast is the decision path for the common case, an existing key and
 // 1 ≤ n ≤ limit at t ≥ 0 (Unix ns); ok is false for everything else, which
 // decideSlow handles. It returns the ring's Result rather than a Decision so
-// that nothing is copied through memory between frames.
-func (e *Engine) fast(key string, n, t int64) (res ringslot.Result, limit int64, ok bool) {
+// that nothing is copied through memory between frames. Without detail it
+// leaves Remaining and RetryAfter out (ringslot.Admit), for Allow.
+func (e *Engine) fast(key string, n, t int64, detail bool) (res ringslot.Result, limit int64, ok bool) {
 	if t < 0 || n < 1 {
 		return res, 0, false
 	}
@@ -164,7 +160,11 @@ func (e *Engine) fast(key string, n, t int64) (res ringslot.Result, limit int64,
 	if n > limit {
 		return res, 0, false
 	}
-	res = e.geo.Acquire(r, t, n, limit)
+	if detail {
+		res = e.geo.Acquire(r, t, n, limit)
+	} else {
+		res.Allowed, res.Dead = e.geo.Admit(r, t, n, limit)
+	}
 	return res, limit, !res.Dead
 }
 

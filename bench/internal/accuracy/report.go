@@ -182,47 +182,36 @@ func (res *Result) PatternTables() string {
 		}
 		b.WriteString("\n|---|" + strings.Repeat("---:|", len(res.Patterns)) + "\n")
 	}
-	b.WriteString("Worst number of units admitted in any window (t−W, t], divided by L (for tenants: the worst key):\n\n")
-	head("Algorithm")
-	for _, r := range res.Rows {
-		b.WriteString("| " + r.Name() + " |")
-		for _, c := range r.Cells {
-			b.WriteString(" " + res.ratioText(c.WorstUnits) + " |")
+	// rows writes one table row per algorithm, one cell per pattern.
+	rows := func(cell func(i int, c Cell) string) {
+		head("Algorithm")
+		for _, r := range res.Rows {
+			b.WriteString("| " + r.Name() + " |")
+			for i, c := range r.Cells {
+				b.WriteString(" " + cell(i, c) + " |")
+			}
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
 	}
+	b.WriteString("Worst number of units admitted in any window (t−W, t], divided by L (for tenants: the worst key):\n\n")
+	rows(func(_ int, c Cell) string { return res.ratioText(c.WorstUnits) })
 	b.WriteString("| *exact log (the lab's reference)* |")
 	for _, ref := range res.Reference {
 		b.WriteString(" " + res.ratioText(ref.WorstUnits) + " |")
 	}
 	b.WriteString("\n\nShare of decisions that differ from the exact log: false allows / false denies:\n\n")
-	head("Algorithm")
-	for _, r := range res.Rows {
-		b.WriteString("| " + r.Name() + " |")
-		for _, c := range r.Cells {
-			fmt.Fprintf(&b, " %s / %s |", pctText(ratio(c.FalseAllows, c.Decisions)), pctText(ratio(c.FalseDenies, c.Decisions)))
-		}
-		b.WriteString("\n")
-	}
+	rows(func(_ int, c Cell) string {
+		return pctText(ratio(c.FalseAllows, c.Decisions)) + " / " + pctText(ratio(c.FalseDenies, c.Decisions))
+	})
 	b.WriteString("\nEstimate errors: decisions that differ from those of an exact limiter holding the algorithm's own history " +
 		"(false allows / false denies):\n\n")
-	head("Algorithm")
-	for _, r := range res.Rows {
-		b.WriteString("| " + r.Name() + " |")
-		for _, c := range r.Cells {
-			fmt.Fprintf(&b, " %s / %s |", pctText(ratio(c.EstFalseAllows, c.Decisions)), pctText(ratio(c.EstFalseDenies, c.Decisions)))
-		}
-		b.WriteString("\n")
-	}
+	rows(func(_ int, c Cell) string {
+		return pctText(ratio(c.EstFalseAllows, c.Decisions)) + " / " + pctText(ratio(c.EstFalseDenies, c.Decisions))
+	})
 	b.WriteString("\nUnits admitted, as a share of the exact log's (throughput relative to an exact limiter):\n\n")
-	head("Algorithm")
-	for _, r := range res.Rows {
-		b.WriteString("| " + r.Name() + " |")
-		for i, c := range r.Cells {
-			fmt.Fprintf(&b, " %.1f%% |", 100*ratio(c.Admitted, res.Reference[i].Admitted))
-		}
-		b.WriteString("\n")
-	}
+	rows(func(i int, c Cell) string {
+		return fmt.Sprintf("%.1f%%", 100*ratio(c.Admitted, res.Reference[i].Admitted))
+	})
 	return b.String()
 }
 
