@@ -375,6 +375,25 @@ func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	return first
 }
 
+// Config returns the engine's configuration with its defaults applied:
+// SubWindows is the N in use (0 for FixedWindow and SlidingLog), Shards the
+// shard count, MaxLogLimit the log's cap (SlidingLog only), SweepInterval
+// the sweep period, and PerKeyLimits is true when KeyLimit is set. Adapters
+// read the window and limit from here rather than asking the user twice.
+func (e *Engine) Config() Config {
+	c := e.cfg.Config
+	c.SubWindows = e.cfg.n
+	c.Shards = e.cfg.shards
+	c.SweepInterval = e.cfg.sweep
+	if c.Algorithm == SlidingLog {
+		c.MaxLogLimit = e.cfg.maxLimit
+	}
+	return c
+}
+
+// Window returns Config.Window.
+func (e *Engine) Window() time.Duration { return e.cfg.Window }
+
 // Len returns the number of keys held.
 func (e *Engine) Len() int64 { return e.tab.Len() }
 

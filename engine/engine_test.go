@@ -336,3 +336,26 @@ func TestUpdateLimitsKeepsCounts(t *testing.T) {
 	plain := newEngine(t, engine.Config{Limit: 3, Window: time.Second})
 	require.ErrorContains(t, plain.UpdateLimits(func(string, int64) int64 { return 1 }), "PerKeyLimits")
 }
+
+func TestConfigReportsDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		alg  engine.Algorithm
+		n    int
+		want int
+	}{
+		{engine.SlidingWindow, 0, engine.DefaultSubWindows},
+		{engine.SlidingWindowStrict, 4, 4},
+		{engine.FixedWindow, 7, 0},
+		{engine.SlidingLog, 3, 0},
+	} {
+		e, err := engine.New(engine.Config{Limit: 5, Window: time.Second, SubWindows: tc.n, Algorithm: tc.alg, DisableEviction: true})
+		require.NoError(t, err)
+		c := e.Config()
+		require.Equal(t, tc.want, c.SubWindows, tc.alg.String())
+		require.Equal(t, time.Second, e.Window())
+		require.Equal(t, int64(5), c.Limit)
+		require.NotZero(t, c.Shards)
+		require.Equal(t, tc.alg == engine.SlidingLog, c.MaxLogLimit == engine.DefaultMaxLogLimit, tc.alg.String())
+		e.Close()
+	}
+}
