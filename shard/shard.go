@@ -109,14 +109,23 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh func() ringslot.Ring) (
 	return r, nil
 }
 
-// reserve counts one more key, or reports false at MaxKeys.
+// reserve counts one more key, or reports false at MaxKeys. It is a CAS
+// loop rather than add-then-undo, so that Len never reads above MaxKeys.
 func (t *Table) reserve() bool {
-	if t.live.Add(1) > t.maxKeys && t.maxKeys > 0 {
-		t.live.Add(-1)
-		t.refused.Add(1)
-		return false
+	if t.maxKeys <= 0 {
+		t.live.Add(1)
+		return true
 	}
-	return true
+	for {
+		n := t.live.Load()
+		if n >= t.maxKeys {
+			t.refused.Add(1)
+			return false
+		}
+		if t.live.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // Replace swaps the retired ring old for fresh() and returns the key's
@@ -185,13 +194,19 @@ func (t *Table) SweepShard(i int, now int64, scrub bool) int {
 			return true
 		}
 		s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
-			if loaded && cur == r {
+			switch {
+			case !loaded:
+				// Deleted by a concurrent sweep. Returning (cur, false)
+				// here would store the zero Ring for the key: delete is
+				// the only answer that leaves an absent key absent.
+				return cur, true
+			case cur == r:
 				t.live.Add(-1)
 				s.evicted.Add(1)
 				n++
 				return cur, true
 			}
-			return cur, false
+			return cur, false // replaced meanwhile: keep the new ring
 		})
 		return true
 	})
@@ -218,7 +233,7 @@ func (t *Table) Range(fn func(key string, r ringslot.Ring) bool) {
 func (t *Table) Shards() int { return len(t.shards) }
 
 // Len returns the number of keys present. It is exact when no key is being
-// created or reclaimed concurrently.
+// created or reclaimed concurrently, and never above MaxKeys.
 func (t *Table) Len() int64 { return t.live.Load() }
 
 // Evicted returns the number of rings reclaimed since creation.

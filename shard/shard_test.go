@@ -145,3 +145,40 @@ func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 	require.True(t, <-replaced == moved, "Replace must find the moved ring")
 	require.Zero(t, tab.Evicted())
 }
+
+// Len never reads above MaxKeys, even while many goroutines race to create
+// keys at the cap (reserve is a CAS loop, not add-then-undo).
+func TestLenNeverAboveMaxKeys(t *testing.T) {
+	const maxKeys = 8
+	tab, g := newTable(maxKeys)
+	fresh := func() ringslot.Ring { return g.New(t0, 0) }
+	var stop atomic.Bool
+	var over atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			if n := tab.Len(); n > maxKeys {
+				over.Store(n)
+			}
+		}
+	}()
+	workers := 4 * runtime.GOMAXPROCS(0)
+	finished := make(chan struct{}, workers)
+	for w := range workers {
+		go func() {
+			for i := range 2000 {
+				k := string(rune('a'+w)) + string(rune(i))
+				_, _ = tab.LoadOrCreate(tab.Hash(k), k, fresh)
+			}
+			finished <- struct{}{}
+		}()
+	}
+	for range workers {
+		<-finished
+	}
+	stop.Store(true)
+	<-done
+	require.Zero(t, over.Load(), "Len read above MaxKeys")
+	require.Equal(t, int64(maxKeys), tab.Len())
+}
