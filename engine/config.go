@@ -157,9 +157,12 @@ type Config struct {
 	// SweepInterval is the period of one full sweep over every shard; the
 	// sweeper visits one shard per SweepInterval/Shards. 0 means
 	// max(Window + one sub-window, 1s), or max(Window, 1s) for FixedWindow
-	// and SlidingLog. A key idle for longer than Window plus one
-	// sub-window (SlidingLog: whose newest request is Window old) is
-	// reclaimed within one more SweepInterval.
+	// and SlidingLog. A key, its counts and its SetLimit override are kept
+	// while it is idle for at most Window plus one sub-window (FixedWindow,
+	// whose sub-window is the window: 2·Window; SlidingLog: Window). Once
+	// idle for Window plus two sub-windows (FixedWindow: 3·Window;
+	// SlidingLog: just over Window) it is reclaimed within one more
+	// SweepInterval.
 	SweepInterval time.Duration
 }
 
@@ -171,7 +174,7 @@ type normalized struct {
 	maxLimit int64 // the largest limit of any key: MaxLimit, or the log's cap
 	shards   int
 	sweep    time.Duration
-	idle     time.Duration // how soon an idle key can be reclaimed: the KeysFull hint
+	idle     time.Duration // how soon a key idle from now is reclaimable: the KeysFull hint
 }
 
 func (c Config) validate() (normalized, error) {
@@ -248,12 +251,17 @@ func (c Config) validate() (normalized, error) {
 			nc.sweep = time.Second
 		}
 	}
-	nc.idle = c.Window + time.Duration(nc.width)
-	if c.Algorithm == SlidingLog {
-		nc.idle = c.Window // idle once its newest request is Window old
-	}
-	if nc.idle < 0 { // Window + width overflowed
+	// A key that gets no request from now on is reclaimable after
+	// Window + 2 sub-windows (Fixed: 3 windows; a log: just over Window).
+	nc.idle = c.Window + 2*time.Duration(nc.width)
+	switch {
+	case c.Algorithm == FixedWindow:
+		nc.idle = 3 * c.Window
+	case c.Algorithm == SlidingLog:
 		nc.idle = c.Window
+	}
+	if nc.idle < 0 { // overflowed: Window is near MaxWindow
+		nc.idle = MaxWindow
 	}
 	if c.KeyLimit != nil {
 		nc.PerKeyLimits = true

@@ -44,8 +44,10 @@ const (
 	ReasonNever
 	// ReasonKeysFull: the key is new, and Config.MaxKeys keys are held.
 	// Remaining is the full Limit (the key has used nothing) and
-	// RetryAfter is a hint: Window plus one sub-window (Window for
-	// SlidingLog), the soonest an idle key can be reclaimed.
+	// RetryAfter is a hint: how long a key that gets no more requests
+	// takes to become reclaimable, Window plus two sub-windows
+	// (FixedWindow: 3·Window; SlidingLog: Window), not counting the
+	// sweeper's period.
 	ReasonKeysFull
 )
 

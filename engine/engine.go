@@ -128,6 +128,10 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 //   - n above the key's limit is refused with RetryAfter Never, and records
 //     nothing.
 //
+// A now before 1970 or after 2262-04-11 (beyond int64 Unix nanoseconds) is
+// refused with RetryAfter Never and leaves the key untouched; it is judged
+// by the time.Time itself, so a year-1000 time never wraps into 2169.
+//
 // Time never runs backwards for a key: a now older than the newest
 // sub-window the key has seen is treated as the start of that sub-window
 // (with SlidingLog, a now older than the newest time the key has seen is
@@ -135,7 +139,7 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 // keys are reclaimed by the engine's Clock, not by now; see
 // Config.DisableEviction.
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
-	t := now.UnixNano()
+	t := clock.UnixNano(now) // −1 outside 1970 … 2262: refused in decideSlow
 	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
@@ -300,18 +304,28 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 	if why != refusedNone {
 		return ringslot.Ring{}, false
 	}
-	r, err := e.tab.Replace(h, key, old, func() ringslot.Ring { return e.geo.New(t, limit) })
+	r, err := e.tab.Replace(h, key, old, e.freshAfter(old, t, limit))
 	if err != nil {
 		return ringslot.Ring{}, false
 	}
 	return r, true
 }
 
+// freshAfter returns the constructor of a ring replacing the retired ring
+// old for a writer at t: it starts at t or at old's retirement time,
+// whichever is later. Every count of old is outside the window there, and a
+// writer whose t is older is clamped forward to it, so no count that is
+// still inside some writer's window is dropped (docs/design.md §5).
+func (e *Engine) freshAfter(old ringslot.Ring, t, limit int64) func() ringslot.Ring {
+	return func() ringslot.Ring { return e.geo.New(max(t, e.geo.RetiredAt(old)), limit) }
+}
+
 // SetLimit sets key's own limit, creating the key's state if it has none,
 // and keeps its counts. It needs Config.PerKeyLimits or Config.KeyLimit. A
 // lower limit applies from the next decision; units already admitted stay.
 // The override lasts until the key is reclaimed after being idle for longer
-// than Window plus one sub-window (SlidingLog: Window); after that
+// than Window plus one sub-window (FixedWindow: 2·Window; SlidingLog:
+// Window), or for 2^21 sub-windows with eviction disabled; after that
 // Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
 // belong in KeyLimit.
 //
@@ -335,7 +349,7 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 			return nil
 		}
 		if e.geo.Retired(r) {
-			r, err = e.tab.Replace(h, key, r, fresh)
+			r, err = e.tab.Replace(h, key, r, e.freshAfter(r, t, limit))
 			continue
 		}
 		// A log too small for limit. Grow it under the key's bucket lock,

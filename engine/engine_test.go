@@ -205,7 +205,7 @@ func TestMaxKeysRefusesNewKeysNeverEvictsLiveOnes(t *testing.T) {
 	}
 	d := e.AllowN("d", 1)
 	require.False(t, d.Allowed)
-	require.Equal(t, engine.Decision{Limit: 5, Remaining: 5, RetryAfter: 1100 * time.Millisecond}, d)
+	require.Equal(t, engine.Decision{Limit: 5, Remaining: 5, RetryAfter: 1200 * time.Millisecond}, d)
 	require.Equal(t, engine.ReasonKeysFull, d.Reason())
 	require.Equal(t, engine.Stats{Keys: 3, Refused: 1}, e.Stats())
 	// Existing keys keep working and keep their counts.
@@ -213,6 +213,8 @@ func TestMaxKeysRefusesNewKeysNeverEvictsLiveOnes(t *testing.T) {
 	require.True(t, e.AllowN("a", 4).Allowed)
 	// Once idle keys are reclaimed there is room again.
 	clk.Advance(1100 * time.Millisecond)
+	require.Zero(t, e.Sweep(), "idle for Window plus one sub-window: kept")
+	clk.Advance(100 * time.Millisecond)
 	require.Equal(t, 3, e.Sweep())
 	require.True(t, e.AllowN("d", 1).Allowed)
 	require.Equal(t, int64(1), e.Len())
@@ -263,6 +265,8 @@ func TestSweepReclaimsIdleKeys(t *testing.T) {
 	clk.Advance(time.Second) // t0's sub-window is still partly inside
 	require.Zero(t, e.Sweep())
 	e.AllowN("7", 1) // keeps key 7 alive
+	clk.Advance(100 * time.Millisecond)
+	require.Zero(t, e.Sweep(), "idle for Window plus one sub-window: kept")
 	clk.Advance(100 * time.Millisecond)
 	require.Equal(t, 99, e.Sweep())
 	require.Equal(t, engine.Stats{Keys: 1, Evicted: 99}, e.Stats())

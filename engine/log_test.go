@@ -112,8 +112,8 @@ func TestLogGrowRacingWriters(t *testing.T) {
 	}
 }
 
-// A log key is idle once its newest request is Window old: every unit is
-// then outside the window. MaxKeys' hint is that Window.
+// A log key is reclaimed once its newest request is more than Window old:
+// every unit is then outside the window. MaxKeys' hint is that Window.
 func TestLogSweepReclaimsIdleKeys(t *testing.T) {
 	clk := engine.NewManualClock(t0)
 	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: engine.SlidingLog, Clock: clk, SweepInterval: time.Hour, MaxKeys: 100})
@@ -127,6 +127,8 @@ func TestLogSweepReclaimsIdleKeys(t *testing.T) {
 	clk.Advance(time.Second - 1) // t0's units are inside for one more nanosecond
 	require.Zero(t, e.Sweep())
 	e.AllowN("7", 1) // keeps key 7 alive
+	clk.Advance(1)
+	require.Zero(t, e.Sweep(), "idle for exactly Window: kept")
 	clk.Advance(1)
 	require.Equal(t, 99, e.Sweep())
 	require.Equal(t, engine.Stats{Keys: 1, Evicted: 99, Refused: 1}, e.Stats())

@@ -2,18 +2,6 @@ package engine
 
 import "time"
 
-// scrubEvery returns how many sweeper passes go by between scrubs of live
-// rings. A scrub must reach every live ring well within 2^23 sub-windows;
-// one pass in up to 16 (fewer when a pass is long against the sub-window)
-// keeps that under 2^20, and saves the sweeper reading whole rings.
-func scrubEvery(pass time.Duration, width int64) int {
-	perPass := int64(pass) / width // sub-windows per pass
-	if perPass == 0 {
-		return 16
-	}
-	return int(max(1, min(16, (1<<20)/perPass)))
-}
-
 // sweeper reclaims idle keys incrementally: each tick it sweeps one shard,
 // so a full pass over the table takes SweepInterval and no pass ever holds
 // more than one shard's worth of work. It exits when Close closes stop.
@@ -25,16 +13,15 @@ func (e *Engine) sweeper() {
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	every := scrubEvery(e.cfg.sweep, e.cfg.width)
-	next, pass := 0, 0
+	next := 0
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
-			e.tab.SweepShard(next, e.clk.UnixNano(), pass%every == 0)
+			e.tab.SweepShard(next, e.clk.UnixNano())
 			if next++; next == e.tab.Shards() {
-				next, pass = 0, pass+1
+				next = 0
 			}
 		}
 	}
@@ -43,15 +30,18 @@ func (e *Engine) sweeper() {
 // Sweep runs one full pass over every shard now, by the engine's clock, and
 // returns the number of keys reclaimed. The background sweeper does the same
 // work a shard at a time; Sweep is for tests, for engines with
-// DisableEviction, and for callers that want memory back at once. A key is
-// reclaimed when nothing it recorded is inside its window any more (idle
-// for longer than Window plus one sub-window); an increment racing with the
-// reclamation is retried on a fresh state, never lost.
+// DisableEviction, and for callers that want memory back at once; it may
+// run concurrently with the background sweeper and with other Sweep calls.
+// A key is reclaimed once it has been idle for longer than Window plus one
+// sub-window (FixedWindow: 2·Window; SlidingLog: Window), and kept while
+// idle for that long or less, with its counts and its SetLimit override. An
+// increment racing with the reclamation is retried on a fresh state, never
+// lost.
 func (e *Engine) Sweep() int {
 	now := e.clk.UnixNano()
 	n := 0
 	for i := 0; i < e.tab.Shards(); i++ {
-		n += e.tab.SweepShard(i, now, true)
+		n += e.tab.SweepShard(i, now)
 	}
 	return n
 }

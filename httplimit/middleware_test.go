@@ -226,7 +226,7 @@ func TestMaxKeys503(t *testing.T) {
 		t.Fatal(w.Code)
 	}
 	w := do(h, "192.0.2.2:1", nil)
-	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "11" {
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "12" {
 		t.Fatalf("%d Retry-After %q", w.Code, w.Header().Get("Retry-After"))
 	}
 	if s := m.Stats(); s != (Stats{Allowed: 1, Denied: 1}) {

@@ -14,7 +14,8 @@ import (
 //
 // Layout of a log ring, logHdr + capacity words:
 //
-//	[logLast]      the newest time (ns) the key has seen, or dead
+//	[logLast]      the newest time (ns) the key has seen, or
+//	               retiredWord(R) once retired at time R
 //	[logLimit]     the key's own limit (read by per-key engines)
 //	[logLock]      the spin lock: 0 free, 1 held
 //	[logCap]       capacity in units, fixed at creation (the limit it was
@@ -34,7 +35,7 @@ import (
 //   - Live units never exceed the capacity: a unit is appended only if the
 //     live units plus n fit the limit, and a ring's limit never exceeds its
 //     capacity (SetLimit refuses, and the engine grows the ring instead).
-//   - last only increases, until it becomes dead, after which it never
+//   - last only increases, until the ring is retired, after which it never
 //     changes. Every unit's time is ≤ last.
 //
 // Why a lock: an exact log must expire old units, count, and append n units
@@ -154,7 +155,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 	r.lock()
 	last := r.word(logLast)
 	l := last.Load()
-	if l == dead {
+	if l < 0 {
 		r.unlock()
 		return Result{Dead: true}
 	}
@@ -178,11 +179,12 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 		}
 		*r.at(logSize) = size + n
 		r.unlock()
-		return Result{Allowed: true, Remaining: limit - size - n}
+		return Result{Allowed: true, Remaining: limit - size - n, Epoch: t}
 	}
 	var res Result
 	if detail {
 		res = g.logDeny(r, t, capacity, start, size, n, limit)
+		res.Epoch = t
 	}
 	r.unlock()
 	return res
@@ -206,7 +208,7 @@ func (g *Geometry) logDeny(r Ring, t, capacity, start, size, n, limit int64) Res
 func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 	r.lock()
 	l := r.word(logLast).Load()
-	if l == dead {
+	if l < 0 {
 		r.unlock()
 		return Result{Dead: true}
 	}
@@ -221,6 +223,7 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 	} else {
 		res = g.logDeny(r, t, capacity, start, size, n, limit)
 	}
+	res.Epoch = t
 	r.unlock()
 	return res
 }
@@ -229,16 +232,16 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 // unlocked check and the lock: where a writer can slip in.
 var testHookRetire func(Ring)
 
-// logRetire is Retire for a log ring: idle when the newest time seen is at
-// or before now − W, so that every unit is outside the window. The first
-// check takes no lock, so a sweep over live keys reads one word per key;
-// a writer may then move last before the lock is taken, so it is checked
-// again under the lock.
+// logRetire is Retire for a log ring: idle when the newest time seen is
+// more than W before now, so that every unit is outside the window and the
+// key was idle for longer than Window. The first check takes no lock, so a
+// sweep over live keys reads one word per key; a writer may then move last
+// before the lock is taken, so it is checked again under the lock.
 func (g *Geometry) logRetire(r Ring, now int64) bool {
 	last := r.word(logLast)
-	if l := last.Load(); l == dead {
+	if l := last.Load(); l < 0 {
 		return true
-	} else if l > now-g.width {
+	} else if l >= now-g.width {
 		return false
 	}
 	if testHookRetire != nil {
@@ -246,9 +249,9 @@ func (g *Geometry) logRetire(r Ring, now int64) bool {
 	}
 	r.lock()
 	l := last.Load()
-	idle := l == dead || l <= now-g.width // a writer may have moved it meanwhile
-	if idle {
-		last.Store(dead)
+	idle := l < 0 || l < now-g.width // a writer may have moved it meanwhile
+	if l >= 0 && idle {
+		last.Store(retiredWord(now))
 	}
 	r.unlock()
 	return idle
@@ -258,7 +261,7 @@ func (g *Geometry) logRetire(r Ring, now int64) bool {
 // ring's capacity, and a retired ring.
 func (g *Geometry) logSetLimit(r Ring, limit int64) bool {
 	r.lock()
-	ok := r.word(logLast).Load() != dead && limit <= *r.at(logCap)
+	ok := r.word(logLast).Load() >= 0 && limit <= *r.at(logCap)
 	if ok {
 		r.word(logLimit).Store(limit)
 	}
@@ -268,13 +271,13 @@ func (g *Geometry) logSetLimit(r Ring, limit int64) bool {
 
 // Grow returns a log ring of capacity max(limit, old's capacity) holding
 // old's live units and newest time, with the limit set, and retires old so
-// that writers still holding it find it dead and reload the key's ring. If
+// that writers still holding it find it retired and reload the key's ring. If
 // old was already retired (reclaimed when idle), the new ring is empty with
-// newest time t.
+// newest time t, or old's retirement time if later.
 //
 // Call it only where nobody can replace old in the key table meanwhile
 // (shard.Table.Swap runs it under the key's map bucket lock): a writer that
-// finds old dead replaces it, and would otherwise replace it with an empty
+// finds old retired replaces it, and would otherwise replace it with an empty
 // ring and lose the log.
 func (g *Geometry) Grow(old Ring, t, limit int64) Ring {
 	capacity := *old.at(logCap) // fixed since creation, which happened before
@@ -282,14 +285,16 @@ func (g *Geometry) Grow(old Ring, t, limit int64) Ring {
 	nr.word(logLimit).Store(limit)
 	old.lock()
 	l := old.word(logLast).Load()
-	if l != dead {
+	if l >= 0 {
 		start, size := *old.at(logStart), *old.at(logSize)
 		for i := int64(0); i < size; i++ {
 			*nr.at(logHdr + i) = *old.at(logHdr + wrap(start+i, capacity))
 		}
 		*nr.at(logSize) = size
 		nr.word(logLast).Store(l)
-		old.word(logLast).Store(dead)
+		old.word(logLast).Store(retiredWord(l))
+	} else {
+		nr.word(logLast).Store(max(t, retiredAt(l))) // as a replacement would start
 	}
 	old.unlock()
 	return nr

@@ -46,9 +46,9 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 			}
 			used += n
 		}
-		return Result{Allowed: true, Remaining: max(0, limit-used)}
+		return Result{Allowed: true, Remaining: max(0, limit-used), Epoch: t}
 	}
-	res := Result{Remaining: max(0, limit-used), RetryAfter: Never}
+	res := Result{Remaining: max(0, limit-used), RetryAfter: Never, Epoch: t}
 	if n <= limit {
 		res.RetryAfter = in[used+n-limit-1] + m.win - t
 	}
@@ -98,8 +98,8 @@ func TestLogAcquireAtOneInstantFillsExactly(t *testing.T) {
 	const limit = 5000
 	r := g.New(t0, limit)
 	require.Equal(t, int64(limit), burstAdmitted(g, r, t0+sec/20, limit))
-	require.Equal(t, Result{Allowed: true}, g.Peek(r, t0+sec/20, 0, limit))
-	require.Equal(t, Result{RetryAfter: sec}, g.Acquire(r, t0+sec/20, 1, limit))
+	require.Equal(t, Result{Allowed: true}, strip(g.Peek(r, t0+sec/20, 0, limit)))
+	require.Equal(t, Result{RetryAfter: sec}, strip(g.Acquire(r, t0+sec/20, 1, limit)))
 }
 
 func TestLogRetireOnlyWhenIdle(t *testing.T) {
@@ -107,11 +107,12 @@ func TestLogRetireOnlyWhenIdle(t *testing.T) {
 	r := g.New(t0, 10)
 	require.True(t, g.Acquire(r, t0, 3, 10).Allowed)
 	require.False(t, g.Retire(r, t0+sec-1), "t0's units are inside until t0+1s")
-	g.Scrub(r) // nothing to scrub; must not disturb the log
-	require.Equal(t, Result{Allowed: true, Remaining: 7}, g.Peek(r, t0+sec-1, 0, 10))
-	require.True(t, g.Retire(r, t0+sec))
+	require.False(t, g.Retire(r, t0+sec), "idle for exactly Window: kept")
+	require.Equal(t, Result{Allowed: true, Remaining: 7}, strip(g.Peek(r, t0+sec-1, 0, 10)))
+	require.True(t, g.Retire(r, t0+sec+1))
 	require.True(t, g.Retired(r))
-	require.True(t, g.Retire(r, t0+sec), "retired stays retired")
+	require.Equal(t, t0+sec+1, g.RetiredAt(r))
+	require.True(t, g.Retire(r, t0+sec+1), "retired stays retired")
 	require.True(t, g.Acquire(r, t0+2*sec, 1, 10).Dead)
 	require.True(t, g.Peek(r, t0+2*sec, 0, 10).Dead)
 	require.False(t, g.SetLimit(r, 5))
@@ -137,18 +138,18 @@ func TestLogSetLimitAndGrow(t *testing.T) {
 	require.True(t, g.Acquire(r, t0+sec+5, 1, 4).Dead)
 	require.Equal(t, int64(6), g.Limit(big))
 	// The 4 units (t0+1s+2 … +5) and the newest time moved with the log.
-	require.Equal(t, Result{Allowed: true, Remaining: 2}, g.Peek(big, 0, 0, 6))
-	require.Equal(t, Result{Allowed: true}, g.Acquire(big, t0, 2, 6))
+	require.Equal(t, Result{Allowed: true, Remaining: 2}, strip(g.Peek(big, 0, 0, 6)))
+	require.Equal(t, Result{Allowed: true}, strip(g.Acquire(big, t0, 2, 6)))
 	// Now +2, +3, +4, +5, +5, +5 past t0+1s: 3 must leave, the 3rd at +4+1s.
-	require.Equal(t, Result{RetryAfter: sec - 1}, g.Acquire(big, t0+sec+5, 3, 6))
+	require.Equal(t, Result{RetryAfter: sec - 1}, strip(g.Acquire(big, t0+sec+5, 3, 6)))
 
 	// Growing a ring that was retired when idle gives an empty one.
 	idle := g.New(t0, 2)
-	require.True(t, g.Retire(idle, t0+sec))
+	require.True(t, g.Retire(idle, t0+sec+1))
 	fresh := g.Grow(idle, t0+5*sec, 3)
-	require.Equal(t, Result{Allowed: true, Remaining: 3}, g.Peek(fresh, 0, 0, 3))
-	require.Equal(t, Result{Allowed: true}, g.Acquire(fresh, t0, 3, 3))
-	require.Equal(t, Result{RetryAfter: sec}, g.Acquire(fresh, t0, 1, 3), "clamped to t0+5s")
+	require.Equal(t, Result{Allowed: true, Remaining: 3}, strip(g.Peek(fresh, 0, 0, 3)))
+	require.Equal(t, Result{Allowed: true}, strip(g.Acquire(fresh, t0, 3, 3)))
+	require.Equal(t, Result{RetryAfter: sec}, strip(g.Acquire(fresh, t0, 1, 3)), "clamped to t0+5s")
 }
 
 // A writer at a new time slips in between Retire's unlocked check (the
@@ -162,6 +163,6 @@ func TestLogRetireRechecksUnderTheLock(t *testing.T) {
 	testHookRetire = func(Ring) { writer = g.Acquire(r, t0+2*sec, 1, 10) }
 	defer func() { testHookRetire = nil }()
 	require.False(t, g.Retire(r, t0+2*sec), "idle by t0's unit, not by the writer's")
-	require.Equal(t, Result{Allowed: true, Remaining: 9}, writer)
+	require.Equal(t, Result{Allowed: true, Remaining: 9}, strip(writer))
 	require.False(t, g.Retired(r))
 }

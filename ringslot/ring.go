@@ -27,16 +27,30 @@ import (
 // Never is the RetryAfter, in nanoseconds, of a request that can never fit.
 const Never = math.MaxInt64
 
-// dead marks a retired ring in its last word. Epochs are never negative
-// (the engine refuses times before 1970), so no epoch equals it.
-const dead = math.MinInt64
+// A retired ring's last word is retiredWord(R): R with the sign bit set, so
+// that one sign test tells a live ring (last ≥ 0: epochs and times are never
+// negative, the engine refuses times before 1970) from a retired one, and
+// the word still carries R, the epoch (a log: the time) at which the ring
+// was retired. Every count of the ring is outside the window at R, and a
+// replacement starts at or after R (RetiredAt), so a key's time never runs
+// backwards across a replacement. docs/design.md §5.
+func retiredWord(at int64) int64 { return at | math.MinInt64 }
 
-// reviveGap is the idle gap, in sub-windows, past which a ring is retired
-// and replaced rather than reused. Below it every slot tag of the old
-// activity compares as older than the new epoch (the tag space is 2^24, and
-// the sweeper clears counts that fall out of the window), so reuse is
-// exact; at or beyond it an old tag could alias a new epoch.
-const reviveGap = 1 << (pack.TagBits - 2)
+// retiredAt is the R of a retired ring's last word l < 0.
+func retiredAt(l int64) int64 { return l & math.MaxInt64 }
+
+// reviveGap is the idle gap, in sub-windows, at or past which a writer
+// retires the ring and the key starts on a fresh one rather than reusing it.
+// With settle (below), it keeps every slot's epoch within 2^23 sub-windows
+// of the epoch the slot stands for, so that tags, compared modulo 2^24,
+// never alias and serial comparison never wraps. docs/design.md §3.
+const reviveGap = 1 << (pack.TagBits - 3)
+
+// staleAfter is how far, in sub-windows, a slot's epoch may lag the epoch
+// it stands for before settle clears it: half of reviveGap, so that a slot
+// is cleared long before its tag could wrap, while the common case (a key
+// idle for less than staleAfter sub-windows) costs loads and no CAS.
+const staleAfter = reviveGap / 2
 
 // Geometry is the shape shared by every ring of one engine. It is immutable
 // and safe for concurrent use.
@@ -48,8 +62,14 @@ type Geometry struct {
 	log      bool  // a sliding log (log.go): width is the window W
 	hdr      int   // header words: last, then limit when perKey
 	words    int   // hdr + slots (the header alone for a log)
+	idle     int64 // sub-windows after the newest one before Retire may retire
 	byWidth  divider
 	bySlots  divider
+
+	// testHookClamped, when a test sets it, runs in acquire after the
+	// clamp, with the epoch the writer will use: where a stalled writer's
+	// view goes stale. Nil outside tests.
+	testHookClamped func(e int64)
 }
 
 // NewGeometry describes rings of span+1 slots of width ns each. Preconditions
@@ -58,6 +78,10 @@ type Geometry struct {
 // stores its own limit.
 func NewGeometry(width int64, span int, weighted, perKey bool) *Geometry {
 	g := &Geometry{width: width, span: int64(span), slots: int64(span) + 1, weighted: weighted, hdr: 1}
+	// A key is kept while idle for at most Window plus one sub-window: a
+	// request at the end of epoch l is that old at the start of epoch
+	// l + W/w + 2 (W/w is N, or 1 for Fixed, whose sub-window is W).
+	g.idle = max(g.span, 1) + 2
 	if perKey {
 		g.hdr = 2
 	}
@@ -83,17 +107,21 @@ func (g *Geometry) Bytes() int { return g.words * 8 }
 // Layout of a counter ring (a log ring's is in log.go), one allocation of
 // int64 words:
 //
-//	[0]        last:  the newest epoch any writer has published, or dead
+//	[0]        last:  the newest epoch any writer has published, or
+//	                  retiredWord(R) once the ring is retired at epoch R
 //	[1]        limit: only with per-key limits
 //	[hdr+i]    slot i: pack.Word(tag, count) for the epoch ≡ i mod N+1
 //
 // Invariants, on which the lock-free argument rests:
-//   - last only increases, until it becomes dead, after which it never
+//   - last only increases, until the ring is retired, after which it never
 //     changes. A writer publishes its epoch in last before it writes a slot,
 //     so no slot ever holds an epoch newer than last.
+//   - A slot's epoch is never 2^23 or more sub-windows behind the epoch it
+//     stands for (settle and reviveGap), so equal tags mean equal epochs.
 //   - A slot's tag only moves forward. A reset and its first increment are
-//     one CAS from the exact word that was read; a rollback subtracts only
-//     while the tag is still the one it added to.
+//     one CAS from the exact word that was read, made only after last was
+//     seen unchanged since the clamp; a rollback subtracts only while the tag
+//     is still the one it added to.
 //   - A count never exceeds the ring's limit ≤ pack.MaxCount: a writer's CAS
 //     is conditional on the estimate, which includes the slot, leaving room.
 type Ring struct{ p *atomic.Int64 }
@@ -149,6 +177,10 @@ type Result struct {
 	Dead       bool  // the ring is retired: reload the key's ring and retry
 	Remaining  int64 // units that would still be admitted now
 	RetryAfter int64 // ns; 0 when allowed, Never when the request can never fit
+	// Epoch is the effective epoch of the decision (a log: the effective
+	// time, ns): t's, or the key's newest if t was older. Acquire and Peek
+	// set it, Admit does not.
+	Epoch int64
 }
 
 // view is a ring read at effective epoch e: the current slot's word and its
@@ -160,22 +192,24 @@ type view struct {
 	old     int64 // count of e−N when weighted
 }
 
-// read takes a view at epoch e, whose slot index is i, given that last ≥ e
-// was observed. It reports false when the current slot holds an epoch newer
-// than e and last has moved past e: the caller's time is stale and it must
-// re-clamp before it writes, because writing would move that slot's tag
-// backwards. Any other slot whose tag is not the expected one counts 0:
-// older data is outside the window, and newer data belongs to a writer that
-// published a newer last, which Acquire's final check catches.
+// read takes a view at epoch e, whose slot index is i, given that last was
+// l ≤ e when loaded (e = l for a writer; a Peek may look ahead). It reports
+// false when the current slot holds another epoch and last has moved since:
+// the caller's epoch may be stale, so it must re-clamp before it writes.
+// Otherwise a current slot with another tag holds an older epoch (no slot
+// is newer than last, which was l after the slot was read), and counts 0.
+// Any other slot whose tag is not the expected one counts 0: older data is
+// outside the window, and newer data belongs to a writer that published a
+// newer last, which Acquire's final check catches.
 //
 // Readers may miss units added concurrently; the writer protocol in Acquire
 // makes that safe. A slot is never counted twice.
-func (g *Geometry) read(r Ring, e int64, i int) (v view, ok bool) {
+func (g *Geometry) read(r Ring, e int64, i int, l int64) (v view, ok bool) {
 	tag := pack.TagOf(e)
 	v.curWord = r.word(g.hdr + i).Load()
 	if t := pack.TagOfWord(v.curWord); t == tag {
 		v.cur = pack.CountOfWord(v.curWord)
-	} else if pack.Diff(t, tag) > 0 && r.word(0).Load() > e {
+	} else if r.word(0).Load() != l {
 		return v, false
 	}
 	// Epochs e−1 … e−N live at slots i−1 … 0, then N … i+1; the last
@@ -202,6 +236,36 @@ func (g *Geometry) read(r Ring, e int64, i int) (v view, ok bool) {
 		v.old = c
 	}
 	return v, true
+}
+
+// settle clears every slot whose epoch lags the epoch it stands for at e by
+// staleAfter or more: the writer that moved last to e calls it, once per
+// sub-window per key, so that stale slots are zeroed on the writers' own
+// path and never by a background sweep. A cleared slot holds (tag of the
+// epoch it stands for, 0): that epoch is before e, so no writer can add to
+// it any more except one whose final check then undoes the add. The CAS is
+// from the exact word read, so a concurrent writer's update wins; the loop
+// ends when the slot is recent, which another writer's success also makes
+// it. docs/design.md §3 proves the bound this keeps.
+func (g *Geometry) settle(r Ring, e int64) {
+	i := g.index(e)
+	want := pack.TagOf(e)
+	for k := 0; k < int(g.slots); k++ {
+		s := r.word(g.hdr + i)
+		for {
+			w := s.Load()
+			if pack.Diff(want, pack.TagOfWord(w)) < staleAfter {
+				break // recent, or newer than e (a writer ahead of us)
+			}
+			if s.CompareAndSwap(w, pack.Word(want, 0)) {
+				break
+			}
+		}
+		if i--; i < 0 {
+			i = int(g.slots) - 1
+		}
+		want = (want - 1) & tagMask
+	}
 }
 
 // oldest returns the slot index of epoch e−N, given e's index i.
@@ -267,13 +331,16 @@ func clamp(e, r, l int64) (int64, int64) {
 // Acquire admits n units at time t (Unix ns, ≥ 0) iff they fit under limit,
 // and records them. Preconditions: 1 ≤ n ≤ limit ≤ pack.MaxCount.
 //
-// The protocol, for each attempt:
-//  1. Load last. If t's epoch is newer, publish it with a CAS (once per
-//     sub-window per key); if older, clamp to last.
+// The protocol (docs/design.md §3), for each attempt:
+//  1. Load last, l. If t's epoch is newer, publish it with a CAS (once per
+//     sub-window per key) and settle the ring at it; if older, clamp to l.
+//     From here the writer's epoch e equals l.
 //  2. Read every slot (no writes). If the request does not fit, deny: a
 //     denial writes nothing, so the deny path scales across cores.
-//  3. CAS the current slot from the word read to word+n (or to a fresh
-//     (tag, n) if the slot is stale). On CAS failure re-read that slot only.
+//  3. CAS the current slot from the word read to word+n, or, if the slot
+//     holds another epoch, to a fresh (tag, n): a reset, made only after
+//     last was seen still equal to l once the slot was read. On CAS failure
+//     re-read that slot only.
 //  4. Load last again. If it moved, a writer at a newer epoch may have read
 //     our slot before our add, so undo the add and retry at the new epoch.
 //
@@ -287,6 +354,16 @@ func clamp(e, r, l int64) (int64, int64) {
 // undone can only make a concurrent reader over-count: under contention a
 // request may be denied that a sequential run would admit (a false denial),
 // never the reverse.
+//
+// Why no writer wipes a newer count: a reset replaces a word whose epoch is
+// not e. The slot was read, then last was seen equal to l = e, and no slot
+// holds an epoch newer than last, so the word's epoch was older than e:
+// outside e's window and every later one. A writer whose view went stale
+// (last moved after its clamp) sees last ≠ l and re-clamps instead. The CAS
+// is from the exact word read, so the reset fails if the slot changed in
+// between, unless it changed back to the same word, which takes 2^24
+// sub-windows of the key's time between two of the writer's instructions
+// (docs/design.md §3, the one stall the protocol does not survive).
 func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
 	return g.acquire(r, t, n, limit, true)
 }
@@ -307,14 +384,16 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 	last := r.word(0)
 	for {
 		l := last.Load()
-		if l == dead {
+		if l < 0 {
 			return Result{Dead: true}
 		}
 		if e0 > l {
 			if e0-l >= reviveGap {
-				// Idle so long that old tags could alias new epochs:
-				// retire the ring so the key starts on a fresh one.
-				if last.CompareAndSwap(l, dead) {
+				// Idle so long that slots could lag past the tags'
+				// range: retire the ring at e0. Its replacement starts
+				// at e0, so writers still at the old time are clamped
+				// forward rather than counted on an empty ring.
+				if last.CompareAndSwap(l, retiredWord(e0)) {
 					return Result{Dead: true}
 				}
 				continue
@@ -323,10 +402,14 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 				continue
 			}
 			l = e0
+			g.settle(r, e0)
 		}
 		e, off := clamp(e0, r0, l)
+		if g.testHookClamped != nil {
+			g.testHookClamped(e)
+		}
 		i := g.index(e)
-		v, ok := g.read(r, e, i)
+		v, ok := g.read(r, e, i, l)
 		if !ok {
 			continue
 		}
@@ -338,32 +421,35 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 				if !detail {
 					return Result{}
 				}
-				return g.deny(r, e, i, off, v, n, limit)
+				res := g.deny(r, e, i, off, v, n, limit)
+				res.Epoch = e
+				return res
 			}
 			next := pack.Word(tag, v.cur+n) // v.cur is 0 when the slot is stale: a reset
 			if slot.CompareAndSwap(v.curWord, next) {
 				break
 			}
 			// Another writer changed the current slot; the other slots'
-			// counts stay valid (step 4 covers newer epochs).
+			// counts stay valid (step 4 covers newer epochs). A reset
+			// needs last unchanged since the slot was read.
 			w := slot.Load()
-			d := pack.Diff(pack.TagOfWord(w), tag)
-			if d > 0 && last.Load() > e {
+			v.curWord, v.cur = w, 0
+			if pack.TagOfWord(w) == tag {
+				v.cur = pack.CountOfWord(w)
+			} else if last.Load() != l {
 				restart = true
 				break
-			}
-			v.curWord, v.cur = w, 0
-			if d == 0 {
-				v.cur = pack.CountOfWord(w)
 			}
 		}
 		if restart {
 			continue
 		}
 		if l2 := last.Load(); l2 != l {
-			if l2 == dead {
-				// Retired by the sweeper: this ring is unreachable, so the
-				// add needs no undo. The caller retries on a fresh ring.
+			if l2 < 0 {
+				// Retired: the sweeper saw last = l idle, so this add
+				// at l is outside the window at the retirement epoch
+				// and the ring is unreachable; it needs no undo. The
+				// caller retries on the key's new ring.
 				return Result{Dead: true}
 			}
 			g.undo(slot, tag, n)
@@ -372,7 +458,7 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 		if !detail {
 			return Result{Allowed: true}
 		}
-		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off)}
+		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off), Epoch: e}
 	}
 }
 
@@ -399,7 +485,7 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 	e0, r0 := g.split(t)
 	for {
 		l := r.word(0).Load()
-		if l == dead {
+		if l < 0 {
 			return Result{Dead: true}
 		}
 		e, off := clamp(e0, r0, l)
@@ -407,14 +493,16 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 		var v view // empty when nothing of the ring is inside the window at t
 		if e0-l <= g.span {
 			var ok bool
-			if v, ok = g.read(r, e, i); !ok {
+			if v, ok = g.read(r, e, i, l); !ok {
 				continue
 			}
 		}
+		res := Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}
 		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
-			return g.deny(r, e, i, off, v, n, limit)
+			res = g.deny(r, e, i, off, v, n, limit)
 		}
-		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}
+		res.Epoch = e
+		return res
 	}
 }
 
@@ -492,10 +580,12 @@ func (g *Geometry) countIn(r Ring, idx int, x, e int64) int64 {
 	return pack.CountOfWord(w)
 }
 
-// Retire marks r dead if it is still idle at t. It reports whether r is dead
-// afterwards; a writer that publishes a newer epoch first wins, and then the
-// ring stays. A log ring is idle when the newest time it has seen is at or
-// before t − W.
+// Retire retires r if it is still idle at t: if the key's newest request
+// is more than Window plus one sub-window before t (FixedWindow, whose
+// sub-window is the window: 2·Window; a log: more than Window). It reports
+// whether r is retired afterwards; a writer that publishes a newer epoch
+// first wins, and then the ring stays. The ring is retired at t's epoch, so
+// its replacement starts there (RetiredAt).
 func (g *Geometry) Retire(r Ring, t int64) bool {
 	if g.log {
 		return g.logRetire(r, t)
@@ -504,46 +594,35 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 	last := r.word(0)
 	for {
 		l := last.Load()
-		if l == dead {
+		if l < 0 {
 			return true
 		}
-		if e-l <= g.span {
+		// Epoch l ends at (l+1)·w; idle for more than W + w needs
+		// t ≥ (l+1)·w + W + w, that is e ≥ l + W/w + 2.
+		if e-l < g.idle {
 			return false
 		}
-		if last.CompareAndSwap(l, dead) {
+		if last.CompareAndSwap(l, retiredWord(e)) {
 			return true
-		}
-	}
-}
-
-// Scrub zeroes counts of slots that no window can see any more: those whose
-// tag is older than the ring's newest window, or that look newer than the
-// newest published epoch (an ancient tag that wrapped). A sweeper calls it
-// on live rings so that a slot skipped for 2^24 sub-windows cannot alias a
-// new epoch. Each zeroing is a CAS from the exact word read, so a concurrent
-// writer's update wins. A log ring holds full-width times, which cannot
-// alias, so there is nothing to scrub.
-func (g *Geometry) Scrub(r Ring) {
-	if g.log {
-		return
-	}
-	for i := 0; i < int(g.slots); i++ {
-		s := r.word(g.hdr + i)
-		w := s.Load()
-		if pack.CountOfWord(w) == 0 {
-			continue
-		}
-		// Loaded after w: any epoch a writer put in w is ≤ l.
-		l := r.word(0).Load()
-		if l == dead {
-			return
-		}
-		d := pack.Diff(pack.TagOfWord(w), pack.TagOf(l))
-		if d > 0 || int64(d) < -g.span {
-			s.CompareAndSwap(w, pack.Word(pack.TagOfWord(w), 0))
 		}
 	}
 }
 
 // Retired reports whether r has been retired.
-func (g *Geometry) Retired(r Ring) bool { return r.word(0).Load() == dead }
+func (g *Geometry) Retired(r Ring) bool { return r.word(0).Load() < 0 }
+
+// RetiredAt returns the time (Unix ns) at which a retired ring r was
+// retired: the start of the retiring epoch, or a log's retiring time. A
+// replacement ring must start at or after it, so that no writer whose time
+// is older counts on an empty ring while the old ring's counts would still
+// be inside its window. For a live ring it returns 0.
+func (g *Geometry) RetiredAt(r Ring) int64 {
+	l := r.word(0).Load()
+	if l >= 0 {
+		return 0
+	}
+	if g.log {
+		return retiredAt(l)
+	}
+	return retiredAt(l) * g.width
+}

@@ -175,22 +175,19 @@ func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringsl
 	})
 }
 
-// SweepShard visits every ring of shard i once. A ring idle at now (nothing
-// of it inside the window) is retired and deleted. With scrub, a live ring
-// also has its stale counts zeroed (ringslot.Scrub), which keeps a slot
-// skipped for 2^24 sub-windows from aliasing; that needs a visit far less
-// often than every pass, and costs a read of the whole ring. A writer that
-// published a newer epoch before the retire CAS keeps the ring; one that
-// loaded the ring just before finds it retired and retries on a fresh ring,
-// so no increment is lost. It returns the number of keys reclaimed.
-func (t *Table) SweepShard(i int, now int64, scrub bool) int {
+// SweepShard visits every ring of shard i once. A ring idle at now (the
+// key idle for longer than Window plus one sub-window) is retired and
+// deleted. A writer that published a newer epoch before the retire CAS
+// keeps the ring; one that loaded the ring just before finds it retired and
+// retries on a fresh ring, so no increment is lost. Sweeps of one shard may
+// run concurrently (a caller's Engine.Sweep beside the background sweeper):
+// each key is deleted by one of them. It returns the number of keys
+// reclaimed.
+func (t *Table) SweepShard(i int, now int64) int {
 	s := &t.shards[i]
 	n := 0
 	s.m.Range(func(k mapKey, r ringslot.Ring) bool {
 		if !t.geo.Retire(r, now) {
-			if scrub {
-				t.geo.Scrub(r)
-			}
 			return true
 		}
 		s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {

@@ -78,7 +78,7 @@ func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 	require.True(t, g.Acquire(live, t0+sec, 1, 10).Allowed)
 	n := 0
 	for i := 0; i < tab.Shards(); i++ {
-		n += tab.SweepShard(i, t0+sec+sec/10, true)
+		n += tab.SweepShard(i, t0+sec+2*sec/10)
 	}
 	require.Equal(t, len(keys)-1, n)
 	require.Equal(t, int64(1), tab.Len())

@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,25 @@ import (
 // Clock returns the current time as Unix nanoseconds.
 type Clock interface {
 	UnixNano() int64
+}
+
+// maxUnixSec is the last whole second whose start is representable in
+// int64 Unix nanoseconds (2262-04-11T23:47:16Z); 0.85 s of it are.
+const maxUnixSec = math.MaxInt64 / int64(time.Second)
+
+// UnixNano returns t as Unix nanoseconds, or −1 when t is before 1970 or
+// past int64 nanoseconds (2262-04-11T23:47:16.854775807Z). It judges t
+// itself: t.UnixNano() of a year-1000 time wraps to a time in 2169.
+func UnixNano(t time.Time) int64 {
+	if s := t.Unix(); s < 0 || s > maxUnixSec {
+		return -1
+	}
+	// In range but for the tail of maxUnixSec, where the product wraps
+	// negative: still −1 to the caller's t < 0 test.
+	if ns := t.UnixNano(); ns >= 0 {
+		return ns
+	}
+	return -1
 }
 
 // Monotonic reads wall time once, at creation, and adds the monotonic time
@@ -89,18 +109,19 @@ func (c *Coarse) Stop() {
 // use.
 type Manual struct{ ns atomic.Int64 }
 
-// NewManual returns a Manual clock reading t.
+// NewManual returns a Manual clock reading t. A t outside 1970 … 2262
+// reads as −1, which the engine refuses (see UnixNano).
 func NewManual(t time.Time) *Manual {
 	m := &Manual{}
-	m.ns.Store(t.UnixNano())
+	m.ns.Store(UnixNano(t))
 	return m
 }
 
 // UnixNano implements Clock.
 func (m *Manual) UnixNano() int64 { return m.ns.Load() }
 
-// Set moves the clock to t.
-func (m *Manual) Set(t time.Time) { m.ns.Store(t.UnixNano()) }
+// Set moves the clock to t (−1 when t is outside 1970 … 2262).
+func (m *Manual) Set(t time.Time) { m.ns.Store(UnixNano(t)) }
 
 // Advance moves the clock by d.
 func (m *Manual) Advance(d time.Duration) { m.ns.Add(int64(d)) }

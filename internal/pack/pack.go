@@ -11,7 +11,7 @@ package pack
 // 40 count bits hold 1.1e12 units per sub-window, which bounds Limit. The
 // tag is the sub-window epoch modulo 2^24; a ring also keeps the full-width
 // newest epoch, so a key idle for any multiple of 2^24 sub-windows is
-// recognised as idle rather than aliased (see ringslot).
+// recognised as idle rather than aliased (see ringslot and docs/design.md).
 const (
 	CountBits = 40
 	TagBits   = 64 - CountBits
@@ -42,8 +42,11 @@ func TagOfWord(w int64) Tag { return Tag(uint64(w) >> CountBits) }
 // CountOfWord returns the count stored in w.
 func CountOfWord(w int64) int64 { return int64(uint64(w) & countMask) }
 
-// Diff returns a−b as a serial-number difference in (−2^23, 2^23]: positive
-// when a is newer than b within half the tag space.
+// Diff returns a−b as a serial-number difference in [−2^23, 2^23): positive
+// when a is newer than b by less than half the tag space. A difference of
+// exactly 2^23 reads as −2^23; the ring keeps every slot's epoch within
+// 2^23 of the epoch it is compared with (ringslot's settle and reviveGap),
+// so that never happens there.
 func Diff(a, b Tag) int32 {
 	// Shift the 24-bit difference to the top of an int32 and back, which
 	// sign-extends it.
