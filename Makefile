@@ -6,7 +6,7 @@ BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c
 COUNT     ?= 6
 OUT       ?= bench/out
 
-.PHONY: test vet race test386 fuzz bench peers profile
+.PHONY: test vet race test386 stress fuzz bench peers profile
 
 test: vet race test386
 
@@ -21,6 +21,12 @@ race:
 # 32-bit: catches misaligned 64-bit atomics. -race does not exist on 386.
 test386:
 	GOARCH=386 $(GO) test -short -count=1 ./internal/... ./ringslot/ ./shard/ ./engine/
+
+# The stress checker (engine/stress_test.go) for STRESS per algorithm, under
+# -race; `make test` runs it for 1 s each, and -short skips it.
+STRESS ?= 2m
+stress:
+	$(GO) test -race -count=1 -run '^TestStress$$' -v -timeout 60m ./engine/ -stress=$(STRESS)
 
 # Longer fuzzing by hand, e.g. make fuzz FUZZTIME=10m. Commit any crasher
 # that testdata/fuzz gains: it becomes a regression seed.

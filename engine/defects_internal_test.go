@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,9 +13,22 @@ import (
 // the key at its own time, dropping counts still inside its window: the
 // replacement starts at the retiring epoch. Any sequential order admits at
 // most 10 units after the first 10.
+//
+// With sweep, a Sweep runs between the retirement and the present writer:
+// it must leave the ring to the far writer's Replace (found by the stress
+// checker: a sweeper that deleted it let the present writer create the key
+// afresh at its own time).
 func TestDefectReviveRaceNeverOverAdmits(t *testing.T) {
 	for _, alg := range []Algorithm{SlidingWindow, SlidingWindowStrict, FixedWindow} {
-		t.Run(alg.String(), func(t *testing.T) {
+		for _, sweep := range []bool{false, true} {
+			t.Run(fmt.Sprint(alg, "/sweep=", sweep), func(t *testing.T) { reviveRace(t, alg, sweep) })
+		}
+	}
+}
+
+func reviveRace(t *testing.T, alg Algorithm, sweep bool) {
+	{
+		{
 			e, err := New(Config{Limit: 10, Window: 10 * time.Millisecond, SubWindows: 10, Algorithm: alg, DisableEviction: true})
 			require.NoError(t, err)
 			defer e.Close()
@@ -27,6 +41,9 @@ func TestDefectReviveRaceNeverOverAdmits(t *testing.T) {
 			old, ok := e.tab.Load(h, "k")
 			require.True(t, ok)
 			require.True(t, e.geo.Acquire(old, far, 1, 10).Dead)
+			if sweep {
+				require.Zero(t, e.Sweep(), "the far writer's ring is its own to replace")
+			}
 			// The present writer runs in full.
 			p := e.AllowAt("k", 10, t0.Add(5*time.Millisecond))
 			// The far writer's second half, as decideSlow runs it.
@@ -48,6 +65,6 @@ func TestDefectReviveRaceNeverOverAdmits(t *testing.T) {
 				admitted++
 			}
 			require.LessOrEqual(t, admitted, int64(10), "present %+v, far %+v", p, f)
-		})
+		}
 	}
 }

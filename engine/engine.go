@@ -106,7 +106,8 @@ func (e *Engine) Allow(key string) bool {
 	if res, _, ok := e.fast(key, 1, t, false); ok {
 		return res.Allowed
 	}
-	return e.decideSlow(key, 1, t).Allowed
+	d, _ := e.decideSlow(key, 1, t)
+	return d.Allowed
 }
 
 // AllowN is shorthand for AllowAt(key, n, now) with now from the engine's
@@ -116,7 +117,8 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
-	return e.decideSlow(key, n, t)
+	d, _ := e.decideSlow(key, n, t)
+	return d
 }
 
 // AllowAt decides whether n units for key fit at time now, and records them
@@ -143,7 +145,8 @@ func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
-	return e.decideSlow(key, n, t)
+	d, _ := e.decideSlow(key, n, t)
+	return d
 }
 
 // fast is the decision path for the common case, an existing key and
@@ -178,12 +181,13 @@ func decision(res ringslot.Result, limit int64) Decision {
 }
 
 // decideSlow handles new, retired and absent keys, bad times, and n outside
-// 1 … limit.
+// 1 … limit. It also returns the decision's effective epoch (a log: time),
+// or −1 for a refused time, for the stress test's checker.
 //
 //go:noinline
-func (e *Engine) decideSlow(key string, n, t int64) Decision {
+func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 	if t < 0 {
-		return Decision{Limit: e.limit, RetryAfter: Never}
+		return Decision{Limit: e.limit, RetryAfter: Never}, -1
 	}
 	h := e.tab.Hash(key)
 	r, ok := e.tab.Load(h, key)
@@ -198,10 +202,10 @@ func (e *Engine) decideSlow(key string, n, t int64) Decision {
 					d.Remaining = limit
 					d.RetryAfter = e.cfg.idle
 				}
-				return d
+				return d, e.geo.EpochOf(t)
 			}
 			if !r.Valid() { // a peek at an absent key: its window is empty
-				return emptyDecision(n, limit)
+				return emptyDecision(n, limit), e.geo.EpochOf(t)
 			}
 		} else {
 			limit = e.ringLimit(r)
@@ -215,7 +219,9 @@ func (e *Engine) decideSlow(key string, n, t int64) Decision {
 		if res.Dead {
 			// Retired by idleness or the sweeper: the key starts fresh.
 			if n < 1 || n > limit {
-				return emptyDecision(n, limit) // a peek creates nothing
+				// A peek creates nothing; the window is empty from the
+				// retirement on.
+				return emptyDecision(n, limit), e.geo.EpochOf(max(t, e.geo.RetiredAt(r)))
 			}
 			r, ok = e.replace(h, key, r, t)
 			continue
@@ -227,7 +233,7 @@ func (e *Engine) decideSlow(key string, n, t int64) Decision {
 		case n < 0:
 			d.Allowed, d.RetryAfter = false, Never
 		}
-		return d
+		return d, res.Epoch
 	}
 }
 

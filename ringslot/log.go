@@ -239,18 +239,16 @@ var testHookRetire func(Ring)
 // before the lock is taken, so it is checked again under the lock.
 func (g *Geometry) logRetire(r Ring, now int64) bool {
 	last := r.word(logLast)
-	if l := last.Load(); l < 0 {
-		return true
-	} else if l >= now-g.width {
-		return false
+	if l := last.Load(); l < 0 || l >= now-g.width {
+		return false // retired by another, or live
 	}
 	if testHookRetire != nil {
 		testHookRetire(r)
 	}
 	r.lock()
 	l := last.Load()
-	idle := l < 0 || l < now-g.width // a writer may have moved it meanwhile
-	if l >= 0 && idle {
+	idle := l >= 0 && l < now-g.width // a writer may have moved it, or Grow retired it
+	if idle {
 		last.Store(retiredWord(now))
 	}
 	r.unlock()

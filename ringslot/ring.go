@@ -315,6 +315,16 @@ func (g *Geometry) remaining(full, old, limit, r int64) int64 {
 	return limit - used
 }
 
+// EpochOf returns the epoch of t ≥ 0 (a log: t itself), the unit of
+// Result.Epoch.
+func (g *Geometry) EpochOf(t int64) int64 {
+	if g.log {
+		return t
+	}
+	e, _ := g.split(t)
+	return e
+}
+
 // split returns the epoch and offset of t ≥ 0.
 func (g *Geometry) split(t int64) (e, r int64) { return g.byWidth.divmod(t) }
 
@@ -564,7 +574,11 @@ func (g *Geometry) retryAfter(r Ring, e int64, i int, off int64, v view, n, limi
 			return j*g.width + rp - off
 		}
 	}
-	return Never // unreachable for n ≤ limit: at j = N+1 the window is empty
+	// Reached only when concurrent writers changed slots between the view
+	// and the re-reads above. By epoch e+N+1 every unit of the view has
+	// left the window, and n ≤ limit fits an empty one: a true bound, never
+	// Never for a request that can fit.
+	return (g.span+1)*g.width - off
 }
 
 // countIn returns the count of epoch x, held in slot idx, as seen at epoch
@@ -583,9 +597,17 @@ func (g *Geometry) countIn(r Ring, idx int, x, e int64) int64 {
 // Retire retires r if it is still idle at t: if the key's newest request
 // is more than Window plus one sub-window before t (FixedWindow, whose
 // sub-window is the window: 2·Window; a log: more than Window). It reports
-// whether r is retired afterwards; a writer that publishes a newer epoch
-// first wins, and then the ring stays. The ring is retired at t's epoch, so
-// its replacement starts there (RetiredAt).
+// whether this call retired r; a writer that publishes a newer epoch first
+// wins, and then the ring stays. The ring is retired at t's epoch, so its
+// replacement starts there (RetiredAt).
+//
+// A ring that was already retired reports false: whoever retired it
+// removes it from the key table. That matters for a ring a far-ahead
+// writer retired (Acquire's revive gap): its retirement epoch is ahead of
+// the sweeper's clock, and only the writer's Replace, which starts the new
+// ring there, may take it out; a sweeper that deleted it would let a writer
+// at the key's present time create a ring at its own time, below counts
+// still inside its window.
 func (g *Geometry) Retire(r Ring, t int64) bool {
 	if g.log {
 		return g.logRetire(r, t)
@@ -595,7 +617,7 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 	for {
 		l := last.Load()
 		if l < 0 {
-			return true
+			return false
 		}
 		// Epoch l ends at (l+1)·w; idle for more than W + w needs
 		// t ≥ (l+1)·w + W + w, that is e ≥ l + W/w + 2.

@@ -44,3 +44,21 @@ func TestStalledWriterNeverWipesANewerSlot(t *testing.T) {
 	require.Equal(t, target, res.Epoch, "it must decide at the key's newest epoch")
 	require.Equal(t, int64(0), g.Peek(r, target*w, 0, 10).Remaining, "a count inside the window was wiped")
 }
+
+// A denial's RetryAfter is computed from a view and re-reads of the older
+// slots; when concurrent writers changed those slots in between, it must
+// still be a finite wait (by N+1 sub-windows every unit of the view has
+// left), never Never for a request that fits the limit. Found by the stress
+// checker.
+func TestRetryAfterIsFiniteWhenSlotsChangedUnderTheView(t *testing.T) {
+	const w = sec / 10
+	for _, weighted := range []bool{true, false} {
+		g := NewGeometry(w, 10, weighted, false)
+		r := g.New(t0, 0)
+		e := t0 / w
+		// A view that counted 10 units in older slots which now read empty.
+		v := view{full: 10}
+		got := g.retryAfter(r, e, g.index(e), w/2, v, 1, 10)
+		require.Equal(t, 11*w-w/2, got, "weighted=%v", weighted)
+	}
+}

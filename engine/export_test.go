@@ -1,0 +1,24 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/ringlimit/ringlimit/internal/clock"
+)
+
+// AllowAtTrace is AllowAt that also returns the decision's effective epoch
+// (SlidingLog: effective time, ns): now's, or the key's newest if now is
+// older, or a retired state's retirement epoch; −1 for a refused time. The
+// stress test records admissions with it.
+func (e *Engine) AllowAtTrace(key string, n int64, now time.Time) (Decision, int64) {
+	t := clock.UnixNano(now)
+	if res, limit, ok := e.fast(key, n, t, true); ok {
+		return decision(res, limit), res.Epoch
+	}
+	return e.decideSlow(key, n, t)
+}
+
+// Width is the sub-window width in ns (Window for FixedWindow and
+// SlidingLog), and Span is N (0 for FixedWindow and SlidingLog).
+func (e *Engine) Width() int64 { return e.cfg.width }
+func (e *Engine) Span() int    { return e.cfg.n }
