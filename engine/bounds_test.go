@@ -14,7 +14,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// Bounds of DESIGN.md §1, checked on seeded traffic of every pattern, for
+// Bounds of docs/design.md §1, checked on seeded traffic of every pattern, for
 // several N, from the units each algorithm actually admitted (the true
 // count in a window (t−W, t], as an exact sliding log would see it).
 

@@ -37,7 +37,8 @@ func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
 // Under contention on one key a request can be refused that a sequential
 // execution would admit (a false denial, when it sees another request's add
 // that is then undone at a sub-window boundary); no request is ever admitted
-// that the algorithm's estimate would refuse.
+// that the algorithm's estimate would refuse. docs/design.md states the
+// algorithm, its bounds and the proofs (§1–§5).
 type Engine struct {
 	cfg      normalized
 	geo      *ringslot.Geometry

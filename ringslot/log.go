@@ -6,11 +6,11 @@ import (
 	"unsafe"
 )
 
-// The sliding log is the exact algorithm: a ring keeps the time of every
-// unit admitted in its window, and admits n units at t iff the units at
-// times s with t−W < s ≤ t, plus n, are at most the limit. It uses the same
-// Ring handle and the same one allocation of int64 words per key as the
-// counter rings, so shard.Table holds both.
+// The sliding log is the exact algorithm (docs/design.md §6): a ring keeps
+// the time of every unit admitted in its window, and admits n units at t iff
+// the units at times s with t−W < s ≤ t, plus n, are at most the limit. It
+// uses the same Ring handle and the same one allocation of int64 words per
+// key as the counter rings, so shard.Table holds both.
 //
 // Layout of a log ring, logHdr + capacity words:
 //

@@ -3,7 +3,7 @@
 // for the exact sliding log (log.go), a ring of timestamps under a per-key
 // spin lock.
 //
-// The algorithm and its bounds are stated in DESIGN.md §1–2. In short, the
+// The algorithm and its bounds are stated in docs/design.md §1–3. In short, the
 // window W is cut into N sub-windows of width w on the Unix-aligned grid
 // e = floor(t/w), r = t − e·w. At (e, r) the window overlaps sub-windows
 // e−N … e, and the estimate is

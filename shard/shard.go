@@ -178,7 +178,7 @@ func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringsl
 // SweepShard visits every ring of shard i once. A ring idle at now (the
 // key idle for longer than Window plus one sub-window) is retired and
 // deleted; a ring someone else retired is theirs to remove (see
-// ringslot.Geometry.Retire). A writer that published a newer epoch before the retire CAS
+// ringslot.Geometry.Retire and docs/design.md §5). A writer that published a newer epoch before the retire CAS
 // keeps the ring; one that loaded the ring just before finds it retired and
 // retries on a fresh ring, so no increment is lost. Sweeps of one shard may
 // run concurrently (a caller's Engine.Sweep beside the background sweeper):

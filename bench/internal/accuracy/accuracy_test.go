@@ -164,7 +164,7 @@ func quick(t *testing.T) *Result {
 	return quickRes
 }
 
-// TestLabBounds checks DESIGN §1's bounds on what each algorithm admitted in
+// TestLabBounds checks docs/design.md §1's bounds on what each algorithm admitted in
 // one true window, and that the adversarial burst drives the weighted
 // counter to nearly 2L for every N.
 func TestLabBounds(t *testing.T) {

@@ -278,7 +278,7 @@ func (res *Result) Markdown(m Meta, svgName string) string {
 		"- Both shares are large only at and above the limit, where every request is on the margin: an algorithm that frees\n" +
 		"  a unit a few milliseconds later than the exact log refuses every request in those milliseconds, yet admits nearly\n" +
 		"  as many units (see *Units admitted* below). Below the limit (Poisson 0.5×) they are near zero. Cloudflare's\n" +
-		"  0.003%% wrong decisions (DESIGN.md §1) come from real traffic, almost all of it far below its limits.\n")
+		"  0.003%% wrong decisions (docs/design.md §1) come from real traffic, almost all of it far below its limits.\n")
 	memLine := fmt.Sprintf("  %d keys for the counters", res.Rows[0].MemKeys)
 	if r := res.row(Log); r != nil {
 		memLine += fmt.Sprintf(" (one request each: their state does not grow with the count), %d keys for the log, each\n  filled with L = %d units spread over one window (its state grows with the units in the window)", r.MemKeys, r.MemFill)
@@ -335,7 +335,7 @@ func (res *Result) Markdown(m Meta, svgName string) string {
 			"  the lab's independent log.\n")
 	}
 
-	p("\n## The true bounds (DESIGN.md §1)\n\n")
+	p("\n## The true bounds (docs/design.md §1)\n\n")
 	p("With w = W/N and c[k] the units admitted in sub-window k, at time t in sub-window e:\n\n")
 	p("- **Weighted sliding counter**: the true count exceeds the estimate by at most the weighted-out part of the oldest\n"+
 		"  sub-window, so a window holds at most L + c[e−N] < **2L**, for every N. The rule of thumb (1+1/N)·L describes\n"+
@@ -361,8 +361,8 @@ func (res *Result) Markdown(m Meta, svgName string) string {
 	}
 
 	p("\n## Where the seed's table was wrong\n\n")
-	p("The seed note (`seed/sliding-window-counter-note.md`) ends with a table comparing fixed window, sliding window\n" +
-		"counter and sliding window log. Against the measurements above:\n\n")
+	p("The note this project grew from (its \"seed\", not part of this repository) ends with a table comparing fixed window,\n" +
+		"sliding window counter and sliding window log. Against the measurements above:\n\n")
 	p("- **Burst of the sliding window counter, “≤ (1+1/N)× the limit”: wrong.** The bound holds only for smooth traffic.\n"+
 		"  L admitted at the end of one sub-window, then greedy requests as its weight decays, put L + (L−1) units into one\n"+
 		"  window for every N (measured: %s). More sub-windows do not help: the burst sits in one sub-window whatever N is.\n"+
@@ -389,7 +389,7 @@ func (res *Result) Markdown(m Meta, svgName string) string {
 	p("- **Sliding log space O(maxQPS × window)**: only admitted units need to be kept, so O(L) per key, whatever the\n" +
 		"  request rate.\n")
 	p("- **Fixed window burst 2×**: right (measured above).\n")
-	p("\nThe seed's code has further faults, listed in DESIGN.md §1 (it does not compile, never zeroes slots, weights the\n" +
+	p("\nThe seed's code has further faults, listed in docs/design.md §1 (it does not compile, never zeroes slots, weights the\n" +
 		"sub-windows linearly and undercounts by about 2×, checks without incrementing); ringlimit keeps none of them.\n")
 	return b.String()
 }
