@@ -287,7 +287,7 @@ func (e *Engine) create(h uint64, key string, n, t int64) (ringslot.Ring, int64,
 		}
 		return ringslot.Ring{}, limit, refusedNone
 	}
-	r, terr := e.tab.LoadOrCreate(h, key, func() ringslot.Ring { return e.geo.New(t, limit) })
+	r, terr := e.tab.LoadOrCreate(h, key, e.freshAt(t, limit))
 	if terr != nil {
 		return ringslot.Ring{}, limit, refusedKeysFull
 	}
@@ -302,72 +302,108 @@ func (e *Engine) ringLimit(r ringslot.Ring) int64 {
 }
 
 // replace swaps a retired ring for a fresh one. It reports ok=false when the
-// key is absent afterwards (MaxKeys refused it, or a peek found nothing),
-// so that decideSlow goes through create.
+// key is absent afterwards (MaxKeys refused it, KeyLimit refused it and the
+// retired ring was removed, or a peek found nothing), so that decideSlow
+// goes through create.
 //
 //go:noinline
 func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ringslot.Ring, bool) {
 	limit, why := e.limitFor(key)
 	if why != refusedNone {
+		// Nobody else will replace old: remove it, or it stays in the
+		// table forever (sweeps leave a ring someone else retired).
+		e.tab.Remove(h, key, old)
 		return ringslot.Ring{}, false
 	}
-	r, err := e.tab.Replace(h, key, old, e.freshAfter(old, t, limit))
+	r, err := e.tab.Replace(h, key, old, e.freshAt(t, limit))
 	if err != nil {
 		return ringslot.Ring{}, false
 	}
 	return r, true
 }
 
-// freshAfter returns the constructor of a ring replacing the retired ring
-// old for a writer at t: it starts at t or at old's retirement time,
-// whichever is later. Every count of old is outside the window there, and a
-// writer whose t is older is clamped forward to it, so no count that is
-// still inside some writer's window is dropped (docs/design.md §5).
-func (e *Engine) freshAfter(old ringslot.Ring, t, limit int64) func() ringslot.Ring {
-	return func() ringslot.Ring { return e.geo.New(max(t, e.geo.RetiredAt(old)), limit) }
+// freshAt returns the constructor of a key's new ring for a writer at t: it
+// starts at t or at the floor the table gives, whichever is later. The
+// floor is at or after the retirement time of the state the key had, where
+// every old count is outside the window, and a writer whose t is older is
+// clamped forward to it, so no count still inside some writer's window is
+// dropped (docs/design.md §5).
+func (e *Engine) freshAt(t, limit int64) shard.Fresh {
+	return func(floor int64) ringslot.Ring { return e.geo.New(max(t, floor), limit) }
 }
 
-// SetLimit sets key's own limit, creating the key's state if it has none,
-// and keeps its counts. It needs Config.PerKeyLimits or Config.KeyLimit. A
-// lower limit applies from the next decision; units already admitted stay.
-// The override lasts until the key is reclaimed after being idle for longer
-// than Window plus one sub-window (FixedWindow: 2·Window; SlidingLog:
-// Window), or for 2^21 sub-windows with eviction disabled; after that
+// SetLimit is SetLimitAt(key, limit, now) with now from the engine's clock.
+// It creates a key's state at the clock's time: when you drive AllowAt with
+// a timeline of your own, use SetLimitAt with a time on that timeline.
+func (e *Engine) SetLimit(key string, limit int64) error {
+	return e.setLimit("SetLimit", key, limit, e.clk.UnixNano(), true)
+}
+
+// SetLimitAt sets key's own limit, creating the key's state at now if it
+// has none, and keeps its counts. It needs Config.PerKeyLimits or
+// Config.KeyLimit. A lower limit applies from the next decision; units
+// already admitted stay. The override lasts until the key is reclaimed
+// after being idle for longer than Window plus one sub-window (FixedWindow:
+// 2·Window; SlidingLog: Window), or, with eviction disabled, until a request
+// comes 2^21 or more sub-windows after the key's newest one; after that
 // Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
-// belong in KeyLimit.
+// belong in KeyLimit. A now before 1970 or past 2262-04-11 is an error, and
+// changes nothing.
 //
 // With SlidingLog the limit must be at most Config.MaxLogLimit. A limit
 // above the one the key's log was allocated for moves the log into a larger
 // allocation, with every admitted unit, while the key's map bucket is
 // locked; decisions on the key wait for the copy.
-func (e *Engine) SetLimit(key string, limit int64) error {
+func (e *Engine) SetLimitAt(key string, limit int64, now time.Time) error {
+	return e.setLimit("SetLimitAt", key, limit, clock.UnixNano(now), true)
+}
+
+// setLimit is SetLimitAt at t (Unix ns, or −1 when out of range); without
+// create it leaves an absent key absent.
+func (e *Engine) setLimit(what, key string, limit, t int64, create bool) error {
 	if !e.perKey {
-		return fmt.Errorf("ringlimit: SetLimit needs Config.PerKeyLimits or Config.KeyLimit")
+		return fmt.Errorf("ringlimit: %s needs Config.PerKeyLimits or Config.KeyLimit", what)
 	}
 	if limit < 1 || limit > e.maxLimit {
-		return e.cfg.limitError("SetLimit limit", limit)
+		return e.cfg.limitError(what+" limit", limit)
+	}
+	if t < 0 {
+		return fmt.Errorf("ringlimit: %s(%q): the time is before 1970 or after 2262-04-11 (a Clock or now outside int64 Unix nanoseconds); nothing was changed", what, key)
 	}
 	h := e.tab.Hash(key)
-	t := e.clk.UnixNano()
-	fresh := func() ringslot.Ring { return e.geo.New(t, limit) }
-	r, err := e.tab.LoadOrCreate(h, key, fresh)
-	for err == nil {
+	fresh := e.freshAt(t, limit)
+	var r ringslot.Ring
+	var err error
+	load := func() bool {
+		if create {
+			r, err = e.tab.LoadOrCreate(h, key, fresh)
+			return err == nil
+		}
+		var ok bool
+		r, ok = e.tab.Load(h, key)
+		return ok
+	}
+	for ok := load(); ok; {
 		if e.geo.SetLimit(r, limit) {
 			return nil
 		}
 		if e.geo.Retired(r) {
-			r, err = e.tab.Replace(h, key, r, e.freshAfter(r, t, limit))
+			if r, err = e.tab.Replace(h, key, r, fresh); err != nil {
+				break
+			}
 			continue
 		}
 		// A log too small for limit. Grow it under the key's bucket lock,
 		// so that no writer replaces it with an empty ring meanwhile.
 		old := r
-		var ok bool
 		if r, ok = e.tab.Swap(h, key, old, func() ringslot.Ring { return e.geo.Grow(old, t, limit) }); !ok {
-			r, err = e.tab.LoadOrCreate(h, key, fresh) // reclaimed meanwhile
+			ok = load() // reclaimed meanwhile
 		}
 	}
-	return fmt.Errorf("ringlimit: SetLimit(%q): %w", key, err)
+	if err != nil {
+		return fmt.Errorf("ringlimit: %s(%q): %w", what, key, err)
+	}
+	return nil // absent, and not to be created
 }
 
 // UpdateLimits calls fn for every key held, with its current limit, and
@@ -375,8 +411,9 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 // way to apply a new per-tenant policy to live keys, while Config.KeyLimit
 // applies it to keys created from now on. It needs Config.PerKeyLimits or
 // Config.KeyLimit. It is not a snapshot: a key created meanwhile gets its
-// limit from KeyLimit instead. It returns the first error SetLimit would
-// return for a limit out of range, after visiting every key.
+// limit from KeyLimit instead, and a key reclaimed meanwhile is not created
+// again. It returns the first error SetLimit would return (a limit out of
+// range, a Clock outside 1970 … 2262), after visiting every key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")
@@ -388,7 +425,7 @@ func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 		if next == 0 || next == cur {
 			return true
 		}
-		if err := e.SetLimit(key, next); err != nil && first == nil {
+		if err := e.setLimit("UpdateLimits", key, next, e.clk.UnixNano(), false); err != nil && first == nil {
 			first = err
 		}
 		return true

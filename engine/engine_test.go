@@ -334,7 +334,7 @@ func TestUpdateLimitsKeepsCounts(t *testing.T) {
 			require.Equal(t, int64(5), d.Limit)
 			require.Equal(t, int64(2), d.Remaining)
 			err := e.UpdateLimits(func(string, int64) int64 { return -1 })
-			require.ErrorContains(t, err, "SetLimit limit = -1")
+			require.ErrorContains(t, err, "UpdateLimits limit = -1")
 		})
 	}
 	plain := newEngine(t, engine.Config{Limit: 3, Window: time.Second})

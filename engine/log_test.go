@@ -61,8 +61,8 @@ func TestLogSetLimitKeepsTheLog(t *testing.T) {
 	require.Equal(t, engine.Decision{Allowed: true, Limit: 5, Remaining: 2}, e.AllowAt("k", 0, t0.Add(100*ms)))
 	require.True(t, e.AllowAt("k", 2, t0.Add(100*ms)).Allowed)
 	// Full; the oldest unit still leaves at t0+1s, and an older time is
-	// still clamped to t0+100ms.
-	require.Equal(t, engine.Decision{Limit: 5, RetryAfter: 900 * ms}, e.AllowAt("k", 1, t0))
+	// still clamped to t0+100ms: its wait counts from its own now, t0.
+	require.Equal(t, engine.Decision{Limit: 5, RetryAfter: 1000 * ms}, e.AllowAt("k", 1, t0))
 	require.Equal(t, engine.Decision{Limit: 5, RetryAfter: 1000 * ms}, e.AllowAt("k", 3, t0.Add(100*ms)))
 	require.Equal(t, engine.Stats{Keys: 1}, e.Stats(), "growing a log is not an eviction")
 

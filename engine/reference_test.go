@@ -110,6 +110,7 @@ func (r *refLimiter) remaining(k *refKey, t int64) int64 {
 // decide mirrors Engine.AllowAt.
 func (r *refLimiter) decide(key string, n int64, now time.Time) engine.Decision {
 	t := now.UnixNano()
+	asked := t
 	k := r.keys[key]
 	if k == nil {
 		k = &refKey{}
@@ -156,7 +157,9 @@ func (r *refLimiter) decide(key string, n int64, now time.Time) engine.Decision 
 			lo = mid + 1
 		}
 	}
-	d.RetryAfter = time.Duration(lo)
+	// Counted from now, not from the clamped t: a retry at now + RetryAfter
+	// is a request at t + lo.
+	d.RetryAfter = time.Duration(t + lo - asked)
 	return d
 }
 

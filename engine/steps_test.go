@@ -48,8 +48,9 @@ func TestStepsWeighted(t *testing.T) {
 		{1250 * ms, 1, true, 0, 0},
 		// The clock goes back: treated as the start of the newest
 		// sub-window (t0+1s), where the old 4 weigh in full: no capacity
-		// is gained, and nothing is erased.
-		{900 * ms, 1, false, 0, 375 * ms},
+		// is gained, and nothing is erased. It fits at t0+1.375s, 475ms
+		// after the caller's now.
+		{900 * ms, 1, false, 0, 475 * ms},
 		{1500 * ms, 2, true, 0, 0}, // t0's 4 are out; 2 remain counted
 		{1500 * ms, 0, true, 0, 0}, // n = 0 changes nothing
 		{1500 * ms, 5, false, 0, engine.Never},
@@ -91,8 +92,9 @@ func TestStepsLog(t *testing.T) {
 		{1500 * ms, 2, false, 0, 500 * ms}, // the 2nd oldest is one of t0+1s's 3
 		{1500 * ms, 4, false, 0, 700 * ms}, // all 4 must leave: the last at t0+2.2s
 		// The clock goes back: treated as the newest time the key has seen
-		// (t0+1.5s, set by the denials), not the start of a sub-window.
-		{900 * ms, 1, false, 0, 500 * ms},
+		// (t0+1.5s, set by the denials), not the start of a sub-window. It
+		// fits at t0+2s, 1.1s after the caller's now.
+		{900 * ms, 1, false, 0, 1100 * ms},
 		{1999 * ms, 0, true, 0, 0},
 		{2 * time.Second, 0, true, 3, 0},
 		{2 * time.Second, 5, false, 3, engine.Never},

@@ -159,6 +159,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 		r.unlock()
 		return Result{Dead: true}
 	}
+	asked := t
 	if t > l {
 		last.Store(t)
 	} else {
@@ -184,6 +185,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 	var res Result
 	if detail {
 		res = g.logDeny(r, t, capacity, start, size, n, limit)
+		res.RetryAfter = late(res.RetryAfter, t-asked)
 		res.Epoch = t
 	}
 	r.unlock()
@@ -212,7 +214,7 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 		r.unlock()
 		return Result{Dead: true}
 	}
-	t = max(t, l)
+	asked, t := t, max(t, l)
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
 	limit = min(limit, capacity)
 	k := expired(r, capacity, start, size, t-g.width)
@@ -222,6 +224,7 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 		res = Result{Allowed: true, Remaining: max(0, limit-size)}
 	} else {
 		res = g.logDeny(r, t, capacity, start, size, n, limit)
+		res.RetryAfter = late(res.RetryAfter, t-asked)
 	}
 	res.Epoch = t
 	r.unlock()

@@ -33,6 +33,7 @@ func (m *modelLog) live(t int64) []int64 {
 }
 
 func (m *modelLog) decide(t, n, limit int64, record bool) Result {
+	asked := t
 	t = max(t, m.newest)
 	if record {
 		m.newest = t
@@ -50,7 +51,7 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 	}
 	res := Result{Remaining: max(0, limit-used), RetryAfter: Never, Epoch: t}
 	if n <= limit {
-		res.RetryAfter = in[used+n-limit-1] + m.win - t
+		res.RetryAfter = in[used+n-limit-1] + m.win - asked // from the caller's t, not the clamped one
 	}
 	return res
 }
@@ -150,7 +151,7 @@ func TestLogSetLimitAndGrow(t *testing.T) {
 	fresh := g.Grow(idle, t0+5*sec, 3)
 	require.Equal(t, Result{Allowed: true, Remaining: 3}, strip(g.Peek(fresh, 0, 0, 3)))
 	require.Equal(t, Result{Allowed: true}, strip(g.Acquire(fresh, t0, 3, 3)))
-	require.Equal(t, Result{RetryAfter: sec}, strip(g.Acquire(fresh, t0, 1, 3)), "clamped to t0+5s")
+	require.Equal(t, Result{RetryAfter: 6 * sec}, strip(g.Acquire(fresh, t0, 1, 3)), "clamped to t0+5s: fits at t0+6s")
 }
 
 // A writer at a new time slips in between Retire's unlocked check (the

@@ -432,6 +432,7 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 					return Result{}
 				}
 				res := g.deny(r, e, i, off, v, n, limit)
+				res.RetryAfter = late(res.RetryAfter, e*g.width+off-t)
 				res.Epoch = e
 				return res
 			}
@@ -510,13 +511,29 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 		res := Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}
 		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
 			res = g.deny(r, e, i, off, v, n, limit)
+			res.RetryAfter = late(res.RetryAfter, e*g.width+off-t)
 		}
 		res.Epoch = e
 		return res
 	}
 }
 
+// late turns a wait measured from a decision's effective time into one
+// measured from the caller's time, lag ≥ 0 earlier (a clamped request): a
+// retry at the caller's time plus the wait is then at the effective time
+// plus the original wait. Never stays Never; the sum saturates below it.
+func late(wait, lag int64) int64 {
+	if wait == Never || lag == 0 {
+		return wait
+	}
+	if wait > Never-1-lag {
+		return Never - 1
+	}
+	return wait + lag
+}
+
 // deny builds the denial for n units at (e, off) from view v; i is e's slot.
+// Its RetryAfter counts from (e, off).
 func (g *Geometry) deny(r Ring, e int64, i int, off int64, v view, n, limit int64) Result {
 	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never}
 	if n <= limit {
@@ -609,6 +626,9 @@ func (g *Geometry) countIn(r Ring, idx int, x, e int64) int64 {
 // at the key's present time create a ring at its own time, below counts
 // still inside its window.
 func (g *Geometry) Retire(r Ring, t int64) bool {
+	if t < 0 {
+		return false // a clock outside 1970 … 2262 judges nothing idle
+	}
 	if g.log {
 		return g.logRetire(r, t)
 	}

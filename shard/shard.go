@@ -38,7 +38,24 @@ func hashMapKey(k mapKey, seed uint64) uint64 { return k.h ^ seed }
 type shard struct {
 	m       *xsync.MapOf[mapKey, ringslot.Ring]
 	evicted atomic.Int64
-	_       [cacheLine - 16]byte
+	// floor is the latest retirement time (Unix ns) of a ring this shard
+	// deleted, raised under the key's bucket lock before the delete. Every
+	// ring the shard creates starts at or after it: a writer that read its
+	// time before the sweeper reclaimed the key, and reaches the table
+	// after, must not build the key anew below counts that are still
+	// inside its window (docs/design.md §5).
+	floor atomic.Int64
+	_     [cacheLine - 24]byte
+}
+
+// raiseFloor lifts s.floor to at least ns.
+func (s *shard) raiseFloor(ns int64) {
+	for {
+		f := s.floor.Load()
+		if ns <= f || s.floor.CompareAndSwap(f, ns) {
+			return
+		}
+	}
 }
 
 // Table is a sharded key → ring map. It is safe for concurrent use.
@@ -89,11 +106,16 @@ func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	return t.shardOf(h).m.Load(mapKey{h, key})
 }
 
-// LoadOrCreate returns the key's ring, creating it with fresh() if absent.
+// Fresh builds a new ring for a key: it must start at or after floor, the
+// earliest time at which no count the key's reclaimed or retired state held
+// is inside any window (a caller's fresh starts at max(its time, floor)).
+type Fresh func(floor int64) ringslot.Ring
+
+// LoadOrCreate returns the key's ring, creating it with fresh if absent.
 // fresh may be called and its ring dropped when another goroutine creates
 // the key first. It returns ErrFull when the key is absent and MaxKeys are
 // present.
-func (t *Table) LoadOrCreate(h uint64, key string, fresh func() ringslot.Ring) (ringslot.Ring, error) {
+func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, error) {
 	s := t.shardOf(h)
 	full := false
 	r, _ := s.m.LoadOrTryCompute(mapKey{h, key}, func() (ringslot.Ring, bool) {
@@ -101,7 +123,7 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh func() ringslot.Ring) (
 			full = true
 			return ringslot.Ring{}, true
 		}
-		return fresh(), false
+		return fresh(s.floor.Load()), false
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
@@ -128,10 +150,18 @@ func (t *Table) reserve() bool {
 	}
 }
 
-// Replace swaps the retired ring old for fresh() and returns the key's
+// Replace swaps the retired ring old for a fresh one and returns the key's
 // current ring. If someone already replaced or deleted old, it returns
 // that ring or creates one, under the same MaxKeys rule as LoadOrCreate.
-func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh func() ringslot.Ring) (ringslot.Ring, error) {
+//
+// Invariants (docs/design.md §5): the swap happens under the key's bucket
+// lock and only while old is still the key's ring, so of any number of
+// writers that found old retired exactly one installs a ring and the others
+// get it. The floor fresh is given is at or after old's retirement time
+// (ringslot.Geometry.RetiredAt): every count of old is outside the window
+// there, and a writer whose time is older is clamped forward to it, so no
+// count still inside any window of the key's timeline is dropped.
+func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (ringslot.Ring, error) {
 	s := t.shardOf(h)
 	full := false
 	r, ok := s.m.Compute(mapKey{h, key}, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
@@ -140,12 +170,12 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh func() ri
 			return cur, false // already replaced
 		case loaded:
 			s.evicted.Add(1) // old counts as reclaimed; its slot in live is reused
-			return fresh(), false
+			return fresh(max(s.floor.Load(), t.geo.RetiredAt(old))), false
 		case !t.reserve():
 			full = true
 			return cur, true // absent, and stays absent
 		default:
-			return fresh(), false
+			return fresh(max(s.floor.Load(), t.geo.RetiredAt(old))), false
 		}
 	})
 	if full || !ok {
@@ -191,24 +221,42 @@ func (t *Table) SweepShard(i int, now int64) int {
 		if !t.geo.Retire(r, now) {
 			return true
 		}
-		s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
-			switch {
-			case !loaded:
-				// Deleted by a concurrent sweep. Returning (cur, false)
-				// here would store the zero Ring for the key: delete is
-				// the only answer that leaves an absent key absent.
-				return cur, true
-			case cur == r:
-				t.live.Add(-1)
-				s.evicted.Add(1)
-				n++
-				return cur, true
-			}
-			return cur, false // replaced meanwhile: keep the new ring
-		})
+		if t.remove(s, k, r) {
+			n++
+		}
 		return true
 	})
 	return n
+}
+
+// Remove deletes the key if old, a ring the caller retired, is still its
+// ring, and reports whether it did: the way out for a ring whose retiring
+// writer will not replace it (the key's limit was refused meanwhile).
+func (t *Table) Remove(h uint64, key string, old ringslot.Ring) bool {
+	return t.remove(t.shardOf(h), mapKey{h, key}, old)
+}
+
+// remove deletes k from s if its ring is still r, raising s's floor to r's
+// retirement time first, under the bucket lock.
+func (t *Table) remove(s *shard, k mapKey, r ringslot.Ring) bool {
+	removed := false
+	s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		switch {
+		case !loaded:
+			// Deleted meanwhile. Returning (cur, false) here would store
+			// the zero Ring for the key: delete is the only answer that
+			// leaves an absent key absent.
+			return cur, true
+		case cur == r:
+			s.raiseFloor(t.geo.RetiredAt(r))
+			t.live.Add(-1)
+			s.evicted.Add(1)
+			removed = true
+			return cur, true
+		}
+		return cur, false // replaced meanwhile: keep the new ring
+	})
+	return removed
 }
 
 // Range calls fn for every key present and its ring, one shard at a time,
