@@ -184,23 +184,24 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 	}
 	var res Result
 	if detail {
-		res = g.logDeny(r, t, capacity, start, size, n, limit)
-		res.RetryAfter = late(res.RetryAfter, t-asked)
-		res.Epoch = t
+		res = g.logDeny(r, asked, t, capacity, start, size, n, limit)
 	}
 	r.unlock()
 	return res
 }
 
-// logDeny builds the denial of n units at t, given size live units from
+// logDeny builds the denial of n units asked at `asked` and decided at
+// t ≥ asked (clamped to the key's newest time), given size live units from
 // start. Caller holds the lock. The request fits once the k = size+n−limit
 // oldest units have left the window; the k-th leaves at its time + W, and
-// nothing else ever leaves sooner.
-func (g *Geometry) logDeny(r Ring, t, capacity, start, size, n, limit int64) Result {
-	res := Result{Remaining: max(0, limit-size), RetryAfter: Never}
+// nothing else ever leaves sooner. The wait counts from asked.
+func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int64) Result {
+	res := Result{Remaining: max(0, limit-size), RetryAfter: Never, Epoch: t}
 	if k := size + n - limit; n <= limit && k >= 1 {
 		s := *r.at(logHdr + wrap(start+k-1, capacity)) // k ≤ size as n ≤ limit
-		res.RetryAfter = s + g.width - t               // > 0: the unit is inside at t
+		// s + W − t > 0: the unit is inside at t. s + W may wrap near
+		// 2262; the difference, at most W, does not.
+		res.RetryAfter = late(s+g.width-t, t-asked)
 	}
 	return res
 }
@@ -219,14 +220,10 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 	limit = min(limit, capacity)
 	k := expired(r, capacity, start, size, t-g.width)
 	start, size = wrap(start+k, capacity), size-k
-	var res Result
-	if size+n <= limit {
-		res = Result{Allowed: true, Remaining: max(0, limit-size)}
-	} else {
-		res = g.logDeny(r, t, capacity, start, size, n, limit)
-		res.RetryAfter = late(res.RetryAfter, t-asked)
+	res := Result{Allowed: true, Remaining: max(0, limit-size), Epoch: t}
+	if size+n > limit {
+		res = g.logDeny(r, asked, t, capacity, start, size, n, limit)
 	}
-	res.Epoch = t
 	r.unlock()
 	return res
 }

@@ -431,10 +431,7 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 				if !detail {
 					return Result{}
 				}
-				res := g.deny(r, e, i, off, v, n, limit)
-				res.RetryAfter = late(res.RetryAfter, e*g.width+off-t)
-				res.Epoch = e
-				return res
+				return g.deny(r, t, e, i, off, v, n, limit)
 			}
 			next := pack.Word(tag, v.cur+n) // v.cur is 0 when the slot is stale: a reset
 			if slot.CompareAndSwap(v.curWord, next) {
@@ -508,13 +505,10 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 				continue
 			}
 		}
-		res := Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}
 		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
-			res = g.deny(r, e, i, off, v, n, limit)
-			res.RetryAfter = late(res.RetryAfter, e*g.width+off-t)
+			return g.deny(r, t, e, i, off, v, n, limit)
 		}
-		res.Epoch = e
-		return res
+		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off), Epoch: e}
 	}
 }
 
@@ -532,12 +526,12 @@ func late(wait, lag int64) int64 {
 	return wait + lag
 }
 
-// deny builds the denial for n units at (e, off) from view v; i is e's slot.
-// Its RetryAfter counts from (e, off).
-func (g *Geometry) deny(r Ring, e int64, i int, off int64, v view, n, limit int64) Result {
-	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never}
+// deny builds the denial for n units asked at t and decided at (e, off)
+// from view v; i is e's slot. Its RetryAfter counts from t.
+func (g *Geometry) deny(r Ring, t, e int64, i int, off int64, v view, n, limit int64) Result {
+	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never, Epoch: e}
 	if n <= limit {
-		res.RetryAfter = g.retryAfter(r, e, i, off, v, n, limit)
+		res.RetryAfter = late(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off-t)
 	}
 	return res
 }
