@@ -24,10 +24,11 @@ type Decision struct {
 	Remaining int64
 	// RetryAfter, on denial, is the least wait after which this same
 	// request fits if no other traffic arrives for the key; Never when it
-	// never can. It is 0 when Allowed. It counts from the request's own
-	// now, also when now was older than the key's newest time and the
-	// decision was made there. Under concurrent traffic on the key it is
-	// advisory.
+	// never can (also when the wait would end past 2262-04-11, the last
+	// representable time). It is 0 when Allowed. It counts from the
+	// request's own now, also when now was older than the key's newest
+	// time and the decision was made there. Under concurrent traffic on
+	// the key it is advisory.
 	RetryAfter time.Duration
 }
 

@@ -301,18 +301,18 @@ func (e *Engine) ringLimit(r ringslot.Ring) int64 {
 	return e.limit
 }
 
-// replace swaps a retired ring for a fresh one. It reports ok=false when the
-// key is absent afterwards (MaxKeys refused it, KeyLimit refused it and the
-// retired ring was removed, or a peek found nothing), so that decideSlow
-// goes through create.
+// replace swaps a retired ring for a fresh one. It reports ok=false when
+// there is no ring to use (MaxKeys or KeyLimit refused the key), so that
+// decideSlow goes through create, which refuses the request.
 //
 //go:noinline
 func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ringslot.Ring, bool) {
 	limit, why := e.limitFor(key)
 	if why != refusedNone {
-		// Nobody else will replace old: remove it, or it stays in the
-		// table forever (sweeps leave a ring someone else retired).
-		e.tab.Remove(h, key, old)
+		// old stays retired in the table: the next writer for the key
+		// replaces it, or a sweep removes it once the clock reaches its
+		// retirement time. Removing it here would raise the table's floor
+		// to a time this caller chose, possibly far past the clock.
 		return ringslot.Ring{}, false
 	}
 	r, err := e.tab.Replace(h, key, old, e.freshAt(t, limit))
@@ -336,7 +336,7 @@ func (e *Engine) freshAt(t, limit int64) shard.Fresh {
 // It creates a key's state at the clock's time: when you drive AllowAt with
 // a timeline of your own, use SetLimitAt with a time on that timeline.
 func (e *Engine) SetLimit(key string, limit int64) error {
-	return e.setLimit("SetLimit", key, limit, e.clk.UnixNano(), true)
+	return e.setLimit("SetLimit", key, limit, e.clk.UnixNano())
 }
 
 // SetLimitAt sets key's own limit, creating the key's state at now if it
@@ -355,12 +355,39 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 // allocation, with every admitted unit, while the key's map bucket is
 // locked; decisions on the key wait for the copy.
 func (e *Engine) SetLimitAt(key string, limit int64, now time.Time) error {
-	return e.setLimit("SetLimitAt", key, limit, clock.UnixNano(now), true)
+	return e.setLimit("SetLimitAt", key, limit, clock.UnixNano(now))
 }
 
-// setLimit is SetLimitAt at t (Unix ns, or −1 when out of range); without
-// create it leaves an absent key absent.
-func (e *Engine) setLimit(what, key string, limit, t int64, create bool) error {
+// setLimit is SetLimitAt at t (Unix ns, or −1 when out of range).
+func (e *Engine) setLimit(what, key string, limit, t int64) error {
+	if err := e.checkLimit(what, key, limit, t); err != nil {
+		return err
+	}
+	h := e.tab.Hash(key)
+	fresh := e.freshAt(t, limit)
+	r, err := e.tab.LoadOrCreate(h, key, fresh)
+	for err == nil {
+		if e.geo.SetLimit(r, limit) {
+			return nil
+		}
+		if e.geo.Retired(r) {
+			r, err = e.tab.Replace(h, key, r, fresh)
+			continue
+		}
+		// A log too small for limit. Grow it under the key's bucket lock,
+		// so that no writer replaces it with an empty ring meanwhile.
+		old := r
+		var ok bool
+		grow := func() ringslot.Ring { nr, _ := e.geo.Grow(old, limit); return nr } // old if retired: replaced next round
+		if r, ok = e.tab.Swap(h, key, old, grow); !ok {
+			r, err = e.tab.LoadOrCreate(h, key, fresh) // reclaimed meanwhile
+		}
+	}
+	return fmt.Errorf("ringlimit: %s(%q): %w", what, key, err)
+}
+
+// checkLimit validates what SetLimit, SetLimitAt and UpdateLimits are given.
+func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: %s needs Config.PerKeyLimits or Config.KeyLimit", what)
 	}
@@ -370,50 +397,19 @@ func (e *Engine) setLimit(what, key string, limit, t int64, create bool) error {
 	if t < 0 {
 		return fmt.Errorf("ringlimit: %s(%q): the time is before 1970 or after 2262-04-11 (a Clock or now outside int64 Unix nanoseconds); nothing was changed", what, key)
 	}
-	h := e.tab.Hash(key)
-	fresh := e.freshAt(t, limit)
-	var r ringslot.Ring
-	var err error
-	load := func() bool {
-		if create {
-			r, err = e.tab.LoadOrCreate(h, key, fresh)
-			return err == nil
-		}
-		var ok bool
-		r, ok = e.tab.Load(h, key)
-		return ok
-	}
-	for ok := load(); ok; {
-		if e.geo.SetLimit(r, limit) {
-			return nil
-		}
-		if e.geo.Retired(r) {
-			if r, err = e.tab.Replace(h, key, r, fresh); err != nil {
-				break
-			}
-			continue
-		}
-		// A log too small for limit. Grow it under the key's bucket lock,
-		// so that no writer replaces it with an empty ring meanwhile.
-		old := r
-		if r, ok = e.tab.Swap(h, key, old, func() ringslot.Ring { return e.geo.Grow(old, t, limit) }); !ok {
-			ok = load() // reclaimed meanwhile
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("ringlimit: %s(%q): %w", what, key, err)
-	}
-	return nil // absent, and not to be created
+	return nil
 }
 
 // UpdateLimits calls fn for every key held, with its current limit, and
 // sets the limit fn returns (0 keeps it), keeping every key's counts: the
 // way to apply a new per-tenant policy to live keys, while Config.KeyLimit
 // applies it to keys created from now on. It needs Config.PerKeyLimits or
-// Config.KeyLimit. It is not a snapshot: a key created meanwhile gets its
-// limit from KeyLimit instead, and a key reclaimed meanwhile is not created
-// again. It returns the first error SetLimit would return (a limit out of
-// range, a Clock outside 1970 … 2262), after visiting every key.
+// Config.KeyLimit. It is not a snapshot, and it applies fn's answer only to
+// the state fn was shown: a key reclaimed meanwhile is not created again,
+// and a key whose state was replaced or created meanwhile keeps the limit
+// KeyLimit gave it. It returns the first error SetLimit would return (a
+// limit out of range, a Clock outside 1970 … 2262), after visiting every
+// key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")
@@ -425,12 +421,29 @@ func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 		if next == 0 || next == cur {
 			return true
 		}
-		if err := e.setLimit("UpdateLimits", key, next, e.clk.UnixNano(), false); err != nil && first == nil {
+		if err := e.updateLimit(key, r, next); err != nil && first == nil {
 			first = err
 		}
 		return true
 	})
 	return first
+}
+
+// updateLimit sets limit on r, the state UpdateLimits visited for key, and
+// on nothing else: not on a state that replaced r, nor on one it creates.
+func (e *Engine) updateLimit(key string, r ringslot.Ring, limit int64) error {
+	t := e.clk.UnixNano()
+	if err := e.checkLimit("UpdateLimits", key, limit, t); err != nil {
+		return err
+	}
+	if e.geo.SetLimit(r, limit) || e.geo.Retired(r) {
+		return nil // set, or r is being reclaimed or replaced: its successor gets KeyLimit
+	}
+	// A log too small for limit: grow r itself, with the limit, under the
+	// key's bucket lock and only while r is still the key's state and live
+	// (a retired r stays, for the sweep to remove).
+	e.tab.Swap(e.tab.Hash(key), key, r, func() ringslot.Ring { nr, _ := e.geo.Grow(r, limit); return nr })
+	return nil
 }
 
 // Config returns the engine's configuration with its defaults applied:

@@ -20,9 +20,9 @@ import (
 // retires the key's ring and then replaces it; if Config.KeyLimit refuses
 // the key at that moment (a documented way to refuse a key: a result
 // outside 1…MaxLimit), the replacement never happens and the retired ring
-// stays in the table. Sweeps leave rings "retired by someone else", so the
-// key is never reclaimed: it holds a MaxKeys slot forever (here the only
-// one), although it has been idle far longer than Window + 2 sub-windows.
+// stays in the table. It was never reclaimed, holding a MaxKeys slot
+// forever; now a sweep removes it once the clock reaches its retirement
+// time.
 func TestAdvRetiredRingLeaksWhenKeyLimitRefusesReplacement(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -49,12 +49,16 @@ func TestAdvRetiredRingLeaksWhenKeyLimitRefusesReplacement(t *testing.T) {
 			d := e.AllowAt("k", 1, far)
 			require.Equal(t, engine.Never, d.RetryAfter, "refused by KeyLimit")
 
-			// The refused writer removed the state it retired: nobody else
-			// would, since sweeps leave a state someone else retired.
-			assert.Equal(t, int64(0), e.Len(), "Len")
+			// The refused writer leaves the state it retired at far: the
+			// key's time is far now. A sweep removes it once the engine's
+			// clock has reached that time, and not before (removing it
+			// earlier would raise the shard's floor past the clock).
 			blocked.Store(false)
-			clk.Advance(time.Hour) // idle for an hour by the engine's clock
-			assert.Zero(t, e.Sweep(), "nothing left to reclaim")
+			clk.Advance(time.Hour)
+			assert.Zero(t, e.Sweep(), "retired at far, ahead of the clock")
+			clk.Set(far.Add(time.Hour))
+			assert.Equal(t, 1, e.Sweep(), "the clock passed far: the retired state goes")
+			assert.Equal(t, int64(0), e.Len(), "Len")
 			d = e.AllowN("other", 1)
 			assert.True(t, d.Allowed, "a new key fits under MaxKeys = 1 once the idle key is gone: %+v (%v)", d, d.Reason())
 		})

@@ -201,7 +201,7 @@ func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int
 		s := *r.at(logHdr + wrap(start+k-1, capacity)) // k ≤ size as n ≤ limit
 		// s + W − t > 0: the unit is inside at t. s + W may wrap near
 		// 2262; the difference, at most W, does not.
-		res.RetryAfter = late(s+g.width-t, t-asked)
+		res.RetryAfter = fromCaller(s+g.width-t, t, asked)
 	}
 	return res
 }
@@ -239,20 +239,23 @@ var testHookRetire func(Ring)
 // before the lock is taken, so it is checked again under the lock.
 func (g *Geometry) logRetire(r Ring, now int64) bool {
 	last := r.word(logLast)
-	if l := last.Load(); l < 0 || l >= now-g.width {
-		return false // retired by another, or live
+	if l := last.Load(); l < 0 {
+		return retiredAt(l) <= now
+	} else if l >= now-g.width {
+		return false
 	}
 	if testHookRetire != nil {
 		testHookRetire(r)
 	}
 	r.lock()
 	l := last.Load()
-	idle := l >= 0 && l < now-g.width // a writer may have moved it, or Grow retired it
-	if idle {
-		last.Store(retiredWord(now))
+	retired := l < 0 && retiredAt(l) <= now // by Grow meanwhile
+	if l >= 0 && l < now-g.width {          // a writer may have moved it
+		last.Store(retiredWord(l + g.width)) // every unit (≤ l) has left by l + W < now
+		retired = true
 	}
 	r.unlock()
-	return idle
+	return retired
 }
 
 // logSetLimit is SetLimit for a log ring: it refuses a limit above the
@@ -269,31 +272,31 @@ func (g *Geometry) logSetLimit(r Ring, limit int64) bool {
 
 // Grow returns a log ring of capacity max(limit, old's capacity) holding
 // old's live units and newest time, with the limit set, and retires old so
-// that writers still holding it find it retired and reload the key's ring. If
-// old was already retired (reclaimed when idle), the new ring is empty with
-// newest time t, or old's retirement time if later.
+// that writers still holding it find it retired and reload the key's ring.
+// If old was already retired (reclaimed when idle), it moves nothing and
+// returns (old, false): a retired key is replaced, with the table's floor,
+// or removed, not grown.
 //
 // Call it only where nobody can replace old in the key table meanwhile
 // (shard.Table.Swap runs it under the key's map bucket lock): a writer that
 // finds old retired replaces it, and would otherwise replace it with an empty
 // ring and lose the log.
-func (g *Geometry) Grow(old Ring, t, limit int64) Ring {
+func (g *Geometry) Grow(old Ring, limit int64) (Ring, bool) {
 	capacity := *old.at(logCap) // fixed since creation, which happened before
-	nr := newLog(t, max(limit, capacity))
+	nr := newLog(0, max(limit, capacity))
 	nr.word(logLimit).Store(limit)
 	old.lock()
+	defer old.unlock()
 	l := old.word(logLast).Load()
-	if l >= 0 {
-		start, size := *old.at(logStart), *old.at(logSize)
-		for i := int64(0); i < size; i++ {
-			*nr.at(logHdr + i) = *old.at(logHdr + wrap(start+i, capacity))
-		}
-		*nr.at(logSize) = size
-		nr.word(logLast).Store(l)
-		old.word(logLast).Store(retiredWord(l))
-	} else {
-		nr.word(logLast).Store(max(t, retiredAt(l))) // as a replacement would start
+	if l < 0 {
+		return old, false
 	}
-	old.unlock()
-	return nr
+	start, size := *old.at(logStart), *old.at(logSize)
+	for i := int64(0); i < size; i++ {
+		*nr.at(logHdr + i) = *old.at(logHdr + wrap(start+i, capacity))
+	}
+	*nr.at(logSize) = size
+	nr.word(logLast).Store(l)
+	old.word(logLast).Store(retiredWord(l))
+	return nr, true
 }

@@ -112,8 +112,9 @@ func TestLogRetireOnlyWhenIdle(t *testing.T) {
 	require.Equal(t, Result{Allowed: true, Remaining: 7}, strip(g.Peek(r, t0+sec-1, 0, 10)))
 	require.True(t, g.Retire(r, t0+sec+1))
 	require.True(t, g.Retired(r))
-	require.Equal(t, t0+sec+1, g.RetiredAt(r))
-	require.False(t, g.Retire(r, t0+sec+1), "retired already: not by this call")
+	require.Equal(t, t0+sec, g.RetiredAt(r), "where its newest unit (t0) left the window")
+	require.True(t, g.Retire(r, t0+sec+1), "retired at or before t: a sweep may remove it")
+	require.False(t, g.Retire(r, t0+sec-1), "retired after t: not yet")
 	require.True(t, g.Retired(r))
 	require.True(t, g.Acquire(r, t0+2*sec, 1, 10).Dead)
 	require.True(t, g.Peek(r, t0+2*sec, 0, 10).Dead)
@@ -135,7 +136,8 @@ func TestLogSetLimitAndGrow(t *testing.T) {
 	require.Equal(t, int64(3), g.Limit(r))
 	require.False(t, g.SetLimit(r, 5), "above the capacity")
 
-	big := g.Grow(r, 0, 6)
+	big, moved := g.Grow(r, 6)
+	require.True(t, moved)
 	require.True(t, g.Retired(r), "the old ring is retired once moved")
 	require.True(t, g.Acquire(r, t0+sec+5, 1, 4).Dead)
 	require.Equal(t, int64(6), g.Limit(big))
@@ -145,13 +147,14 @@ func TestLogSetLimitAndGrow(t *testing.T) {
 	// Now +2, +3, +4, +5, +5, +5 past t0+1s: 3 must leave, the 3rd at +4+1s.
 	require.Equal(t, Result{RetryAfter: sec - 1}, strip(g.Acquire(big, t0+sec+5, 3, 6)))
 
-	// Growing a ring that was retired when idle gives an empty one.
+	// A ring that was retired when idle is not grown: it is the table's to
+	// replace (with its floor) or remove.
 	idle := g.New(t0, 2)
 	require.True(t, g.Retire(idle, t0+sec+1))
-	fresh := g.Grow(idle, t0+5*sec, 3)
-	require.Equal(t, Result{Allowed: true, Remaining: 3}, strip(g.Peek(fresh, 0, 0, 3)))
-	require.Equal(t, Result{Allowed: true}, strip(g.Acquire(fresh, t0, 3, 3)))
-	require.Equal(t, Result{RetryAfter: 6 * sec}, strip(g.Acquire(fresh, t0, 1, 3)), "clamped to t0+5s: fits at t0+6s")
+	same, moved := g.Grow(idle, 3)
+	require.False(t, moved)
+	require.True(t, same == idle)
+	require.True(t, g.Retired(idle))
 }
 
 // A writer at a new time slips in between Retire's unlocked check (the

@@ -512,18 +512,16 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 	}
 }
 
-// late turns a wait measured from a decision's effective time into one
-// measured from the caller's time, lag ≥ 0 earlier (a clamped request): a
-// retry at the caller's time plus the wait is then at the effective time
-// plus the original wait. Never stays Never; the sum saturates below it.
-func late(wait, lag int64) int64 {
-	if wait == Never || lag == 0 {
-		return wait
+// fromCaller turns a wait measured from a decision's effective time eff
+// into one measured from the caller's time t ≤ eff (earlier when the
+// request was clamped to the key's newest time): the retry instant eff +
+// wait, minus t. A retry instant past int64 nanoseconds (2262-04-11) can
+// never be asked for, so that wait is Never, as is a wait that is Never.
+func fromCaller(wait, eff, t int64) int64 {
+	if wait == Never || wait > math.MaxInt64-eff {
+		return Never
 	}
-	if wait > Never-1-lag {
-		return Never - 1
-	}
-	return wait + lag
+	return eff + wait - t
 }
 
 // deny builds the denial for n units asked at t and decided at (e, off)
@@ -531,7 +529,7 @@ func late(wait, lag int64) int64 {
 func (g *Geometry) deny(r Ring, t, e int64, i int, off int64, v view, n, limit int64) Result {
 	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never, Epoch: e}
 	if n <= limit {
-		res.RetryAfter = late(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off-t)
+		res.RetryAfter = fromCaller(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off, t)
 	}
 	return res
 }
@@ -607,18 +605,22 @@ func (g *Geometry) countIn(r Ring, idx int, x, e int64) int64 {
 
 // Retire retires r if it is still idle at t: if the key's newest request
 // is more than Window plus one sub-window before t (FixedWindow, whose
-// sub-window is the window: 2·Window; a log: more than Window). It reports
-// whether this call retired r; a writer that publishes a newer epoch first
-// wins, and then the ring stays. The ring is retired at t's epoch, so its
-// replacement starts there (RetiredAt).
+// sub-window is the window: 2·Window; a log: more than Window); a writer
+// that publishes a newer epoch first wins, and then the ring stays. The
+// ring is retired at the epoch l + N + 1 after its newest l, where the last
+// of its counts has left the window (a log: at its newest time plus W), so
+// a replacement starts no earlier (RetiredAt); that is on the key's own
+// timeline, and before t.
 //
-// A ring that was already retired reports false: whoever retired it
-// removes it from the key table. That matters for a ring a far-ahead
-// writer retired (Acquire's revive gap): its retirement epoch is ahead of
-// the sweeper's clock, and only the writer's Replace, which starts the new
-// ring there, may take it out; a sweeper that deleted it would let a writer
-// at the key's present time create a ring at its own time, below counts
-// still inside its window.
+// It reports whether r is retired at or before t, by this call or by
+// anyone: then a sweeper at t may remove it from the key table. A ring that
+// a far-ahead writer retired (Acquire's revive gap) at a time after t
+// reports false: only that writer's Replace, which starts the new ring
+// there, may take it out before t reaches it; a sweeper that deleted it
+// would let a writer at the key's present time create a ring at its own
+// time, below counts still inside its window, and would raise the table's
+// floor past the clock (docs/design.md §5). A t < 0 (a clock outside
+// 1970 … 2262) judges nothing.
 func (g *Geometry) Retire(r Ring, t int64) bool {
 	if t < 0 {
 		return false // a clock outside 1970 … 2262 judges nothing idle
@@ -631,14 +633,14 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 	for {
 		l := last.Load()
 		if l < 0 {
-			return false
+			return retiredAt(l) <= e
 		}
 		// Epoch l ends at (l+1)·w; idle for more than W + w needs
 		// t ≥ (l+1)·w + W + w, that is e ≥ l + W/w + 2.
 		if e-l < g.idle {
 			return false
 		}
-		if last.CompareAndSwap(l, retiredWord(e)) {
+		if last.CompareAndSwap(l, retiredWord(l+g.slots)) { // l + N + 1 < l + idle ≤ e
 			return true
 		}
 	}
@@ -648,10 +650,11 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 func (g *Geometry) Retired(r Ring) bool { return r.word(0).Load() < 0 }
 
 // RetiredAt returns the time (Unix ns) at which a retired ring r was
-// retired: the start of the retiring epoch, or a log's retiring time. A
-// replacement ring must start at or after it, so that no writer whose time
-// is older counts on an empty ring while the old ring's counts would still
-// be inside its window. For a live ring it returns 0.
+// retired: the start of the epoch it was retired at (a log: the time). No
+// count of r is inside the window there; a replacement ring must start at
+// or after it, so that no writer whose time is older counts on an empty
+// ring while the old ring's counts would still be inside its window. For a
+// live ring it returns 0.
 func (g *Geometry) RetiredAt(r Ring) int64 {
 	l := r.word(0).Load()
 	if l >= 0 {

@@ -207,7 +207,8 @@ func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringsl
 
 // SweepShard visits every ring of shard i once. A ring idle at now (the
 // key idle for longer than Window plus one sub-window) is retired and
-// deleted; a ring someone else retired is theirs to remove (see
+// deleted, and so is a ring anyone retired at or before now; a ring a
+// far-ahead writer retired at a later time is left to that writer (see
 // ringslot.Geometry.Retire and docs/design.md §5). A writer that published a newer epoch before the retire CAS
 // keeps the ring; one that loaded the ring just before finds it retired and
 // retries on a fresh ring, so no increment is lost. Sweeps of one shard may
@@ -227,13 +228,6 @@ func (t *Table) SweepShard(i int, now int64) int {
 		return true
 	})
 	return n
-}
-
-// Remove deletes the key if old, a ring the caller retired, is still its
-// ring, and reports whether it did: the way out for a ring whose retiring
-// writer will not replace it (the key's limit was refused meanwhile).
-func (t *Table) Remove(h uint64, key string, old ringslot.Ring) bool {
-	return t.remove(t.shardOf(h), mapKey{h, key}, old)
 }
 
 // remove deletes k from s if its ring is still r, raising s's floor to r's
