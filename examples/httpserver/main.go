@@ -80,7 +80,10 @@ func newHandler(cfg engine.Config, free, pro int64) (http.Handler, *engine.Engin
 	// One engine for both routes. A key is "<tier>\x00<tenant>" on the API
 	// and "ip\x00<addr>" elsewhere; Policies gives each tier its limit and
 	// everything else (the "ip" prefix) the engine's Limit.
-	policies := httplimit.NewPolicies(0, map[string]int64{"free": free, "pro": pro})
+	policies, err := httplimit.NewPolicies(0, map[string]int64{"free": free, "pro": pro})
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg.KeyLimit = policies.KeyLimit
 	e, err := engine.New(cfg)
 	if err != nil {
@@ -91,7 +94,7 @@ func newHandler(cfg engine.Config, free, pro int64) (http.Handler, *engine.Engin
 	byIP := httplimit.KeyByIP(64)
 	tenant := httplimit.KeyByHeader("X-Tenant", httplimit.MissingReject)
 	tier := func(r *http.Request) (string, error) {
-		t, err := tenant(r)
+		t, err := tenant.Of(r)
 		if err != nil {
 			return "", err
 		}
@@ -100,18 +103,22 @@ func newHandler(cfg engine.Config, free, pro int64) (http.Handler, *engine.Engin
 		}
 		return "free", nil
 	}
-	ipKey := httplimit.Compose(func(*http.Request) (string, error) { return "ip", nil }, byIP)
-	apiKey := httplimit.Compose(tier, tenant)
-	m := httplimit.NewMiddleware(e,
-		httplimit.WithPolicy("default", window),
-		httplimit.WithKey(func(r *http.Request) (string, error) {
+	ipKey := httplimit.Compose(httplimit.KeyFunc(func(*http.Request) (string, error) { return "ip", nil }), byIP)
+	apiKey := httplimit.Compose(httplimit.KeyFunc(tier), tenant)
+	m, err := httplimit.NewMiddleware(e,
+		httplimit.WithPolicy("default", 0),
+		httplimit.WithKey(httplimit.KeyFunc(func(r *http.Request) (string, error) {
 			if strings.HasPrefix(r.URL.Path, "/api/") {
-				return apiKey(r)
+				return apiKey.Of(r)
 			}
-			return ipKey(r)
-		}),
+			return ipKey.Of(r)
+		})),
 		httplimit.WithExempt(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
 	)
+	if err != nil {
+		_ = e.Close()
+		return nil, nil, err
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", m.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
