@@ -11,8 +11,9 @@ import (
 // MaxProxyHops is the number of hops KeyByXForwardedFor and KeyByForwarded
 // read at most, from the right of the chain. The client must be among
 // them: a chain whose rightmost MaxProxyHops hops are all trusted and that
-// goes on is refused (400). Real deployments have a handful of proxies;
-// the cap bounds the work a forged chain can cause.
+// goes on is refused (400). Empty list members count as hops here. Real
+// deployments have a handful of proxies; the cap bounds the work a forged
+// chain can cause.
 const MaxProxyHops = 16
 
 // KeyByXForwardedFor keys a request by the client address that trusted
@@ -23,9 +24,11 @@ const MaxProxyHops = 16
 // X-Forwarded-For (or add a new X-Forwarded-For line with it): nginx with
 // "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for", HAProxy's
 // "option forwardfor", AWS ALB (the default append mode), Envoy with
-// use_remote_address. trusted holds the prefixes of those proxies, and
-// every proxy on the path must append: a trusted proxy that passes the
-// header on unchanged lets its client write the hop it vouches for.
+// use_remote_address. trusted holds the prefixes of those proxies and of
+// nothing else (a client inside a trusted prefix is taken for a proxy, and
+// its own forged hops are read), and every proxy on the path must append:
+// a trusted proxy that passes the header on unchanged lets its client
+// write the hop it vouches for.
 //
 // The peer (RemoteAddr) is the key unless it is trusted; the header is
 // read only from a trusted peer, so a client that connects directly cannot
@@ -80,7 +83,7 @@ func chainKey(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd boo
 	canon := http.CanonicalHeaderKey(header)
 	errLong := fmt.Errorf("httplimit: %s has more than %d hops from trusted proxies", header, MaxProxyHops)
 	return Key{fn: func(r *http.Request) (string, error) {
-		peer, peerSub, ok := parseHop(r.RemoteAddr)
+		peer, peerSub, ok := parseHop(r.RemoteAddr) // RemoteAddr is short: its substring may be shared
 		if !ok {
 			return "", errors.New("httplimit: cannot parse client address " + quote(r.RemoteAddr))
 		}
@@ -88,8 +91,8 @@ func chainKey(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd boo
 			return hopKey(peer, peerSub, bits), nil
 		}
 		it := newHopIter(r.Header[canon], fwd)
-		var last netip.Addr
-		var lastSub string
+		var last netip.Addr         // the last hop read: the first untrusted, or the leftmost
+		var lastSub, lastSrc string // its IPv4 text, and the line it is in
 		for n := 0; ; n++ {
 			m, more, err := it.next()
 			if err != nil {
@@ -101,6 +104,9 @@ func chainKey(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd boo
 			if n == MaxProxyHops {
 				return "", errLong
 			}
+			if m == "" {
+				continue // an empty member: allowed by the list syntax, counted all the same
+			}
 			v := m
 			if fwd {
 				if v, err = forValue(m); err != nil {
@@ -111,13 +117,19 @@ func chainKey(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd boo
 			if !ok {
 				return "", fmt.Errorf("httplimit: %s: unparsable address %s", header, quote(v))
 			}
-			last, lastSub = a, sub
+			last, lastSub, lastSrc = a, sub, it.src
 			if !tr.contains(a) {
-				return hopKey(a, sub, bits), nil
+				break
 			}
 		}
 		if !last.IsValid() { // no hops: the trusted peer is the client
 			return hopKey(peer, peerSub, bits), nil
+		}
+		if lastSub != "" && len(lastSrc) > maxSharedLine {
+			// The engine keeps the key string for the key's life: a
+			// substring would keep the whole line, which the client can
+			// pad, alive with it.
+			lastSub = strings.Clone(lastSub)
 		}
 		return hopKey(last, lastSub, bits), nil
 	}}
@@ -166,8 +178,14 @@ func hopKey(a netip.Addr, sub string, bits int) string {
 	return ipKey(a, bits)
 }
 
+// maxSharedLine is the longest header line a hop key may be a substring
+// of; a key from a longer line is copied (one small allocation), so that a
+// key never pins more than this many bytes of a request.
+const maxSharedLine = 64
+
 // parseHop parses one hop: "1.2.3.4", "1.2.3.4:80", "2001:db8::1",
-// "[2001:db8::1]" or "[2001:db8::1]:80". The address is unmapped. sub is
+// "[2001:db8::1]" or "[2001:db8::1]:80". The address is unmapped and has
+// no zone (netip.Prefix.Contains is false for a zoned address). sub is
 // the substring holding a plain IPv4 address, which netip accepts only in
 // canonical form, so it equals the address's String; it is "" otherwise.
 // The form is told by its shape before parsing, because a failed netip
@@ -177,10 +195,10 @@ func parseHop(s string) (a netip.Addr, sub string, ok bool) {
 	case len(s) > 2 && s[0] == '[':
 		if s[len(s)-1] == ']' { // "[v6]"
 			a, err := netip.ParseAddr(s[1 : len(s)-1])
-			return a.Unmap(), "", err == nil
+			return a.Unmap().WithZone(""), "", err == nil
 		}
 		ap, err := netip.ParseAddrPort(s) // "[v6]:port"
-		return ap.Addr().Unmap(), "", err == nil
+		return ap.Addr().Unmap().WithZone(""), "", err == nil
 	case strings.Count(s, ":") == 1: // "v4:port"
 		ap, err := netip.ParseAddrPort(s)
 		if err != nil || !ap.Addr().Is4() {
@@ -195,7 +213,7 @@ func parseHop(s string) (a netip.Addr, sub string, ok bool) {
 		if a.Is4() {
 			return a, s, true
 		}
-		return a.Unmap(), "", true
+		return a.Unmap().WithZone(""), "", true
 	}
 }
 
@@ -204,6 +222,7 @@ func parseHop(s string) (a netip.Addr, sub string, ok bool) {
 // slice of members, so a walk that stops early costs nothing for the part
 // to the left.
 type hopIter struct {
+	src   string // the line the last member came from
 	lines []string
 	line  int  // the line being walked; −1 when done
 	end   int  // lines[line][:end] is still to walk
@@ -220,12 +239,14 @@ func newHopIter(lines []string, fwd bool) hopIter {
 
 var errUnterminated = errors.New("unterminated quoted string")
 
-// next returns the next non-empty member to the left, trimmed of optional
-// whitespace. Empty members (", ,") are skipped, as RFC 9110's list rule
-// requires.
+// next returns the next member to the left, trimmed of optional
+// whitespace. It may be empty (", ,"): RFC 9110's list rule makes the
+// caller skip those, and they count toward its cap all the same (an empty
+// field line is one too), so a run of them costs a bounded walk.
 func (it *hopIter) next() (member string, more bool, err error) {
-	for it.line >= 0 {
-		s := it.lines[it.line][:it.end]
+	if it.line >= 0 {
+		it.src = it.lines[it.line]
+		s := it.src[:it.end]
 		var i int
 		if it.fwd {
 			if i, err = lastSeparator(s); err != nil {
@@ -240,9 +261,7 @@ func (it *hopIter) next() (member string, more bool, err error) {
 		} else if it.line--; it.line >= 0 {
 			it.end = len(it.lines[it.line])
 		}
-		if m != "" {
-			return m, true, nil
-		}
+		return m, true, nil
 	}
 	return "", false, nil
 }

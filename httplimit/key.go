@@ -81,14 +81,11 @@ func KeyByIP(ipv6Prefix int) Key {
 		return keyError(err)
 	}
 	return Key{fn: func(r *http.Request) (string, error) {
-		if host, ok := ipv4Host(r.RemoteAddr); ok {
-			return host, nil
+		a, sub, ok := parseHop(r.RemoteAddr)
+		if !ok {
+			return "", errors.New("httplimit: cannot parse client address " + quote(r.RemoteAddr))
 		}
-		a, err := peerAddr(r.RemoteAddr)
-		if err != nil {
-			return "", err
-		}
-		return ipKey(a, bits), nil
+		return hopKey(a, sub, bits), nil
 	}}
 }
 
@@ -103,40 +100,16 @@ func prefixBits(fn string, b int) (int, error) {
 	return b, nil
 }
 
-// ipv4Host returns the host of an "a.b.c.d:port" RemoteAddr. netip accepts
-// only the canonical dotted form for IPv4 (no leading zeros), so the
-// substring is exactly the address's String: the same key, no allocation.
-func ipv4Host(remote string) (string, bool) {
-	i := strings.LastIndexByte(remote, ':')
-	if i < 0 {
-		return "", false
-	}
-	host := remote[:i]
-	a, err := netip.ParseAddr(host)
-	if err != nil || !a.Is4() {
-		return "", false
-	}
-	return host, true
-}
-
-// peerAddr parses a RemoteAddr: "ip:port", "[ip6]:port", or a bare IP.
-func peerAddr(s string) (netip.Addr, error) {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), nil
-	}
-	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
-		return a.Unmap(), nil
-	}
-	return netip.Addr{}, errors.New("httplimit: cannot parse client address " + quote(s))
-}
-
+// ipKey is a's key: its text, or for IPv6 the text of its first bits
+// bits as a prefix. One allocation: the text is built on the stack.
 func ipKey(a netip.Addr, bits int) string {
 	a = a.Unmap().WithZone("")
+	var buf [64]byte // longest: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 43 bytes
 	if a.Is4() || bits >= 128 {
-		return a.String()
+		return string(a.AppendTo(buf[:0]))
 	}
 	p, _ := a.Prefix(bits)
-	return p.String()
+	return string(p.AppendTo(buf[:0]))
 }
 
 // quote bounds and quotes untrusted text for an error message.

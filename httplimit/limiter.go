@@ -24,7 +24,8 @@ type Limiter interface {
 // Service Unavailable with Retry-After when RetryAfter is finite and
 // positive. It counts the request as Errors, not Allowed or Denied, and
 // writes no rate-limit fields, since the backend could not say what the
-// quota is.
+// quota is. A call cut short because the client went away (the request's
+// context is cancelled) is an error like any other.
 type ContextLimiter interface {
 	AllowN(ctx context.Context, key string, n int64) (engine.Decision, error)
 }

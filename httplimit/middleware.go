@@ -34,7 +34,8 @@ const cacheLine = 64
 //     "retry_after_seconds":N} when Accept prefers application/json, else
 //     "rate limited; retry after N s";
 //   - refused because the engine holds Config.MaxKeys keys: answers 503
-//     with Retry-After (counted Denied);
+//     with Retry-After and no rate-limit fields, as the key has no state
+//     (counted Denied);
 //   - a ContextLimiter returned an error: follows the Decision it returned
 //     with it (see ContextLimiter; counted Errors);
 //   - a key error (400), a cost above the limit (413), a negative cost or a
@@ -122,7 +123,9 @@ func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 	m.window, m.admitted = m.cfg.window, -1
 	if c, ok := l.(Configured); ok {
 		lc := c.Config()
-		if m.cfg.window != 0 && m.cfg.window != lc.Window {
+		if lc.Window <= 0 {
+			errs = append(errs, fmt.Errorf("httplimit: NewMiddleware: the limiter's Config().Window = %v, want > 0", lc.Window))
+		} else if m.cfg.window != 0 && m.cfg.window != lc.Window {
 			errs = append(errs, fmt.Errorf("httplimit: WithPolicy window = %v, but the limiter's Config().Window = %v; pass 0 to take the limiter's", m.cfg.window, lc.Window))
 		}
 		m.window = lc.Window
