@@ -145,3 +145,18 @@ func TestEmptyMembersCountTowardTheCap(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestCounterPadding pins the counters 64 bytes apart, so that two of them
+// never share a cache line.
+func TestCounterPadding(t *testing.T) {
+	var m Middleware
+	offs := []uintptr{unsafe.Offsetof(m.allowed), unsafe.Offsetof(m.denied), unsafe.Offsetof(m.rejected), unsafe.Offsetof(m.errorsCnt)}
+	for i := 1; i < len(offs); i++ {
+		if d := offs[i] - offs[i-1]; d != cacheLine {
+			t.Errorf("counter %d is %d bytes after counter %d, want %d", i, d, i-1, cacheLine)
+		}
+	}
+	if tail := unsafe.Sizeof(m) - offs[len(offs)-1]; tail != cacheLine {
+		t.Errorf("the last counter has %d bytes to the end, want %d", tail, cacheLine)
+	}
+}

@@ -108,7 +108,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 	if !force && m.cfg.below > 0 && float64(remaining) >= m.cfg.below*float64(d.Limit) {
 		return
 	}
-	pv := m.policies.get(d.Limit, &m.policy)
+	pv := m.values.get(d.Limit, &m.policy)
 	draft := style&HeadersDraft != 0
 	legacy := style&HeadersLegacy != 0 && legacyWins(h, remaining)
 

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
 )
@@ -58,14 +57,15 @@ const cacheLine = 64
 // sub-window (the sliding counters), rounded up (see admittedReset). A
 // limiter that does not report its Config gets no t= on admitted
 // responses. RateLimit-Policy is built once per distinct limit and reused.
+// WithHeadersBelow leaves the fields out of admitted responses far from
+// the limit.
 type Middleware struct {
 	local     Limiter
 	remote    ContextLimiter
 	cfg       config
-	window    time.Duration // 0: unknown
 	policy    policyText
 	admitted  int64 // t= of an admitted response, or −1 to omit it
-	policies  policyCache
+	values    policyCache
 	_         [cacheLine]byte
 	allowed   atomic.Uint64
 	_         [cacheLine - 8]byte
@@ -120,7 +120,8 @@ func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 			errs = append(errs, err)
 		}
 	}
-	m.window, m.admitted = m.cfg.window, -1
+	window := m.cfg.window // 0: unknown
+	m.admitted = -1
 	if c, ok := l.(Configured); ok {
 		lc := c.Config()
 		if lc.Window <= 0 {
@@ -128,13 +129,13 @@ func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 		} else if m.cfg.window != 0 && m.cfg.window != lc.Window {
 			errs = append(errs, fmt.Errorf("httplimit: WithPolicy window = %v, but the limiter's Config().Window = %v; pass 0 to take the limiter's", m.cfg.window, lc.Window))
 		}
-		m.window = lc.Window
+		window = lc.Window
 		m.admitted = ceilSeconds(admittedReset(lc))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m.policy = newPolicyText(m.cfg.policyName, m.window)
+	m.policy = newPolicyText(m.cfg.policyName, window)
 	return m, nil
 }
 
