@@ -93,26 +93,26 @@ func TestAdmittedTIsATrueBound(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			h := New(e)(okHandler)
-			w := do(h, "192.0.2.1:1", nil)
-			wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=2;w=3`)
-			wantHeader(t, w.Header(), "RateLimit", `"default";r=1;t=`+c.admitted)
-			do(h, "192.0.2.1:1", nil)
-			w = do(h, "192.0.2.1:1", nil)
-			if w.Code != 429 {
-				t.Fatalf("third: %d", w.Code)
+			call := serveReal(t, New(e)(okHandler))
+			resp := call()
+			wantHeader(t, resp.Header, "RateLimit-Policy", `"default";q=2;w=3`)
+			wantHeader(t, resp.Header, "RateLimit", `"default";r=1;t=`+c.admitted)
+			call()
+			resp = call()
+			if resp.StatusCode != 429 {
+				t.Fatalf("third: %d", resp.StatusCode)
 			}
-			wantHeader(t, w.Header(), "Retry-After", c.deniedWait)
-			wantHeader(t, w.Header(), "RateLimit", `"default";r=0;t=`+c.deniedWait)
-			if w.Header().Get("Retry-After") > c.admitted {
+			wantHeader(t, resp.Header, "Retry-After", c.deniedWait)
+			wantHeader(t, resp.Header, "RateLimit", `"default";r=0;t=`+c.deniedWait)
+			if resp.Header.Get("Retry-After") > c.admitted {
 				t.Fatalf("the denial waits longer than the admitted t= bound")
 			}
 			// After the bound, with no traffic in between, the whole quota
 			// is back: this request leaves Limit − 1.
 			tb, _ := strconv.Atoi(c.admitted)
 			clk.Advance(time.Duration(tb) * time.Second)
-			w = do(h, "192.0.2.1:1", nil)
-			wantHeader(t, w.Header(), "RateLimit", `"default";r=1;t=`+c.admitted)
+			resp = call()
+			wantHeader(t, resp.Header, "RateLimit", `"default";r=1;t=`+c.admitted)
 		})
 	}
 	// The old bound, the window (3 s), was false for the sliding counters:
@@ -143,9 +143,9 @@ func TestSubSecondWindowHasNoW(t *testing.T) {
 		{2 * time.Second, `"default";q=10;w=2`, `"default";r=9;t=3`},     // 2.2 s bound
 	} {
 		e, _ := newEngine(t, engine.Config{Limit: 10, Window: c.window})
-		w := do(New(e)(okHandler), "192.0.2.1:1", nil)
-		wantHeader(t, w.Header(), "RateLimit-Policy", c.policy)
-		wantHeader(t, w.Header(), "RateLimit", c.rl)
+		resp := serveReal(t, New(e)(okHandler))()
+		wantHeader(t, resp.Header, "RateLimit-Policy", c.policy)
+		wantHeader(t, resp.Header, "RateLimit", c.rl)
 	}
 }
 
@@ -158,31 +158,31 @@ func TestWindowComesFromTheLimiter(t *testing.T) {
 		New(e, WithPolicy("default", 0))(okHandler),
 		New(e, WithPolicy("default", 10*time.Second))(okHandler),
 	} {
-		w := do(h, "192.0.2.1:1", nil)
-		wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=5;w=10`)
+		resp := serveReal(t, h)()
+		wantHeader(t, resp.Header, "RateLimit-Policy", `"default";q=5;w=10`)
 	}
 	// A name needing escapes.
-	w := do(New(e, WithPolicy(`a "b" \c`, 0))(okHandler), "192.0.2.2:1", nil)
-	wantHeader(t, w.Header(), "RateLimit-Policy", `"a \"b\" \\c";q=5;w=10`)
+	resp := serveReal(t, New(e, WithPolicy(`a "b" \c`, 0))(okHandler))()
+	wantHeader(t, resp.Header, "RateLimit-Policy", `"a \"b\" \\c";q=5;w=10`)
 }
 
 // TestHeadersBelow: with WithHeadersBelow(0.5) and Limit 4, admitted
 // responses carry the fields only once r < 2; the 429 always does.
 func TestHeadersBelow(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 4, Algorithm: engine.FixedWindow})
-	h := New(e, WithHeadersBelow(0.5), WithHeaders(HeadersDraft|HeadersLegacy))(okHandler)
+	call := serveReal(t, New(e, WithHeadersBelow(0.5), WithHeaders(HeadersDraft|HeadersLegacy))(okHandler))
 	for i, want := range []string{"", "", `"default";r=1;t=10`, `"default";r=0;t=10`, `"default";r=0;t=10`} {
-		w := do(h, "192.0.2.1:1", nil)
+		resp := call()
 		if want == "" {
-			wantHeader(t, w.Header(), "RateLimit")
-			wantHeader(t, w.Header(), "RateLimit-Policy")
-			wantHeader(t, w.Header(), "X-RateLimit-Remaining")
+			wantHeader(t, resp.Header, "RateLimit")
+			wantHeader(t, resp.Header, "RateLimit-Policy")
+			wantHeader(t, resp.Header, "X-RateLimit-Remaining")
 			continue
 		}
-		wantHeader(t, w.Header(), "RateLimit", want)
-		wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=4;w=10`)
-		if i == 4 && w.Code != 429 {
-			t.Fatalf("fifth: %d", w.Code)
+		wantHeader(t, resp.Header, "RateLimit", want)
+		wantHeader(t, resp.Header, "RateLimit-Policy", `"default";q=4;w=10`)
+		if i == 4 && resp.StatusCode != 429 {
+			t.Fatalf("fifth: %d", resp.StatusCode)
 		}
 	}
 }

@@ -57,6 +57,19 @@ func do(h http.Handler, remote string, mod func(*http.Request)) *httptest.Respon
 	return w
 }
 
+// serveReal starts a real server for h and returns a function making GET
+// requests to it, from 127.0.0.1.
+func serveReal(t *testing.T, h http.Handler) func() *http.Response {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return func() *http.Response {
+		t.Helper()
+		resp, _ := get(t, srv.Client(), srv.URL, nil)
+		return resp
+	}
+}
+
 // get makes a real request to srv.
 func get(t *testing.T, c *http.Client, url string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
