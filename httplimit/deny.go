@@ -18,29 +18,33 @@ func DecisionFrom(ctx context.Context) (engine.Decision, bool) {
 	return d, ok
 }
 
-// writeDenial writes the default 429 (or 503) body: JSON when the Accept
-// header prefers application/json to text/plain, else plain text.
-func writeDenial(w http.ResponseWriter, r *http.Request, status int, retry int64) {
+// writeDenial writes a denial's body (429, or 503): msg, and the retry
+// delay in seconds unless retry < 0. JSON when the Accept header prefers
+// application/json to text/plain, else plain text.
+func writeDenial(w http.ResponseWriter, r *http.Request, status int, msg string, retry int64) {
 	h := w.Header()
 	h["X-Content-Type-Options"] = []string{"nosniff"}
-	msg := "rate limited"
-	if status == http.StatusServiceUnavailable {
-		msg = "too many clients"
-	}
 	var body []byte
 	if prefersJSON(r.Header.Values("Accept")) {
 		h["Content-Type"] = []string{"application/json"}
 		body = append(body, `{"error":"`...)
 		body = append(body, msg...)
-		body = append(body, `","retry_after_seconds":`...)
-		body = strconv.AppendInt(body, retry, 10)
-		body = append(body, "}\n"...)
+		if retry >= 0 {
+			body = append(body, `","retry_after_seconds":`...)
+			body = strconv.AppendInt(body, retry, 10)
+			body = append(body, "}\n"...)
+		} else {
+			body = append(body, "\"}\n"...)
+		}
 	} else {
 		h["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		body = append(body, msg...)
-		body = append(body, "; retry after "...)
-		body = strconv.AppendInt(body, retry, 10)
-		body = append(body, " s\n"...)
+		if retry >= 0 {
+			body = append(body, "; retry after "...)
+			body = strconv.AppendInt(body, retry, 10)
+			body = append(body, " s"...)
+		}
+		body = append(body, '\n')
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -16,21 +17,22 @@ const (
 	// (on by default):
 	//
 	//	RateLimit-Policy: "default";q=<limit>;w=<window seconds>
-	//	RateLimit: "default";r=<remaining>;t=<seconds until capacity frees>
+	//	RateLimit: "default";r=<remaining>;t=<seconds until the quota is free>
 	//
-	// Both are Structured Field lists of one item, a String policy name
-	// with Integer parameters (draft 09, sections 3 and 4: the policy
-	// item MUST be a String, q is required, w is optional and a non-zero
-	// number of seconds; r is required, t optional delay-seconds). Per
-	// its section 6, t on a 429 is the same point in time as Retry-After;
-	// the draft lets a sliding-window server choose t freely otherwise. w= is present only with WithPolicy's window.
-	// t= is the denial's Retry-After on a 429, and the window (an upper
-	// bound) on an admitted request; see WithPolicy.
+	// Both are Structured Field Lists whose members are a String policy
+	// name with Integer parameters (draft 09, sections 3 and 4: q and r
+	// are required; w is a non-zero whole number of seconds and t
+	// delay-seconds, both optional). A list may be split over several
+	// field lines (section 3 and 4, via RFC 8941 section 3.1): each
+	// middleware adds its member as a field line after those already set.
+	// See Middleware for when w= and t= are present and what t= bounds.
 	HeadersDraft Style = 1 << iota
 	// HeadersLegacy writes the de-facto X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset headers (off by
-	// default). X-RateLimit-Reset is delta-seconds until capacity frees
-	// (the same value as t=), not a Unix time.
+	// default). X-RateLimit-Reset is delta-seconds (the same value as
+	// t=), not a Unix time. They are not lists and describe one policy:
+	// with stacked middlewares, the one with the least remaining quota
+	// (on a tie, the inner one, which ran last).
 	HeadersLegacy
 )
 
@@ -46,46 +48,79 @@ const (
 	hRetryAfter = "Retry-After"
 )
 
-// ceilSeconds rounds d up to whole seconds.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
+// policyText holds the constant parts of a middleware's field values.
+type policyText struct {
+	policyPre string // `"name";q=`
+	policySuf string // `;w=10`, or "" when the window has no w= (see Middleware)
+	ratePre   string // `"name";r=`
 }
 
-// writeRateHeaders sets the configured rate-limit headers for d. reset is
-// the t= / X-RateLimit-Reset value in seconds, or -1 to omit it. Every
-// value is built in one stack buffer and converted to one string, and the
-// header slices share one backing array: two allocations for any style.
-func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset int64) {
+func newPolicyText(name string, window time.Duration) policyText {
+	t := policyText{policyPre: `"` + name + `";q=`, ratePre: `"` + name + `";r=`}
+	if window > 0 && window%time.Second == 0 {
+		t.policySuf = ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
+	}
+	return t
+}
+
+// policyValue is the RateLimit-Policy value (and the X-RateLimit-Limit
+// value) for one limit.
+type policyValue struct {
+	limit  int64
+	policy string
+	xlimit string
+}
+
+// policySlots is the size of the policy cache. A server sees few distinct
+// limits (one, or one per tier); eight direct-mapped slots hold them
+// without a lock, and a miss costs what building the value costs anyway.
+const policySlots = 8
+
+// policyCache maps a limit to its policyValue. A slot's pointer is
+// replaced whole: the Store of a fully built value synchronizes before
+// any Load that observes it, so a reader sees either an old complete value
+// (whose limit it checks) or the new one, never a partial one.
+type policyCache [policySlots]atomic.Pointer[policyValue]
+
+func (c *policyCache) get(limit int64, t *policyText) *policyValue {
+	slot := &c[uint64(limit)%policySlots]
+	if p := slot.Load(); p != nil && p.limit == limit {
+		return p
+	}
+	l := strconv.FormatInt(limit, 10)
+	p := &policyValue{limit: limit, policy: t.policyPre + l + t.policySuf, xlimit: l}
+	slot.Store(p)
+	return p
+}
+
+// writeRateHeaders adds this middleware's rate-limit fields for d. reset
+// is the t= / X-RateLimit-Reset value in seconds, or −1 to omit it. Unless
+// force is set (denials), WithHeadersBelow may skip them. The dynamic
+// values are built in one stack buffer and converted to one string, and
+// the header slices this middleware creates share one backing array: two
+// allocations for any style (RateLimit-Policy comes from the cache).
+func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset int64, force bool) {
 	style := m.cfg.style
 	if style == 0 {
 		return
 	}
 	remaining := max(d.Remaining, 0)
-	var buf [192]byte
+	if !force && m.cfg.below > 0 && float64(remaining) >= m.cfg.below*float64(d.Limit) {
+		return
+	}
+	pv := m.values.get(d.Limit, &m.policy)
+	draft := style&HeadersDraft != 0
+	legacy := style&HeadersLegacy != 0 && legacyWins(h, remaining)
+
+	// ratePre is at most 2·maxPolicyName+5 bytes; three integers and
+	// ";t=" fit the rest.
+	var buf [2*maxPolicyName + 96]byte
 	b := buf[:0]
-	var ends [5]int // end offsets of up to 5 values
+	var ends [3]int // end offsets of the dynamic values, in order
 	n := 0
 	mark := func() { ends[n] = len(b); n++ }
-	if style&HeadersDraft != 0 {
-		b = append(b, '"')
-		b = append(b, m.cfg.policyName...)
-		b = append(b, `";q=`...)
-		b = strconv.AppendInt(b, d.Limit, 10)
-		if m.windowSec > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, m.windowSec, 10)
-		}
-		mark()
-		b = append(b, '"')
-		b = append(b, m.cfg.policyName...)
-		b = append(b, `";r=`...)
+	if draft {
+		b = append(b, m.policy.ratePre...)
 		b = strconv.AppendInt(b, remaining, 10)
 		if reset >= 0 {
 			b = append(b, ";t="...)
@@ -93,9 +128,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 		}
 		mark()
 	}
-	if style&HeadersLegacy != 0 {
-		b = strconv.AppendInt(b, d.Limit, 10)
-		mark()
+	if legacy {
 		b = strconv.AppendInt(b, remaining, 10)
 		mark()
 		if reset >= 0 {
@@ -103,26 +136,71 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 			mark()
 		}
 	}
+	need := n // the dynamic values, and the cached RateLimit-Policy and X-RateLimit-Limit
+	if draft {
+		need++
+	}
+	if legacy {
+		need++
+	}
+	if n == 0 {
+		return
+	}
 	s := string(b)
-	vals := make([]string, n)
-	start := 0
-	for i := range n {
-		vals[i] = s[start:ends[i]]
-		start = ends[i]
+	vals := make([]string, 0, need)
+	part := func(i int) string {
+		if i == 0 {
+			return s[:ends[0]]
+		}
+		return s[ends[i-1]:ends[i]]
 	}
 	i := 0
-	set := func(k string) { h[k] = vals[i : i+1 : i+1]; i++ }
-	if style&HeadersDraft != 0 {
-		set(hPolicy)
-		set(hRateLimit)
+	if draft {
+		vals = addField(h, hPolicy, pv.policy, vals)
+		vals = addField(h, hRateLimit, part(i), vals)
+		i++
 	}
-	if style&HeadersLegacy != 0 {
-		set(hXLimit)
-		set(hXRemaining)
+	if legacy {
+		vals = setField(h, hXLimit, pv.xlimit, vals)
+		vals = setField(h, hXRemaining, part(i), vals)
+		i++
 		if reset >= 0 {
-			set(hXReset)
+			setField(h, hXReset, part(i), vals)
+		} else {
+			delete(h, hXReset) // an outer middleware's reset is not ours
 		}
 	}
+}
+
+// addField appends v to the field k's lines: after those already there
+// (a stacked middleware's), or as the first, taking its slice from vals'
+// spare capacity, which never grows (vals is made with the exact count).
+func addField(h http.Header, k, v string, vals []string) []string {
+	if old := h[k]; len(old) > 0 {
+		h[k] = append(old, v)
+		return vals
+	}
+	return setField(h, k, v, vals)
+}
+
+// setField sets the field k to v alone, its slice taken from vals' spare
+// capacity.
+func setField(h http.Header, k, v string, vals []string) []string {
+	vals = append(vals, v)
+	h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	return vals
+}
+
+// legacyWins reports whether remaining should replace the X-RateLimit-*
+// headers a stacked middleware already set: when there are none, or ours
+// has no more remaining quota than theirs.
+func legacyWins(h http.Header, remaining int64) bool {
+	old := h[hXRemaining]
+	if len(old) == 0 {
+		return true
+	}
+	v, err := strconv.ParseInt(old[0], 10, 64)
+	return err != nil || remaining <= v
 }
 
 // setRetryAfter sets Retry-After to d rounded up to whole seconds, at

@@ -31,6 +31,16 @@ func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *engine.ManualC
 	return e, clk
 }
 
+// mustMiddleware is NewMiddleware for options a test knows to be valid.
+func mustMiddleware(t testing.TB, l any, opts ...Option) *Middleware {
+	t.Helper()
+	m, err := NewMiddleware(l, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 })
@@ -45,6 +55,19 @@ func do(h http.Handler, remote string, mod func(*http.Request)) *httptest.Respon
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// serveReal starts a real server for h and returns a function making GET
+// requests to it, from 127.0.0.1.
+func serveReal(t *testing.T, h http.Handler) func() *http.Response {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return func() *http.Response {
+		t.Helper()
+		resp, _ := get(t, srv.Client(), srv.URL, nil)
+		return resp
+	}
 }
 
 // get makes a real request to srv.
@@ -69,9 +92,19 @@ func get(t *testing.T, c *http.Client, url string, hdr map[string]string) (*http
 	return resp, string(b)
 }
 
-func wantHeader(t *testing.T, h http.Header, k, want string) {
+// wantHeader checks every field line of k: want lists them in order, and
+// no want means the field is absent.
+func wantHeader(t *testing.T, h http.Header, k string, want ...string) {
 	t.Helper()
-	if got := h.Get(k); got != want {
+	got := h.Values(k)
+	if len(got) != len(want) {
 		t.Errorf("%s = %q, want %q", k, got, want)
+		return
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("%s = %q, want %q", k, got, want)
+			return
+		}
 	}
 }

@@ -8,38 +8,85 @@ import (
 	"strings"
 )
 
-// KeyFunc maps a request to its limiter key. An error refuses the request
-// (400 by default, see WithKeyErrorHandler); it never falls back to a
-// shared key.
-type KeyFunc func(r *http.Request) (string, error)
+// A Key maps a request to its limiter key. Build one with KeyByIP,
+// KeyByXForwardedFor, KeyByForwarded, KeyByHeader, KeyByRoute or Compose,
+// or wrap a function of your own with KeyFunc. The zero Key is invalid.
+//
+// A helper given bad arguments does not fail by itself: the Key it returns
+// holds the error (see Err), Compose, KeyByRoute and MissingFallback pass
+// it on, and NewMiddleware returns it (New panics with it). So a mistake in
+// the server's configuration stops the server at start-up and is never
+// answered to clients. An error of Of, by contrast, is about the request
+// (a missing header, a forged chain): the middleware answers it with 400
+// (see WithKeyErrorHandler), never with a shared key.
+//
+// A Key is a small value; copy it freely. It is safe for concurrent use if
+// its function is.
+type Key struct {
+	fn  func(*http.Request) (string, error)
+	err error
+}
+
+var errZeroKey = errors.New("httplimit: the zero Key (build one with KeyByIP, KeyByHeader, … or KeyFunc)")
+
+// KeyFunc returns a Key that calls f. f returns the request's key, or an
+// error to refuse the request (400 by default). f must be safe for
+// concurrent use.
+func KeyFunc(f func(r *http.Request) (string, error)) Key {
+	if f == nil {
+		return Key{err: errors.New("httplimit: KeyFunc(nil)")}
+	}
+	return Key{fn: f}
+}
+
+// Err returns the configuration error the Key holds, or nil if it is
+// usable.
+func (k Key) Err() error {
+	if k.err == nil && k.fn == nil {
+		return errZeroKey
+	}
+	return k.err
+}
+
+// Of returns r's key. On a Key whose Err is not nil it returns that error.
+func (k Key) Of(r *http.Request) (string, error) {
+	if k.fn == nil {
+		return "", k.Err()
+	}
+	return k.fn(r)
+}
+
+// keyError returns a Key holding err.
+func keyError(err error) Key { return Key{err: err} }
 
 // sep joins the parts of a composite key. Policies reads the part before
 // the first sep as the tenant.
 const sep = "\x00"
 
 // KeyByIP keys a request by its direct peer, r.RemoteAddr, without the
-// port. An IPv4 address (or an IPv4-mapped IPv6 address, which counts as
-// IPv4) is its own key; an IPv6 address is grouped by its first ipv6Prefix
-// bits, written as a prefix ("2001:db8:1:2::/64"), because one client
-// commonly holds a whole /64. ipv6Prefix 0 means 64; outside 0 … 128 every
-// request gets an error that names it. An unparsable RemoteAddr is an
-// error. For the usual "a.b.c.d:port" the key is a substring of
-// RemoteAddr, so it costs no allocation.
-func KeyByIP(ipv6Prefix int) KeyFunc {
-	bits, berr := prefixBits("KeyByIP", ipv6Prefix)
-	return func(r *http.Request) (string, error) {
-		if berr != nil {
-			return "", berr
-		}
-		if host, ok := ipv4Host(r.RemoteAddr); ok {
-			return host, nil
-		}
-		a, err := peerAddr(r.RemoteAddr)
-		if err != nil {
-			return "", err
-		}
-		return ipKey(a, bits), nil
+// port: the key to use when clients connect to the server directly. An
+// IPv4 address (or an IPv4-mapped IPv6 address, which counts as IPv4) is its
+// own key; an IPv6 address is grouped by its first ipv6Prefix bits, written
+// as a prefix ("2001:db8:1:2::/64"), because one client commonly holds a
+// whole /64. ipv6Prefix is 1 … 128, or 0 for 64; anything else is a
+// configuration error. A RemoteAddr that is not an IP address (a Unix
+// socket listener) is a request error. For the usual "a.b.c.d:port" the key
+// is a substring of RemoteAddr, so it costs no allocation.
+//
+// Behind a reverse proxy RemoteAddr is the proxy: use KeyByXForwardedFor or
+// KeyByForwarded.
+func KeyByIP(ipv6Prefix int) Key {
+	bits, err := prefixBits("KeyByIP", ipv6Prefix)
+	if err != nil {
+		return keyError(err)
 	}
+	return Key{fn: func(r *http.Request) (string, error) {
+		a, sub, ok := parseHop(r.RemoteAddr)
+		if !ok {
+			return "", errors.New("httplimit: cannot parse client address " + quote(r.RemoteAddr))
+		}
+		return hopKey(a, sub, bits), nil
+	}}
 }
 
 // prefixBits validates an IPv6 prefix length: 0 means 64, 1 … 128 as is.
@@ -53,40 +100,16 @@ func prefixBits(fn string, b int) (int, error) {
 	return b, nil
 }
 
-// ipv4Host returns the host of an "a.b.c.d:port" RemoteAddr. netip accepts
-// only the canonical dotted form for IPv4 (no leading zeros), so the
-// substring is exactly the address's String: the same key, no allocation.
-func ipv4Host(remote string) (string, bool) {
-	i := strings.LastIndexByte(remote, ':')
-	if i < 0 {
-		return "", false
-	}
-	host := remote[:i]
-	a, err := netip.ParseAddr(host)
-	if err != nil || !a.Is4() {
-		return "", false
-	}
-	return host, true
-}
-
-// peerAddr parses a RemoteAddr: "ip:port", "[ip6]:port", or a bare IP.
-func peerAddr(s string) (netip.Addr, error) {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), nil
-	}
-	if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
-		return a.Unmap(), nil
-	}
-	return netip.Addr{}, errors.New("httplimit: cannot parse client address " + quote(s))
-}
-
+// ipKey is a's key: its text, or for IPv6 the text of its first bits
+// bits as a prefix. One allocation: the text is built on the stack.
 func ipKey(a netip.Addr, bits int) string {
 	a = a.Unmap().WithZone("")
+	var buf [64]byte // longest: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 43 bytes
 	if a.Is4() || bits >= 128 {
-		return a.String()
+		return string(a.AppendTo(buf[:0]))
 	}
 	p, _ := a.Prefix(bits)
-	return p.String()
+	return string(p.AppendTo(buf[:0]))
 }
 
 // quote bounds and quotes untrusted text for an error message.
@@ -105,71 +128,117 @@ func quote(s string) string {
 // MissingPolicy says what KeyByHeader does when the header is absent or
 // empty. Use MissingReject or MissingFallback.
 type MissingPolicy struct {
-	fallback KeyFunc
+	fallback    Key
+	hasFallback bool
 }
 
 // MissingReject refuses a request without the header: the key function
 // returns an error, which the middleware answers with 400 (or the
-// WithKeyErrorHandler handler).
+// WithKeyErrorHandler handler). It is the zero MissingPolicy.
 var MissingReject = MissingPolicy{}
 
 // MissingFallback keys a request without the header by k instead (say
-// KeyByIP(64)). The fallback keys share the key space with header values,
-// so a client could send a header equal to another client's fallback key;
-// wrap with Compose or a prefix where that matters.
-func MissingFallback(k KeyFunc) MissingPolicy { return MissingPolicy{fallback: k} }
+// KeyByIP(64)); a configuration error of k becomes KeyByHeader's. The
+// fallback keys share the key space with header values, so a client could
+// send a header equal to another client's fallback key; wrap with Compose
+// or a prefix where that matters.
+func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, hasFallback: true} }
 
 // KeyByHeader keys a request by the value of header name (the first value,
 // with surrounding spaces trimmed), such as an API key or tenant id. A
-// header that is absent or empty is handled by missing. The value is
-// used as sent: authenticate it before trusting it as an identity.
-func KeyByHeader(name string, missing MissingPolicy) KeyFunc {
-	name = http.CanonicalHeaderKey(name)
-	return func(r *http.Request) (string, error) {
-		if v := strings.TrimSpace(r.Header.Get(name)); v != "" {
-			return v, nil
-		}
-		if missing.fallback != nil {
-			return missing.fallback(r)
-		}
-		return "", errors.New("httplimit: missing header " + name)
+// header that is absent or empty is handled by missing. The value is used
+// as sent: authenticate it before trusting it as an identity. name must be
+// a valid header field name (RFC 9110 token characters, 1 … 256 bytes).
+func KeyByHeader(name string, missing MissingPolicy) Key {
+	if !validFieldName(name) {
+		return keyError(errors.New("httplimit: KeyByHeader name = " + quote(name) + ", want a header field name (1 … 256 RFC 9110 token characters)"))
 	}
+	if missing.hasFallback {
+		if err := missing.fallback.Err(); err != nil {
+			return keyError(wrapConfig("KeyByHeader("+name+") MissingFallback", err))
+		}
+	}
+	name = http.CanonicalHeaderKey(name)
+	errMissing := errors.New("httplimit: missing header " + name)
+	return Key{fn: func(r *http.Request) (string, error) {
+		if vs := r.Header[name]; len(vs) > 0 {
+			if v := strings.TrimSpace(vs[0]); v != "" {
+				return v, nil
+			}
+		}
+		if missing.hasFallback {
+			return missing.fallback.fn(r)
+		}
+		return "", errMissing
+	}}
 }
+
+// validFieldName reports whether s is a token (RFC 9110, section 5.6.2) of
+// at most 256 bytes.
+func validFieldName(s string) bool {
+	if len(s) == 0 || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// RoutePattern returns r.Pattern, the pattern http.ServeMux matched (Go
+// 1.22+), for KeyByRoute. It is set only inside a handler registered on the
+// mux: a middleware wrapped around the whole mux sees "".
+func RoutePattern(r *http.Request) string { return r.Pattern }
 
 // KeyByRoute keys a request by its route and inner's key, joined as
 // route + "\x00" + inner key, so that each route has its own window per
 // client. routeFunc must return a bounded set of values (a mux pattern, a
 // handler name), never the raw path, or every distinct URL would create a
-// key. If routeFunc is nil, r.Pattern is used (set by http.ServeMux since
-// Go 1.22 for the matched pattern; the middleware must then run inside the
-// mux's handler, not around the mux); an empty route is an error.
-func KeyByRoute(routeFunc func(*http.Request) string, inner KeyFunc) KeyFunc {
-	return func(r *http.Request) (string, error) {
-		var route string
-		if routeFunc != nil {
-			route = routeFunc(r)
-		} else {
-			route = r.Pattern
-		}
-		if route == "" {
-			return "", errors.New("httplimit: no route for request (KeyByRoute needs routeFunc or r.Pattern)")
-		}
-		k, err := inner(r)
+// key. Pass RoutePattern to use the ServeMux pattern; the middleware must
+// then run inside the mux's handlers, not around the mux. An empty route is
+// a route like any other (requests with no route share one window per
+// client), never an error. A nil routeFunc, or an inner Key with an error,
+// is a configuration error.
+func KeyByRoute(routeFunc func(*http.Request) string, inner Key) Key {
+	if routeFunc == nil {
+		return keyError(errors.New("httplimit: KeyByRoute routeFunc is nil (pass httplimit.RoutePattern for the ServeMux pattern)"))
+	}
+	if err := inner.Err(); err != nil {
+		return keyError(wrapConfig("KeyByRoute inner", err))
+	}
+	return Key{fn: func(r *http.Request) (string, error) {
+		k, err := inner.fn(r)
 		if err != nil {
 			return "", err
 		}
-		return route + sep + k, nil
-	}
+		return routeFunc(r) + sep + k, nil
+	}}
 }
 
 // Compose keys a request by every part's key, joined by "\x00" in order.
 // The first error is returned. Put the tenant (or tier) first to use the
-// key with Policies.
-func Compose(parts ...KeyFunc) KeyFunc {
-	return func(r *http.Request) (string, error) {
+// key with Policies. Compose needs at least one part, and a part with an
+// error makes Compose's Key hold it.
+func Compose(parts ...Key) Key {
+	if len(parts) == 0 {
+		return keyError(errors.New("httplimit: Compose needs at least one part"))
+	}
+	for i, p := range parts {
+		if err := p.Err(); err != nil {
+			return keyError(wrapConfig("Compose part "+strconv.Itoa(i), err))
+		}
+	}
+	parts = append([]Key(nil), parts...)
+	return Key{fn: func(r *http.Request) (string, error) {
 		var b strings.Builder
 		for i, p := range parts {
-			k, err := p(r)
+			k, err := p.fn(r)
 			if err != nil {
 				return "", err
 			}
@@ -179,5 +248,5 @@ func Compose(parts ...KeyFunc) KeyFunc {
 			b.WriteString(k)
 		}
 		return b.String(), nil
-	}
+	}}
 }

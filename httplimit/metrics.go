@@ -10,12 +10,15 @@ import (
 // MetricsHandler serves m's counters and e's key statistics in the
 // Prometheus text exposition format (version 0.0.4):
 //
-//	ringlimit_requests_total{outcome="allowed|denied|rejected"}  counter
-//	ringlimit_keys                                               gauge
-//	ringlimit_keys_evicted_total                                 counter
-//	ringlimit_keys_refused_total                                 counter
+//	ringlimit_requests_total{outcome="allowed|denied|rejected|error"}  counter
+//	ringlimit_keys                                                     gauge
+//	ringlimit_keys_evicted_total                                       counter
+//	ringlimit_keys_refused_total                                       counter
 //
-// Either argument may be nil to leave its metrics out.
+// The outcomes are Stats' fields: "error" counts requests whose
+// ContextLimiter failed (its failure policy admitted or refused them).
+// Either argument may be nil to leave its metrics out (e is nil in front
+// of a Redis limiter).
 func MetricsHandler(m *Middleware, e *engine.Engine) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		b := make([]byte, 0, 1024)
@@ -26,7 +29,7 @@ func MetricsHandler(m *Middleware, e *engine.Engine) http.Handler {
 			for _, c := range []struct {
 				name string
 				v    uint64
-			}{{"allowed", s.Allowed}, {"denied", s.Denied}, {"rejected", s.Rejected}} {
+			}{{"allowed", s.Allowed}, {"denied", s.Denied}, {"rejected", s.Rejected}, {"error", s.Errors}} {
 				b = append(b, `ringlimit_requests_total{outcome="`...)
 				b = append(b, c.name...)
 				b = append(b, `"} `...)

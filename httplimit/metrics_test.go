@@ -10,7 +10,7 @@ import (
 
 func TestMetricsHandler(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 1})
-	m := NewMiddleware(e)
+	m := mustMiddleware(t, e)
 	h := m.Handler(okHandler)
 	do(h, "192.0.2.1:1", nil)
 	do(h, "192.0.2.1:1", nil)
@@ -26,6 +26,7 @@ func TestMetricsHandler(t *testing.T) {
 		`ringlimit_requests_total{outcome="allowed"} 1` + "\n",
 		`ringlimit_requests_total{outcome="denied"} 1` + "\n",
 		`ringlimit_requests_total{outcome="rejected"} 1` + "\n",
+		`ringlimit_requests_total{outcome="error"} 0` + "\n",
 		"# TYPE ringlimit_keys gauge\nringlimit_keys 1\n",
 		"ringlimit_keys_evicted_total 0\n",
 		"ringlimit_keys_refused_total 0\n",

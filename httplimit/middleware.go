@@ -2,80 +2,158 @@ package httplimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// Limiter is what the middleware needs; *engine.Engine satisfies it as it
-// is.
-type Limiter interface {
-	AllowN(key string, n int64) engine.Decision
-}
+// cacheLine is the padding between the hot counters: 64 bytes is the
+// cache line of amd64 and of most arm64 cores, so two counters bumped by
+// different requests never share a line.
+const cacheLine = 64
 
-// Middleware limits requests with a Limiter. Build it with NewMiddleware,
-// wrap handlers with Handler, and read its counters with Stats. It is safe
-// for concurrent use.
+// Middleware limits requests with a Limiter or a ContextLimiter. Build it
+// with NewMiddleware, wrap handlers with Handler, and read its counters
+// with Stats. It is safe for concurrent use, and must not be copied after
+// first use.
 //
 // For each request that is not exempt, it computes the key and the cost,
-// asks the Limiter for cost units, and:
+// asks the limiter for cost units, and:
 //
-//   - admitted: sets the rate-limit headers and calls the next handler
+//   - admitted: sets the rate-limit fields and calls the next handler
 //     (counted Allowed);
-//   - limited: sets the rate-limit headers and Retry-After (whole seconds,
+//   - limited: sets the rate-limit fields and Retry-After (whole seconds,
 //     rounded up, at least 1) and answers 429 through the deny handler
 //     (counted Denied). The default body is {"error":"rate limited",
 //     "retry_after_seconds":N} when Accept prefers application/json, else
 //     "rate limited; retry after N s";
 //   - refused because the engine holds Config.MaxKeys keys: answers 503
-//     with Retry-After (counted Denied);
-//   - a key error, a cost ≤ 0, a cost above the limit (413) or a limit the
-//     engine rejected (500): counted Rejected.
+//     with Retry-After and no rate-limit fields, as the key has no state
+//     (counted Denied);
+//   - a ContextLimiter returned an error: follows the Decision it returned
+//     with it (see ContextLimiter; counted Errors);
+//   - a key error (400), a cost above the limit (413), a negative cost or a
+//     limit the engine rejected (500): counted Rejected.
+//
+// The rate-limit fields (see HeadersDraft): RateLimit-Policy is
+// "name";q=<limit>;w=<window seconds>, and RateLimit is
+// "name";r=<remaining>;t=<seconds>. Each middleware adds one member to
+// each field, after those already set, so stacked middlewares (a per-IP
+// limit around a per-tenant one) show every policy. w= is present when the
+// window is known (from the limiter's Config, or WithPolicy) and a whole
+// number of seconds: the draft's w is whole seconds, and rounding a 100 ms
+// window up to w=1 would advertise a rate ten times lower than the real
+// one; scaling q instead would make q disagree with r, which counts units
+// of the real window. So a sub-second or fractional window has no w=.
+// t= on a denial is the Retry-After value (draft section 6: the same point
+// in time). On an admitted response it is a true upper bound on when the
+// key's whole quota is free again without further traffic, from the
+// limiter's Config: Window (FixedWindow, SlidingLog) or Window plus one
+// sub-window (the sliding counters), rounded up (see admittedReset). A
+// limiter that does not report its Config gets no t= on admitted
+// responses. RateLimit-Policy is built once per distinct limit and reused.
+// WithHeadersBelow leaves the fields out of admitted responses far from
+// the limit.
 type Middleware struct {
-	l         Limiter
+	local     Limiter
+	remote    ContextLimiter
 	cfg       config
-	windowSec int64
-
-	allowed  atomic.Uint64
-	_        [56]byte // keep the hot counters on separate cache lines
-	denied   atomic.Uint64
-	_        [56]byte
-	rejected atomic.Uint64
+	policy    policyText
+	admitted  int64 // t= of an admitted response, or −1 to omit it
+	values    policyCache
+	_         [cacheLine]byte
+	allowed   atomic.Uint64
+	_         [cacheLine - 8]byte
+	denied    atomic.Uint64
+	_         [cacheLine - 8]byte
+	rejected  atomic.Uint64
+	_         [cacheLine - 8]byte
+	errorsCnt atomic.Uint64
+	_         [cacheLine - 8]byte
 }
 
-// Stats are the middleware's request counters since it was built.
+// Stats are the middleware's request counters since it was built. They
+// are read one by one, so a snapshot taken under load may count a request
+// in none of them yet; it never counts one twice.
 type Stats struct {
-	Allowed  uint64 // passed to the next handler
+	Allowed  uint64 // passed to the next handler after the limiter admitted them
 	Denied   uint64 // answered 429, or 503 for MaxKeys
 	Rejected uint64 // answered 400, 413 or 500 before or instead of limiting
+	Errors   uint64 // the ContextLimiter failed; its failure policy decided
 }
 
 // NewMiddleware returns a Middleware over l configured by opts.
-func NewMiddleware(l Limiter, opts ...Option) *Middleware {
-	m := &Middleware{l: l, cfg: defaultConfig()}
-	for _, o := range opts {
-		o(&m.cfg)
+//
+// l is a Limiter (an *engine.Engine) or a ContextLimiter (a
+// *redisstore.Limiter); anything else, or a nil l, is an error. If l has a
+// Config method (Configured), the window and the algorithm come from it.
+//
+// Every misconfiguration is an error here, naming the option and what it
+// allows: a bad argument to an Option or to a Key helper, a WithPolicy
+// window that disagrees with the limiter's. Errors of several options are
+// joined.
+func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
+	m := &Middleware{cfg: defaultConfig()}
+	if v := reflect.ValueOf(l); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return nil, fmt.Errorf("httplimit: NewMiddleware: nil limiter (%T)", l)
 	}
-	if m.cfg.key == nil {
-		m.cfg.key = KeyByIP(64)
+	switch l := l.(type) {
+	case Limiter:
+		m.local = l
+	case ContextLimiter:
+		m.remote = l
+	default:
+		return nil, fmt.Errorf("httplimit: NewMiddleware: %T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)", l)
 	}
-	if m.cfg.keyErr == nil {
-		m.cfg.keyErr = defaultKeyError
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("httplimit: NewMiddleware: option %d is nil", i))
+			continue
+		}
+		if err := o(&m.cfg); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	m.windowSec = ceilSeconds(m.cfg.window)
-	return m
+	window := m.cfg.window // 0: unknown
+	m.admitted = -1
+	if c, ok := l.(Configured); ok {
+		lc := c.Config()
+		if lc.Window <= 0 {
+			errs = append(errs, fmt.Errorf("httplimit: NewMiddleware: the limiter's Config().Window = %v, want > 0", lc.Window))
+		} else if m.cfg.window != 0 && m.cfg.window != lc.Window {
+			errs = append(errs, fmt.Errorf("httplimit: WithPolicy window = %v, but the limiter's Config().Window = %v; pass 0 to take the limiter's", m.cfg.window, lc.Window))
+		}
+		window = lc.Window
+		m.admitted = ceilSeconds(admittedReset(lc))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m.policy = newPolicyText(m.cfg.policyName, window)
+	return m, nil
 }
 
-// New is shorthand for NewMiddleware(l, opts...).Handler.
-func New(l Limiter, opts ...Option) func(http.Handler) http.Handler {
-	return NewMiddleware(l, opts...).Handler
+// New returns NewMiddleware(l, opts...).Handler, and panics if
+// NewMiddleware returns an error, as regexp.MustCompile does: a
+// misconfigured middleware stops the server at start-up, where its
+// message names the bad option, rather than answering requests.
+func New(l any, opts ...Option) func(http.Handler) http.Handler {
+	m, err := NewMiddleware(l, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return m.Handler
 }
 
 // Stats returns the counters.
 func (m *Middleware) Stats() Stats {
-	return Stats{Allowed: m.allowed.Load(), Denied: m.denied.Load(), Rejected: m.rejected.Load()}
+	return Stats{Allowed: m.allowed.Load(), Denied: m.denied.Load(), Rejected: m.rejected.Load(), Errors: m.errorsCnt.Load()}
 }
 
 // Handler returns next wrapped by the middleware.
@@ -90,7 +168,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, err := m.cfg.key(r)
+	key, err := m.cfg.key.fn(r)
 	if err != nil {
 		m.rejected.Add(1)
 		m.cfg.keyErr(w, r, err)
@@ -98,40 +176,42 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	cost := int64(1)
 	if m.cfg.cost != nil {
-		if cost = m.cfg.cost(r); cost <= 0 {
+		if cost = m.cfg.cost(r); cost < 0 {
 			m.rejected.Add(1)
-			plainError(w, http.StatusBadRequest, "request cost "+strconv.FormatInt(cost, 10)+" is not positive")
+			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
 			return
 		}
 	}
-	d := m.l.AllowN(key, cost)
+	var d engine.Decision
+	if m.local != nil {
+		d = m.local.AllowN(key, cost)
+	} else if d, err = m.remote.AllowN(r.Context(), key, cost); err != nil {
+		m.limiterFailed(w, r, next, d)
+		return
+	}
 	switch d.Reason() {
 	case engine.ReasonOK:
 		m.allowed.Add(1)
-		reset := int64(-1)
-		if m.windowSec > 0 {
-			reset = m.windowSec
-		}
-		m.writeRateHeaders(w.Header(), d, reset)
+		m.writeRateHeaders(w.Header(), d, m.admitted, false)
 		next.ServeHTTP(w, r)
 	case engine.ReasonLimited:
 		m.denied.Add(1)
 		h := w.Header()
 		retry := setRetryAfter(h, d.RetryAfter)
-		m.writeRateHeaders(h, d, retry)
+		m.writeRateHeaders(h, d, retry, true)
 		if m.cfg.deny != nil {
 			m.cfg.deny.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
 			return
 		}
-		writeDenial(w, r, http.StatusTooManyRequests, retry)
+		writeDenial(w, r, http.StatusTooManyRequests, "rate limited", retry)
 	case engine.ReasonKeysFull:
 		m.denied.Add(1)
 		retry := setRetryAfter(w.Header(), d.RetryAfter)
-		writeDenial(w, r, http.StatusServiceUnavailable, retry)
+		writeDenial(w, r, http.StatusServiceUnavailable, "too many clients", retry)
 	default: // ReasonNever
 		m.rejected.Add(1)
 		if cost > d.Limit && d.Limit > 0 {
-			m.writeRateHeaders(w.Header(), d, -1)
+			m.writeRateHeaders(w.Header(), d, -1, true)
 			plainError(w, http.StatusRequestEntityTooLarge,
 				"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
 					strconv.FormatInt(d.Limit, 10)+" per window")
@@ -139,4 +219,19 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		plainError(w, http.StatusInternalServerError, "rate limit misconfigured for this client")
 	}
+}
+
+// limiterFailed serves a request whose ContextLimiter returned an error,
+// following the failure policy's Decision d.
+func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision) {
+	m.errorsCnt.Add(1)
+	if d.Allowed {
+		next.ServeHTTP(w, r)
+		return
+	}
+	retry := int64(-1)
+	if d.RetryAfter > 0 && d.RetryAfter != engine.Never {
+		retry = setRetryAfter(w.Header(), d.RetryAfter)
+	}
+	writeDenial(w, r, http.StatusServiceUnavailable, "rate limiter unavailable", retry)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -16,21 +17,45 @@ import (
 // A key's tenant is the part of the key before the first "\x00", or the
 // whole key when it has none: with Compose(tenantKey, KeyByIP(64)) every
 // IP of a tenant gets the tenant's limit, each in its own window.
+//
+// Every limit is validated before it is stored, so that no tenant's
+// requests meet a limit the engine refuses (which it would answer 500): a
+// table limit is 1 … engine.MaxLimit, the default 0 (the engine's
+// Config.Limit) or 1 … engine.MaxLimit. A SlidingLog engine caps limits
+// lower (its Config.MaxLogLimit); Swap and Set check against the engine
+// they are given, NewPolicies cannot, as the engine does not exist yet.
 type Policies struct {
 	def   int64
 	table atomic.Pointer[map[string]int64]
+	mu    sync.Mutex // serialises Swap and Set, so that a Set's read-copy-write loses no other change
 }
 
 // NewPolicies returns Policies with the limit def for tenants not in table
-// (0 means the engine's Config.Limit) and a copy of table.
-func NewPolicies(def int64, table map[string]int64) *Policies {
+// (0 means the engine's Config.Limit) and a copy of table. A limit out of
+// range is an error naming the tenant and the range.
+func NewPolicies(def int64, table map[string]int64) (*Policies, error) {
+	if def < 0 || def > engine.MaxLimit {
+		return nil, fmt.Errorf("httplimit: NewPolicies default limit = %d, want 0 (the engine's Config.Limit) or 1 … %d", def, engine.MaxLimit)
+	}
+	if err := checkTable(table, engine.MaxLimit, "NewPolicies"); err != nil {
+		return nil, err
+	}
 	p := &Policies{def: def}
 	t := maps.Clone(table)
 	if t == nil {
 		t = map[string]int64{}
 	}
 	p.table.Store(&t)
-	return p
+	return p, nil
+}
+
+func checkTable(table map[string]int64, maxLimit int64, fn string) error {
+	for k, v := range table {
+		if v < 1 || v > maxLimit {
+			return fmt.Errorf("httplimit: %s: tenant %q limit = %d, want 1 … %d", fn, k, v, maxLimit)
+		}
+	}
+	return nil
 }
 
 // Tenant returns the tenant part of key: before the first "\x00", or all
@@ -68,18 +93,33 @@ func (p *Policies) Table() map[string]int64 { return maps.Clone(*p.table.Load())
 // created from now on get the new limits, and then, if e is not nil,
 // applies it to every live key with e.UpdateLimits, keeping each key's
 // counts: a lowered limit applies from the next decision, units already
-// admitted stay. Every limit must be ≥ 1, or Swap returns an error and
-// changes nothing. A limit above the engine's maximum is stored, and then
-// reported by UpdateLimits' error (keys created with it are refused with
-// a 500, see Middleware). A tenant dropped from the
-// table falls back to the default, unless the default is 0, in which case
-// its live keys keep their limits until they are reclaimed. e must have
-// been built with Config.KeyLimit (or PerKeyLimits).
+// admitted stay.
+//
+// Every limit must be 1 … engine.MaxLimit, and, with e, within e's own
+// maximum (Config.MaxLogLimit for SlidingLog), which the default must
+// respect too; otherwise Swap returns an error naming the tenant and the
+// range, and changes nothing. A tenant dropped from the table falls back
+// to the default, unless the default is 0, in which case its live keys
+// keep their limits until they are reclaimed. e must have been built with
+// Config.KeyLimit (or PerKeyLimits).
 func (p *Policies) Swap(table map[string]int64, e *engine.Engine) error {
-	for k, v := range table {
-		if v < 1 {
-			return fmt.Errorf("httplimit: policy %q: limit %d, want ≥ 1", k, v)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.swapLocked(table, e)
+}
+
+func (p *Policies) swapLocked(table map[string]int64, e *engine.Engine) error {
+	maxLimit := int64(engine.MaxLimit)
+	if e != nil {
+		if c := e.Config(); c.Algorithm == engine.SlidingLog {
+			maxLimit = c.MaxLogLimit
+			if p.def > maxLimit {
+				return fmt.Errorf("httplimit: Policies default limit = %d is above the SlidingLog engine's Config.MaxLogLimit = %d", p.def, maxLimit)
+			}
 		}
+	}
+	if err := checkTable(table, maxLimit, "Swap"); err != nil {
+		return err
 	}
 	t := maps.Clone(table)
 	if t == nil {
@@ -97,9 +137,12 @@ func (p *Policies) Swap(table map[string]int64, e *engine.Engine) error {
 	})
 }
 
-// Set changes one tenant's limit (copy on write) and applies it like Swap.
+// Set changes one tenant's limit (copy on write) and applies it like Swap;
+// a refused limit changes nothing.
 func (p *Policies) Set(tenant string, limit int64, e *engine.Engine) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	t := p.Table()
 	t[tenant] = limit
-	return p.Swap(t, e)
+	return p.swapLocked(t, e)
 }

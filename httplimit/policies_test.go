@@ -8,14 +8,17 @@ import (
 )
 
 func TestPoliciesPerTenantAndSwap(t *testing.T) {
-	p := NewPolicies(2, map[string]int64{"pro": 4})
+	p, err := NewPolicies(2, map[string]int64{"pro": 4})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e, _ := newEngine(t, engine.Config{KeyLimit: p.KeyLimit})
-	tier := func(r *http.Request) (string, error) {
+	tier := KeyFunc(func(r *http.Request) (string, error) {
 		if r.Header.Get("X-Tenant") == "acme" {
 			return "pro", nil
 		}
 		return "free", nil
-	}
+	})
 	h := New(e, WithKey(Compose(tier, KeyByHeader("X-Tenant", MissingReject))))(okHandler)
 	req := func(tenant string) int {
 		return do(h, "192.0.2.1:1", func(r *http.Request) { r.Header.Set("X-Tenant", tenant) }).Code
@@ -60,11 +63,57 @@ func TestPoliciesPerTenantAndSwap(t *testing.T) {
 	if w.Code != 429 {
 		t.Fatalf("after lowering: %d", w.Code)
 	}
-	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=1`)
-	if err := p.Swap(map[string]int64{"free": 0}, e); err == nil {
-		t.Fatal("Swap accepted limit 0")
+	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=1;w=10`)
+}
+
+// TestPolicyLimitsAreValidated: a limit of −1 or above MaxLimit used to be
+// accepted, and every request of that tier got a 500. Now NewPolicies and
+// Swap refuse it, and a refused Swap changes nothing.
+func TestPolicyLimitsAreValidated(t *testing.T) {
+	for _, c := range []struct {
+		def   int64
+		table map[string]int64
+		want  string
+	}{
+		{-1, nil, "httplimit: NewPolicies default limit = -1, want 0 (the engine's Config.Limit) or 1 … 1099511627775"},
+		{engine.MaxLimit + 1, nil, "httplimit: NewPolicies default limit = 1099511627776, want 0 (the engine's Config.Limit) or 1 … 1099511627775"},
+		{0, map[string]int64{"free": -1}, `httplimit: NewPolicies: tenant "free" limit = -1, want 1 … 1099511627775`},
+		{0, map[string]int64{"free": 0}, `httplimit: NewPolicies: tenant "free" limit = 0, want 1 … 1099511627775`},
+		{0, map[string]int64{"pro": engine.MaxLimit + 1}, `httplimit: NewPolicies: tenant "pro" limit = 1099511627776, want 1 … 1099511627775`},
+	} {
+		if p, err := NewPolicies(c.def, c.table); err == nil || err.Error() != c.want || p != nil {
+			t.Errorf("NewPolicies(%d, %v): %v, want %q", c.def, c.table, err, c.want)
+		}
 	}
-	if l, _ := p.Limit("pro"); l != 1 {
-		t.Fatal("a failed Swap changed the table")
+
+	p, err := NewPolicies(0, map[string]int64{"free": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := newEngine(t, engine.Config{KeyLimit: p.KeyLimit})
+	h := New(e, WithKey(Compose(KeyByHeader("X-Tier", MissingReject), KeyByIP(64))))(okHandler)
+	for _, table := range []map[string]int64{{"free": engine.MaxLimit + 1}, {"free": -1}} {
+		if err := p.Swap(table, e); err == nil {
+			t.Fatalf("Swap(%v) accepted", table)
+		}
+		if err := p.Set("free", table["free"], e); err == nil {
+			t.Fatalf("Set(%v) accepted", table)
+		}
+	}
+	if l, _ := p.Limit("free"); l != 2 {
+		t.Fatalf("a refused Swap changed the table: free = %d", l)
+	}
+	// A new client of the tier is served with the old limit, not a 500.
+	w := do(h, "192.0.2.9:1", func(r *http.Request) { r.Header.Set("X-Tier", "free") })
+	if w.Code != 200 {
+		t.Fatalf("new client after a refused Swap: %d %q", w.Code, w.Body.String())
+	}
+	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=2;w=10`)
+
+	// A SlidingLog engine caps limits lower: Swap checks against it.
+	lp, _ := NewPolicies(0, nil)
+	le, _ := newEngine(t, engine.Config{Algorithm: engine.SlidingLog, KeyLimit: lp.KeyLimit})
+	if err := lp.Set("big", engine.DefaultMaxLogLimit+1, le); err == nil || err.Error() != `httplimit: Swap: tenant "big" limit = 10001, want 1 … 10000` {
+		t.Fatalf("SlidingLog cap: %v", err)
 	}
 }
