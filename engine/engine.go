@@ -212,10 +212,11 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 			limit = e.ringLimit(r)
 		}
 		var res ringslot.Result
+		var eff int64
 		if n >= 1 && n <= limit {
-			res = e.geo.Acquire(r, t, n, limit)
+			res, eff = e.geo.AcquireTrace(r, t, n, limit)
 		} else {
-			res = e.geo.Peek(r, t, n, limit)
+			res, eff = e.geo.PeekTrace(r, t, n, limit)
 		}
 		if res.Dead {
 			// Retired by idleness or the sweeper: the key starts fresh.
@@ -234,7 +235,7 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 		case n < 0:
 			d.Allowed, d.RetryAfter = false, Never
 		}
-		return d, res.Epoch
+		return d, eff
 	}
 }
 

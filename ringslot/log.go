@@ -151,7 +151,7 @@ func expired(r Ring, capacity, start, size, cut int64) int64 {
 // window, and append n units at t iff they fit. A denial writes nothing but
 // last. Preconditions: 1 ≤ n ≤ limit; a limit above the ring's capacity is
 // treated as the capacity (the engine never passes one).
-func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
+func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool, eff *int64) Result {
 	r.lock()
 	last := r.word(logLast)
 	l := last.Load()
@@ -164,6 +164,9 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 		last.Store(t)
 	} else {
 		t = l // time never runs backwards for a key
+	}
+	if eff != nil {
+		*eff = t
 	}
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
 	limit = min(limit, capacity)
@@ -180,7 +183,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 		}
 		*r.at(logSize) = size + n
 		r.unlock()
-		return Result{Allowed: true, Remaining: limit - size - n, Epoch: t}
+		return Result{Allowed: true, Remaining: limit - size - n}
 	}
 	var res Result
 	if detail {
@@ -196,7 +199,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 // oldest units have left the window; the k-th leaves at its time + W, and
 // nothing else ever leaves sooner. The wait counts from asked.
 func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int64) Result {
-	res := Result{Remaining: max(0, limit-size), RetryAfter: Never, Epoch: t}
+	res := Result{Remaining: max(0, limit-size), RetryAfter: Never}
 	if k := size + n - limit; n <= limit && k >= 1 {
 		s := *r.at(logHdr + wrap(start+k-1, capacity)) // k ≤ size as n ≤ limit
 		// s + W − t > 0: the unit is inside at t. s + W may wrap near
@@ -208,24 +211,24 @@ func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int
 
 // logPeek is Peek for a log ring: it clamps and counts as logAcquire does,
 // and writes nothing (not even last).
-func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
+func (g *Geometry) logPeek(r Ring, t, n, limit int64) (Result, int64) {
 	r.lock()
 	l := r.word(logLast).Load()
 	if l < 0 {
 		r.unlock()
-		return Result{Dead: true}
+		return Result{Dead: true}, 0
 	}
 	asked, t := t, max(t, l)
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
 	limit = min(limit, capacity)
 	k := expired(r, capacity, start, size, t-g.width)
 	start, size = wrap(start+k, capacity), size-k
-	res := Result{Allowed: true, Remaining: max(0, limit-size), Epoch: t}
+	res := Result{Allowed: true, Remaining: max(0, limit-size)}
 	if size+n > limit {
 		res = g.logDeny(r, asked, t, capacity, start, size, n, limit)
 	}
 	r.unlock()
-	return res
+	return res, t
 }
 
 // testHookRetire, when a test sets it, runs in logRetire between the

@@ -177,10 +177,6 @@ type Result struct {
 	Dead       bool  // the ring is retired: reload the key's ring and retry
 	Remaining  int64 // units that would still be admitted now
 	RetryAfter int64 // ns; 0 when allowed, Never when the request can never fit
-	// Epoch is the effective epoch of the decision (a log: the effective
-	// time, ns): t's, or the key's newest if t was older. Acquire and Peek
-	// set it, Admit does not.
-	Epoch int64
 }
 
 // view is a ring read at effective epoch e: the current slot's word and its
@@ -315,8 +311,8 @@ func (g *Geometry) remaining(full, old, limit, r int64) int64 {
 	return limit - used
 }
 
-// EpochOf returns the epoch of t ≥ 0 (a log: t itself), the unit of
-// Result.Epoch.
+// EpochOf returns the epoch of t ≥ 0 (a log: t itself), the unit of the
+// effective epochs AcquireTrace and PeekTrace report.
 func (g *Geometry) EpochOf(t int64) int64 {
 	if g.log {
 		return t
@@ -375,20 +371,31 @@ func clamp(e, r, l int64) (int64, int64) {
 // sub-windows of the key's time between two of the writer's instructions
 // (docs/design.md §3, the one stall the protocol does not survive).
 func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
-	return g.acquire(r, t, n, limit, true)
+	return g.acquire(r, t, n, limit, true, nil)
+}
+
+// AcquireTrace is Acquire that also returns the decision's effective epoch
+// (a log: time): t's, or the key's newest if t was older. It is for the
+// slow path and for checkers; the effective epoch stays out of Result so
+// that the hot path returns four words.
+func (g *Geometry) AcquireTrace(r Ring, t, n, limit int64) (Result, int64) {
+	var eff int64
+	res := g.acquire(r, t, n, limit, true, &eff)
+	return res, eff
 }
 
 // Admit is Acquire for callers that only need the verdict: it skips
 // Remaining and RetryAfter (a walk over the slots and a 128-bit division on
 // a denial), which leaves the deny path a read of the slots and nothing more.
 func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
-	res := g.acquire(r, t, n, limit, false)
+	res := g.acquire(r, t, n, limit, false, nil)
 	return res.Allowed, res.Dead
 }
 
-func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
+// acquire is Acquire; with eff it also stores the effective epoch there.
+func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool, eff *int64) Result {
 	if g.log { // the one branch the counter rings pay for the log
-		return g.logAcquire(r, t, n, limit, detail)
+		return g.logAcquire(r, t, n, limit, detail, eff)
 	}
 	e0, r0 := g.split(t)
 	last := r.word(0)
@@ -415,6 +422,9 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 			g.settle(r, e0)
 		}
 		e, off := clamp(e0, r0, l)
+		if eff != nil {
+			*eff = e
+		}
 		if g.testHookClamped != nil {
 			g.testHookClamped(e)
 		}
@@ -466,7 +476,7 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 		if !detail {
 			return Result{Allowed: true}
 		}
-		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off), Epoch: e}
+		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off)}
 	}
 }
 
@@ -487,6 +497,12 @@ func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
 // Peek reports what Acquire would decide for n units at t (n may exceed
 // limit), without recording anything. With n = 0 it reports Remaining.
 func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
+	res, _ := g.PeekTrace(r, t, n, limit)
+	return res
+}
+
+// PeekTrace is Peek that also returns the effective epoch (a log: time).
+func (g *Geometry) PeekTrace(r Ring, t, n, limit int64) (Result, int64) {
 	if g.log {
 		return g.logPeek(r, t, n, limit)
 	}
@@ -494,7 +510,7 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 	for {
 		l := r.word(0).Load()
 		if l < 0 {
-			return Result{Dead: true}
+			return Result{Dead: true}, 0
 		}
 		e, off := clamp(e0, r0, l)
 		i := g.index(e)
@@ -506,9 +522,9 @@ func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 			}
 		}
 		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
-			return g.deny(r, t, e, i, off, v, n, limit)
+			return g.deny(r, t, e, i, off, v, n, limit), e
 		}
-		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off), Epoch: e}
+		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}, e
 	}
 }
 
@@ -527,7 +543,7 @@ func fromCaller(wait, eff, t int64) int64 {
 // deny builds the denial for n units asked at t and decided at (e, off)
 // from view v; i is e's slot. Its RetryAfter counts from t.
 func (g *Geometry) deny(r Ring, t, e int64, i int, off int64, v view, n, limit int64) Result {
-	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never, Epoch: e}
+	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never}
 	if n <= limit {
 		res.RetryAfter = fromCaller(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off, t)
 	}

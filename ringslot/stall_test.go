@@ -38,10 +38,10 @@ func TestStalledWriterNeverWipesANewerSlot(t *testing.T) {
 		require.True(t, g.Acquire(r, target*w, room, 10).Allowed)
 		require.Equal(t, int64(0), g.Peek(r, target*w, 0, 10).Remaining)
 	}
-	res := g.Acquire(r, e*w, 10, 10)
+	res, eff := g.AcquireTrace(r, e*w, 10, 10)
 	require.False(t, stalled, "the hook ran")
 	require.False(t, res.Allowed, "the stalled writer was admitted: %+v", res)
-	require.Equal(t, target, res.Epoch, "it must decide at the key's newest epoch")
+	require.Equal(t, target, eff, "it must decide at the key's newest epoch")
 	require.Equal(t, int64(0), g.Peek(r, target*w, 0, 10).Remaining, "a count inside the window was wiped")
 }
 
