@@ -1,6 +1,8 @@
 package grpclimit
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // *Interceptor is go-grpc-middleware v2's ratelimit.Limiter.
@@ -40,7 +43,19 @@ func TestGoGRPCMiddlewareAdapter(t *testing.T) {
 	if es.count() != 2 {
 		t.Errorf("handler ran %d times", es.count())
 	}
-	if s := i.Stats(); s != (Stats{Allowed: 2, Denied: 1}) {
+	// A stream through the package's stream interceptor: the key is
+	// spent, and the method comes from the stream's context.
+	st, err := cc.NewStream(context.Background(), chatDesc, mChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.RecvMsg(new(wrapperspb.StringValue))
+	hdr, _ := st.Header()
+	if r := resultOf(err, hdr); r.code != codes.ResourceExhausted || !strings.HasPrefix(r.msg, mChat+" is rejected") {
+		t.Errorf("stream: %v %q", r.code, r.msg)
+	}
+	wantMD(t, hdr, MDRateLimit, `"mw";r=0;t=10`)
+	if s := i.Stats(); s != (Stats{Allowed: 2, Denied: 2}) {
 		t.Errorf("Stats %+v", s)
 	}
 }

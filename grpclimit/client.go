@@ -71,6 +71,10 @@ func WithMaxWait(d time.Duration) ClientOption {
 	}
 }
 
+// minWait is the shortest wait of a limited call, so that a limiter
+// answering "limited" with a zero RetryAfter cannot make Wait spin.
+const minWait = time.Millisecond
+
 // timers is the Client's clock: the time now, and a timer. Tests replace
 // it so that no test sleeps.
 type timers interface {
@@ -105,8 +109,9 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 //     is sent if its Decision is Allowed, else fails with
 //     codes.Unavailable (counted Errors).
 //
-// Under contention a woken call may find the window taken again and wait
-// once more; each wait is bounded as above, and the loop ends at the
+// A limited answer with no wait (RetryAfter ≤ 0, which a remote limiter
+// might give) waits 1 ms. Under contention a woken call may find the
+// window taken again and wait once more; each wait is bounded as above, and the loop ends at the
 // deadline, the context's cancellation, or WithMaxWait. A call without any
 // of the three can wait as long as the limiter keeps it out.
 //
@@ -277,7 +282,9 @@ func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 			c.refused.Add(1)
 			return status.Error(codes.ResourceExhausted, "grpclimit: client-side limit: call cost "+strconv.FormatInt(cost, 10)+" can never fit the limit "+strconv.FormatInt(d.Limit, 10))
 		}
-		wait := d.RetryAfter
+		// A limiter that says "limited" with no wait (a remote one may)
+		// would make this loop spin: wait at least minWait.
+		wait := max(d.RetryAfter, minWait)
 		if dl, ok := ctx.Deadline(); ok && !c.clk.Now().Add(wait).Before(dl) {
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: the call's deadline comes before the limiter would admit it (retry after "+wait.String()+")", wait)

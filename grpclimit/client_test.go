@@ -236,3 +236,31 @@ func TestClientStream(t *testing.T) {
 		t.Errorf("Stats %+v, waits %v", s, ft.recorded())
 	}
 }
+
+// TestClientZeroRetryAfterDoesNotSpin: a limiter that answers "limited"
+// with RetryAfter 0 makes the call wait 1 ms per answer, not spin.
+func TestClientZeroRetryAfterDoesNotSpin(t *testing.T) {
+	var mu sync.Mutex
+	asks := 0
+	f := ContextLimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asks++
+		if asks < 4 {
+			return engine.Decision{Limit: 5, Remaining: 0}, nil // limited, no wait
+		}
+		return engine.Decision{Allowed: true, Limit: 5, Remaining: 4}, nil
+	})
+	clk := engine.NewManualClock(t0)
+	ft := &fakeTimers{clk: clk}
+	cc, c, _ := clientTo(t, f, ft)
+	if r := say(t, cc, nil, mSay); r.code != codes.OK {
+		t.Fatalf("%v %s", r.code, r.msg)
+	}
+	if w := ft.recorded(); len(w) != 3 || w[0] != time.Millisecond || w[2] != time.Millisecond {
+		t.Errorf("waits %v, want three of 1ms", w)
+	}
+	if s := c.Stats(); s.Delayed != 1 {
+		t.Errorf("Stats %+v", s)
+	}
+}
