@@ -48,7 +48,7 @@ const cacheLine = 64
 // its counters with Stats. It is safe for concurrent use and must not be
 // copied after first use.
 //
-// For each call that is not exempt (DefaultExempt, WithExempt), it
+// For each call that is not exempt (DefaultExempt(), WithExempt), it
 // computes the key and the cost, asks the limiter for cost units, and:
 //
 //   - admitted: sets the rate-limit fields as response header metadata
@@ -154,7 +154,7 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 		}
 	}
 	if !i.cfg.noDefaults {
-		for _, m := range DefaultExempt {
+		for _, m := range DefaultExempt() {
 			i.cfg.exempt[m] = true
 		}
 	}

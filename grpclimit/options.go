@@ -37,14 +37,17 @@ func defaultConfig() config {
 	}
 }
 
-// DefaultExempt are the methods every Interceptor passes through unless
-// WithoutDefaultExempt is given: the health service (a load balancer's
-// checks must not be refused when a client is over its limit) and server
-// reflection, v1 and v1alpha. A trailing "/" names a whole service.
-var DefaultExempt = []string{
-	"/grpc.health.v1.Health/",
-	"/grpc.reflection.v1.ServerReflection/",
-	"/grpc.reflection.v1alpha.ServerReflection/",
+// DefaultExempt returns the methods every Interceptor passes through
+// unless WithoutDefaultExempt is given: the health service (a load
+// balancer's checks must not be refused when a client is over its limit)
+// and server reflection, v1 and v1alpha. A trailing "/" names a whole
+// service. Each call returns a new slice.
+func DefaultExempt() []string {
+	return []string{
+		"/grpc.health.v1.Health/",
+		"/grpc.reflection.v1.ServerReflection/",
+		"/grpc.reflection.v1alpha.ServerReflection/",
+	}
 }
 
 // configError prefixes a configuration error with where it was found,
@@ -117,7 +120,7 @@ func WithCost(f func(ctx context.Context, fullMethod string) int64) Option {
 }
 
 // WithExempt passes calls to the given methods through without keying,
-// counting, limiting or fields, besides DefaultExempt. Each is a full
+// counting, limiting or fields, besides DefaultExempt(). Each is a full
 // method name, "/pkg.Service/Method", or a whole service,
 // "/pkg.Service/"; anything else is an error.
 func WithExempt(methods ...string) Option {
@@ -135,7 +138,7 @@ func WithExempt(methods ...string) Option {
 	}
 }
 
-// WithoutDefaultExempt limits the methods of DefaultExempt too (health
+// WithoutDefaultExempt limits the methods of DefaultExempt() too (health
 // checks, reflection) unless WithExempt names them.
 func WithoutDefaultExempt() Option {
 	return func(c *config) error { c.noDefaults = true; return nil }
