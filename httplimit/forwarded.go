@@ -72,67 +72,127 @@ func KeyByForwarded(trusted []netip.Prefix, ipv6Prefix int) Key {
 }
 
 func chainKey(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd bool) Key {
-	bits, err := prefixBits(fn, ipv6Prefix)
-	if err != nil {
-		return keyError(err)
-	}
-	tr, err := newTrustList(fn, trusted)
+	c, err := newProxyChain(fn, header, trusted, ipv6Prefix, fwd)
 	if err != nil {
 		return keyError(err)
 	}
 	canon := http.CanonicalHeaderKey(header)
-	errLong := fmt.Errorf("httplimit: %s has more than %d hops from trusted proxies", header, MaxProxyHops)
 	return Key{fn: func(r *http.Request) (string, error) {
 		peer, peerSub, ok := parseHop(r.RemoteAddr) // RemoteAddr is short: its substring may be shared
 		if !ok {
 			return "", errors.New("httplimit: cannot parse client address " + quote(r.RemoteAddr))
 		}
-		if !tr.contains(peer) {
-			return hopKey(peer, peerSub, bits), nil
-		}
-		it := newHopIter(r.Header[canon], fwd)
-		var last netip.Addr         // the last hop read: the first untrusted, or the leftmost
-		var lastSub, lastSrc string // its IPv4 text, and the line it is in
-		for n := 0; ; n++ {
-			m, more, err := it.next()
-			if err != nil {
-				return "", fmt.Errorf("httplimit: %s: %w", header, err)
-			}
-			if !more {
-				break
-			}
-			if n == MaxProxyHops {
-				return "", errLong
-			}
-			if m == "" {
-				continue // an empty member: allowed by the list syntax, counted all the same
-			}
-			v := m
-			if fwd {
-				if v, err = forValue(m); err != nil {
-					return "", fmt.Errorf("httplimit: Forwarded: %w in element %s", err, quote(m))
-				}
-			}
-			a, sub, ok := parseHop(v)
-			if !ok {
-				return "", fmt.Errorf("httplimit: %s: unparsable address %s", header, quote(v))
-			}
-			last, lastSub, lastSrc = a, sub, it.src
-			if !tr.contains(a) {
-				break
-			}
-		}
-		if !last.IsValid() { // no hops: the trusted peer is the client
-			return hopKey(peer, peerSub, bits), nil
-		}
-		if lastSub != "" && len(lastSrc) > maxSharedLine {
-			// The engine keeps the key string for the key's life: a
-			// substring would keep the whole line, which the client can
-			// pad, alive with it.
-			lastSub = strings.Clone(lastSub)
-		}
-		return hopKey(last, lastSub, bits), nil
+		return c.key(peer, peerSub, r.Header[canon])
 	}}
+}
+
+// ProxyChain finds a request's client in a forwarding header with the
+// rules of KeyByXForwardedFor or KeyByForwarded, for adapters of other
+// protocols: grpclimit reads the same lists from gRPC metadata. The two
+// Keys are built on it, so the rules cannot drift apart. Build one with
+// NewXForwardedForChain or NewForwardedChain; the zero ProxyChain is not
+// usable. It is a small value, safe for concurrent use.
+type ProxyChain struct {
+	header  string // the header's name, for errors
+	fwd     bool   // Forwarded (for= of RFC 7239 elements), else X-Forwarded-For
+	trust   trustList
+	bits    int
+	errLong error
+}
+
+// NewXForwardedForChain returns the walk of KeyByXForwardedFor(trusted,
+// ipv6Prefix), or its configuration error.
+func NewXForwardedForChain(trusted []netip.Prefix, ipv6Prefix int) (ProxyChain, error) {
+	return newProxyChain("NewXForwardedForChain", "X-Forwarded-For", trusted, ipv6Prefix, false)
+}
+
+// NewForwardedChain returns the walk of KeyByForwarded(trusted,
+// ipv6Prefix), or its configuration error.
+func NewForwardedChain(trusted []netip.Prefix, ipv6Prefix int) (ProxyChain, error) {
+	return newProxyChain("NewForwardedChain", "Forwarded", trusted, ipv6Prefix, true)
+}
+
+func newProxyChain(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd bool) (ProxyChain, error) {
+	bits, err := prefixBits(fn, ipv6Prefix)
+	if err != nil {
+		return ProxyChain{}, err
+	}
+	tr, err := newTrustList(fn, trusted)
+	if err != nil {
+		return ProxyChain{}, err
+	}
+	return ProxyChain{
+		header:  header,
+		fwd:     fwd,
+		trust:   tr,
+		bits:    bits,
+		errLong: fmt.Errorf("httplimit: %s has more than %d hops from trusted proxies", header, MaxProxyHops),
+	}, nil
+}
+
+// Key returns the key of a request that arrived from peer (the direct
+// connection's address) with lines, the field lines of the forwarding
+// header in the order received: peer's own key (grouped like KeyByIP)
+// unless peer is trusted; else the first untrusted hop from the right, as
+// KeyByXForwardedFor describes. An error is about the request (a forged
+// or unparsable chain, too many trusted hops), never a shared key. The
+// returned key never shares memory with a line longer than 64 bytes.
+func (c ProxyChain) Key(peer netip.Addr, lines []string) (string, error) {
+	if c.trust == nil {
+		return "", errors.New("httplimit: the zero ProxyChain (build one with NewXForwardedForChain or NewForwardedChain)")
+	}
+	return c.key(peer.Unmap().WithZone(""), "", lines)
+}
+
+// key is Key for a peer already unmapped and without zone; peerSub is its
+// IPv4 text when the caller has it without allocating, else "".
+func (c *ProxyChain) key(peer netip.Addr, peerSub string, lines []string) (string, error) {
+	if !c.trust.contains(peer) {
+		return hopKey(peer, peerSub, c.bits), nil
+	}
+	header := c.header
+	it := newHopIter(lines, c.fwd)
+	var last netip.Addr         // the last hop read: the first untrusted, or the leftmost
+	var lastSub, lastSrc string // its IPv4 text, and the line it is in
+	for n := 0; ; n++ {
+		m, more, err := it.next()
+		if err != nil {
+			return "", fmt.Errorf("httplimit: %s: %w", header, err)
+		}
+		if !more {
+			break
+		}
+		if n == MaxProxyHops {
+			return "", c.errLong
+		}
+		if m == "" {
+			continue // an empty member: allowed by the list syntax, counted all the same
+		}
+		v := m
+		if c.fwd {
+			if v, err = forValue(m); err != nil {
+				return "", fmt.Errorf("httplimit: Forwarded: %w in element %s", err, quote(m))
+			}
+		}
+		a, sub, ok := parseHop(v)
+		if !ok {
+			return "", fmt.Errorf("httplimit: %s: unparsable address %s", header, quote(v))
+		}
+		last, lastSub, lastSrc = a, sub, it.src
+		if !c.trust.contains(a) {
+			break
+		}
+	}
+	if !last.IsValid() { // no hops: the trusted peer is the client
+		return hopKey(peer, peerSub, c.bits), nil
+	}
+	if lastSub != "" && len(lastSrc) > maxSharedLine {
+		// The engine keeps the key string for the key's life: a
+		// substring would keep the whole line, which the client can
+		// pad, alive with it.
+		lastSub = strings.Clone(lastSub)
+	}
+	return hopKey(last, lastSub, c.bits), nil
 }
 
 // trustList is a validated set of trusted prefixes: IPv4-mapped IPv6

@@ -108,7 +108,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 	if !force && m.cfg.below > 0 && float64(remaining) >= m.cfg.below*float64(d.Limit) {
 		return
 	}
-	pv := m.values.get(d.Limit, &m.policy)
+	pv := m.fields.values.get(d.Limit, &m.fields.text)
 	draft := style&HeadersDraft != 0
 	legacy := style&HeadersLegacy != 0 && legacyWins(h, remaining)
 
@@ -120,12 +120,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 	n := 0
 	mark := func() { ends[n] = len(b); n++ }
 	if draft {
-		b = append(b, m.policy.ratePre...)
-		b = strconv.AppendInt(b, remaining, 10)
-		if reset >= 0 {
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, reset, 10)
-		}
+		b = m.fields.appendRate(b, remaining, reset)
 		mark()
 	}
 	if legacy {
@@ -203,10 +198,10 @@ func legacyWins(h http.Header, remaining int64) bool {
 	return err != nil || remaining <= v
 }
 
-// setRetryAfter sets Retry-After to d rounded up to whole seconds, at
-// least 1, and returns that value.
+// setRetryAfter sets Retry-After to RetrySeconds(d), and returns that
+// value.
 func setRetryAfter(h http.Header, d time.Duration) int64 {
-	s := max(ceilSeconds(d), 1)
+	s := RetrySeconds(d)
 	var buf [20]byte
 	h[hRetryAfter] = []string{string(strconv.AppendInt(buf[:0], s, 10))}
 	return s

@@ -63,9 +63,7 @@ type Middleware struct {
 	local     Limiter
 	remote    ContextLimiter
 	cfg       config
-	policy    policyText
-	admitted  int64 // t= of an admitted response, or −1 to omit it
-	values    policyCache
+	fields    Fields
 	_         [cacheLine]byte
 	allowed   atomic.Uint64
 	_         [cacheLine - 8]byte
@@ -99,7 +97,7 @@ type Stats struct {
 // joined.
 func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
-	if v := reflect.ValueOf(l); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+	if isNil(l) {
 		return nil, fmt.Errorf("httplimit: NewMiddleware: nil limiter (%T)", l)
 	}
 	switch l := l.(type) {
@@ -120,23 +118,17 @@ func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 			errs = append(errs, err)
 		}
 	}
-	window := m.cfg.window // 0: unknown
-	m.admitted = -1
-	if c, ok := l.(Configured); ok {
-		lc := c.Config()
-		if lc.Window <= 0 {
-			errs = append(errs, fmt.Errorf("httplimit: NewMiddleware: the limiter's Config().Window = %v, want > 0", lc.Window))
-		} else if m.cfg.window != 0 && m.cfg.window != lc.Window {
-			errs = append(errs, fmt.Errorf("httplimit: WithPolicy window = %v, but the limiter's Config().Window = %v; pass 0 to take the limiter's", m.cfg.window, lc.Window))
-		}
-		window = lc.Window
-		m.admitted = ceilSeconds(admittedReset(lc))
-	}
+	errs = append(errs, m.fields.init("NewMiddleware", l, m.cfg.policyName, m.cfg.window)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m.policy = newPolicyText(m.cfg.policyName, window)
 	return m, nil
+}
+
+// isNil reports whether l is nil or a nil pointer.
+func isNil(l any) bool {
+	v := reflect.ValueOf(l)
+	return !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil())
 }
 
 // New returns NewMiddleware(l, opts...).Handler, and panics if
@@ -192,7 +184,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	switch d.Reason() {
 	case engine.ReasonOK:
 		m.allowed.Add(1)
-		m.writeRateHeaders(w.Header(), d, m.admitted, false)
+		m.writeRateHeaders(w.Header(), d, m.fields.admitted, false)
 		next.ServeHTTP(w, r)
 	case engine.ReasonLimited:
 		m.denied.Add(1)

@@ -1,0 +1,309 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ClientOption configures a Client. As with Option, a bad argument is an
+// error from NewClient, never a failed call.
+type ClientOption func(*clientConfig) error
+
+type clientConfig struct {
+	key        func(ctx context.Context, cc *grpc.ClientConn, fullMethod string) string
+	methodCost map[string]int64
+	maxWait    time.Duration // 0: bounded by the call's context only
+}
+
+// WithClientKey sets the key of an outgoing call. The default is the
+// connection's target (cc.Target()), so that all calls to one API share
+// its egress budget. f must be safe for concurrent use and return a
+// bounded set of keys; it must not be nil.
+func WithClientKey(f func(ctx context.Context, cc *grpc.ClientConn, fullMethod string) string) ClientOption {
+	return func(c *clientConfig) error {
+		if f == nil {
+			return errors.New("grpclimit: WithClientKey(nil), want a key function")
+		}
+		c.key = f
+		return nil
+	}
+}
+
+// WithClientCost charges an outgoing call to fullMethod cost units instead
+// of 1 (0: free). The rules of WithMethodCost apply.
+func WithClientCost(fullMethod string, cost int64) ClientOption {
+	return func(c *clientConfig) error {
+		if err := validMethod(fullMethod, false); err != nil {
+			return fmt.Errorf("grpclimit: WithClientCost(%s, %d): %w", quote(fullMethod), cost, err)
+		}
+		if cost < 0 {
+			return fmt.Errorf("grpclimit: WithClientCost(%s, %d): want a cost ≥ 0", quote(fullMethod), cost)
+		}
+		if _, dup := c.methodCost[fullMethod]; dup {
+			return fmt.Errorf("grpclimit: WithClientCost(%s, …) given twice", quote(fullMethod))
+		}
+		c.methodCost[fullMethod] = cost
+		return nil
+	}
+}
+
+// WithMaxWait bounds the total time a call waits for the limiter, besides
+// its context's deadline: a call that would wait longer fails at once.
+// d > 0. The default waits as long as the call's deadline allows, and
+// without a deadline until its context is cancelled.
+func WithMaxWait(d time.Duration) ClientOption {
+	return func(c *clientConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("grpclimit: WithMaxWait(%v), want > 0", d)
+		}
+		c.maxWait = d
+		return nil
+	}
+}
+
+// minWait is the shortest wait of a limited call, so that a limiter
+// answering "limited" with a zero RetryAfter cannot make Wait spin.
+const minWait = time.Millisecond
+
+// timers is the Client's clock: the time now, and a timer. Tests replace
+// it so that no test sleeps.
+type timers interface {
+	Now() time.Time
+	After(d time.Duration) (<-chan time.Time, func() bool)
+}
+
+type realTimers struct{}
+
+func (realTimers) Now() time.Time { return time.Now() }
+
+func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// Client paces outgoing calls with a limiter, for an egress limit towards
+// a third-party API: a call the limiter refuses waits for the limiter's
+// RetryAfter on a timer, then asks again, and is sent when admitted. The
+// engine has no Wait API yet, so each wait is one RetryAfter sleep,
+// bounded by the call's deadline and context and by WithMaxWait:
+//
+//   - when the wait would end at or after the call's deadline, or take
+//     the total past WithMaxWait, the call fails at once with
+//     codes.ResourceExhausted and a RetryInfo detail, rather than
+//     sleeping into a certain failure (counted Refused);
+//   - when the context is done during the wait, the call fails at once
+//     with codes.Canceled or codes.DeadlineExceeded (counted Canceled);
+//   - a cost that can never fit, and a new key refused by MaxKeys, fail
+//     at once with codes.ResourceExhausted (counted Refused);
+//   - a ContextLimiter that fails is followed as on the server: the call
+//     is sent if its Decision is Allowed, else fails with
+//     codes.Unavailable (counted Errors).
+//
+// A limited answer with no wait (RetryAfter ≤ 0, which a remote limiter
+// might give) waits 1 ms. Under contention a woken call may find the
+// window taken again and wait once more; each wait is bounded as above, and the loop ends at the
+// deadline, the context's cancellation, or WithMaxWait. A call without any
+// of the three can wait as long as the limiter keeps it out.
+//
+// A Client is safe for concurrent use and must not be copied after first
+// use.
+type Client struct {
+	local    Limiter
+	remote   ContextLimiter
+	cfg      clientConfig
+	clk      timers
+	_        [cacheLine]byte
+	admitted atomic.Uint64
+	_        [cacheLine - 8]byte
+	delayed  atomic.Uint64
+	_        [cacheLine - 8]byte
+	refused  atomic.Uint64
+	_        [cacheLine - 8]byte
+	canceled atomic.Uint64
+	_        [cacheLine - 8]byte
+	errs     atomic.Uint64
+	_        [cacheLine - 8]byte
+	waited   atomic.Int64 // ns
+	_        [cacheLine - 8]byte
+}
+
+// ClientStats are a Client's counters since it was built; each call is
+// counted once, by how it ended. Read one by one, as Stats.
+type ClientStats struct {
+	Admitted uint64        // sent without waiting
+	Delayed  uint64        // sent after waiting
+	Refused  uint64        // not sent: the wait would pass the deadline or WithMaxWait, or the call can never fit
+	Canceled uint64        // not sent: the context was done while waiting
+	Errors   uint64        // the ContextLimiter failed; its failure policy decided
+	Waited   time.Duration // total of the waits as scheduled (a cancelled one: until its cancellation), by all calls
+}
+
+// NewClient returns a Client over l (a Limiter or a ContextLimiter, as
+// for NewInterceptor), configured by opts; a misconfiguration is an error
+// naming the option.
+func NewClient(l any, opts ...ClientOption) (*Client, error) {
+	c := &Client{cfg: clientConfig{methodCost: map[string]int64{}}, clk: realTimers{}}
+	if v := reflect.ValueOf(l); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return nil, fmt.Errorf("grpclimit: NewClient: nil limiter (%T)", l)
+	}
+	switch l := l.(type) {
+	case Limiter:
+		c.local = l
+	case ContextLimiter:
+		c.remote = l
+	default:
+		return nil, fmt.Errorf("grpclimit: NewClient: %T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter)", l)
+	}
+	var errs []error
+	for n, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("grpclimit: NewClient: option %d is nil", n))
+			continue
+		}
+		if err := o(&c.cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// UnaryClientInterceptor returns NewClient(l, opts...).Unary(), and panics
+// if NewClient returns an error, as regexp.MustCompile does.
+func UnaryClientInterceptor(l any, opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c, err := NewClient(l, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return c.Unary()
+}
+
+// StreamClientInterceptor returns NewClient(l, opts...).Stream(), and
+// panics if NewClient returns an error.
+func StreamClientInterceptor(l any, opts ...ClientOption) grpc.StreamClientInterceptor {
+	c, err := NewClient(l, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return c.Stream()
+}
+
+// Stats returns the counters.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{
+		Admitted: c.admitted.Load(), Delayed: c.delayed.Load(), Refused: c.refused.Load(),
+		Canceled: c.canceled.Load(), Errors: c.errs.Load(), Waited: time.Duration(c.waited.Load()),
+	}
+}
+
+// Unary returns the unary client interceptor.
+func (c *Client) Unary() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if err := c.Wait(ctx, c.key(ctx, cc, method), c.cost(method)); err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// Stream returns the stream client interceptor: a stream waits, as a
+// unary call does, before it is opened, and is charged once.
+func (c *Client) Stream() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if err := c.Wait(ctx, c.key(ctx, cc, method), c.cost(method)); err != nil {
+			return nil, err
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
+
+func (c *Client) key(ctx context.Context, cc *grpc.ClientConn, method string) string {
+	if c.cfg.key != nil {
+		return c.cfg.key(ctx, cc, method)
+	}
+	if cc == nil {
+		return ""
+	}
+	return cc.Target()
+}
+
+func (c *Client) cost(method string) int64 {
+	if n, ok := c.cfg.methodCost[method]; ok {
+		return n
+	}
+	return 1
+}
+
+// Wait blocks until the limiter admits cost units for key, and returns
+// nil; or returns the status error of a call that is not to be sent (see
+// Client). The interceptors call it; it is exported for calls made by
+// other means.
+func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
+	var waited time.Duration
+	for {
+		var d engine.Decision
+		if c.local != nil {
+			d = c.local.AllowN(key, cost)
+		} else {
+			var err error
+			if d, err = c.remote.AllowN(ctx, key, cost); err != nil {
+				c.errs.Add(1)
+				if d.Allowed {
+					return nil
+				}
+				return withRetry(codes.Unavailable, "grpclimit: client-side rate limiter unavailable", d.RetryAfter)
+			}
+		}
+		switch d.Reason() {
+		case engine.ReasonOK:
+			if waited > 0 {
+				c.delayed.Add(1)
+			} else {
+				c.admitted.Add(1)
+			}
+			return nil
+		case engine.ReasonLimited:
+		case engine.ReasonKeysFull:
+			c.refused.Add(1)
+			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: too many keys", d.RetryAfter)
+		default:
+			c.refused.Add(1)
+			return status.Error(codes.ResourceExhausted, "grpclimit: client-side limit: call cost "+strconv.FormatInt(cost, 10)+" can never fit the limit "+strconv.FormatInt(d.Limit, 10))
+		}
+		// A limiter that says "limited" with no wait (a remote one may)
+		// would make this loop spin: wait at least minWait.
+		wait := max(d.RetryAfter, minWait)
+		if dl, ok := ctx.Deadline(); ok && !c.clk.Now().Add(wait).Before(dl) {
+			c.refused.Add(1)
+			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: the call's deadline comes before the limiter would admit it (retry after "+wait.String()+")", wait)
+		}
+		if c.cfg.maxWait > 0 && waited+wait > c.cfg.maxWait {
+			c.refused.Add(1)
+			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: waiting "+wait.String()+" more would pass WithMaxWait "+c.cfg.maxWait.String(), wait)
+		}
+		start := c.clk.Now()
+		ch, stop := c.clk.After(wait)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			stop()
+			c.waited.Add(int64(c.clk.Now().Sub(start)))
+			c.canceled.Add(1)
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		waited += wait
+		c.waited.Add(int64(wait))
+	}
+}

@@ -1,0 +1,242 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// t0 is aligned to a 10 s window, so FixedWindow waits are exact.
+var t0 = time.Unix(1_700_000_000, 0)
+
+func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *engine.ManualClock) {
+	t.Helper()
+	clk := engine.NewManualClock(t0)
+	cfg.Clock = clk
+	if cfg.Window == 0 {
+		cfg.Window = 10 * time.Second
+	}
+	if cfg.Limit == 0 {
+		cfg.Limit = 2
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e, clk
+}
+
+func mustInterceptorT(t testing.TB, l any, opts ...Option) *Interceptor {
+	t.Helper()
+	i, err := NewInterceptor(l, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// The test service, "ringlimit.test.Echo", is written by hand as protoc
+// would generate it, over well-known wrapper messages, so the tests need
+// no generated code: Say is unary; Chat is a bidirectional stream that
+// echoes each message.
+const (
+	mSay  = "/ringlimit.test.Echo/Say"
+	mChat = "/ringlimit.test.Echo/Chat"
+	mBig  = "/ringlimit.test.Echo/Big"
+)
+
+type echoServer struct {
+	mu   sync.Mutex
+	seen int // handler calls (unary) and messages echoed (streams)
+}
+
+func (s *echoServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen
+}
+
+func (s *echoServer) inc() {
+	s.mu.Lock()
+	s.seen++
+	s.mu.Unlock()
+}
+
+func unaryHandler(method string) func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		in := new(wrapperspb.StringValue)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		h := func(ctx context.Context, req any) (any, error) {
+			srv.(*echoServer).inc()
+			return wrapperspb.String("hi " + req.(*wrapperspb.StringValue).GetValue()), nil
+		}
+		if ic == nil {
+			return h(ctx, in)
+		}
+		return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: method}, h)
+	}
+}
+
+func chatHandler(srv any, ss grpc.ServerStream) error {
+	for {
+		in := new(wrapperspb.StringValue)
+		if err := ss.RecvMsg(in); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		srv.(*echoServer).inc()
+		if err := ss.SendMsg(wrapperspb.String("echo " + in.GetValue())); err != nil {
+			return err
+		}
+	}
+}
+
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "ringlimit.test.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "Say", Handler: unaryHandler(mSay)},
+		{MethodName: "Big", Handler: unaryHandler(mBig)},
+	},
+	Streams: []grpc.StreamDesc{{StreamName: "Chat", Handler: chatHandler, ServerStreams: true, ClientStreams: true}},
+}
+
+var chatDesc = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}
+
+// serve starts a real gRPC server on a loopback TCP port with opts, with
+// the echo and health services, and returns a connection to it and the
+// echo server. Both are stopped when the test ends.
+func serve(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServer) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(opts...)
+	es := &echoServer{}
+	s.RegisterService(&echoDesc, es)
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	cc, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc, es
+}
+
+// result is what a client saw of one unary call.
+type result struct {
+	code   codes.Code
+	msg    string
+	header metadata.MD
+	retry  time.Duration // the RetryInfo delay; -1 without one
+}
+
+func say(t testing.TB, cc *grpc.ClientConn, ctx context.Context, method string) result {
+	t.Helper()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute) // longer than any wait a test expects
+		defer cancel()
+	}
+	var hdr metadata.MD
+	out := new(wrapperspb.StringValue)
+	err := cc.Invoke(ctx, method, wrapperspb.String("x"), out, grpc.Header(&hdr))
+	return resultOf(err, hdr)
+}
+
+func resultOf(err error, hdr metadata.MD) result {
+	st := status.Convert(err)
+	r := result{code: st.Code(), msg: st.Message(), header: hdr, retry: -1}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			r.retry = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return r
+}
+
+// wantMD checks that md[key] is exactly want (none for no want).
+func wantMD(t testing.TB, md metadata.MD, key string, want ...string) {
+	t.Helper()
+	got := md.Get(key)
+	if len(got) != len(want) {
+		t.Errorf("metadata %s = %q, want %q", key, got, want)
+		return
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("metadata %s = %q, want %q", key, got, want)
+			return
+		}
+	}
+}
+
+// recorder is a Limiter that records the keys it is asked for and admits
+// everything.
+type recorder struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *recorder) AllowN(key string, n int64) engine.Decision {
+	r.mu.Lock()
+	r.keys = append(r.keys, key)
+	r.mu.Unlock()
+	return engine.Decision{Allowed: true, Limit: 100, Remaining: 99}
+}
+
+func (r *recorder) last() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.keys) == 0 {
+		return ""
+	}
+	return r.keys[len(r.keys)-1]
+}
+
+// errBackend stands in for redisstore.ErrUnavailable.
+var errBackend = errors.New("backend unavailable")
+
+// fakeRemote is a ContextLimiter answering from next, and recording the
+// metadata value "trace" and ctx.Err() of each call.
+type fakeRemote struct {
+	mu    sync.Mutex
+	next  func(key string, n int64) (engine.Decision, error)
+	trace []string
+	errs  []error
+}
+
+func (f *fakeRemote) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.trace = append(f.trace, append(md.Get("trace"), "")[0])
+	f.errs = append(f.errs, ctx.Err())
+	return f.next(key, n)
+}

@@ -1,0 +1,387 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/httplimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Limiter is the in-process limiter shape, httplimit.Limiter:
+// *engine.Engine has it.
+type Limiter = httplimit.Limiter
+
+// ContextLimiter is the shape of a limiter that can fail,
+// httplimit.ContextLimiter: *redisstore.Limiter has it. The call's context
+// is passed to AllowN. A non-nil error means the backend could not decide,
+// and the Decision returned with it is its failure policy's: the
+// interceptor follows it (see Interceptor).
+type ContextLimiter = httplimit.ContextLimiter
+
+// Metadata keys of the rate-limit fields: gRPC metadata keys are lower
+// case. Their values are httplimit's RateLimit-Policy and RateLimit.
+const (
+	MDPolicy    = "ratelimit-policy"
+	MDRateLimit = "ratelimit"
+)
+
+// cacheLine is the padding between the hot counters: 64 bytes is the
+// cache line of amd64 and of most arm64 cores, so two counters bumped by
+// different calls never share a line.
+const cacheLine = 64
+
+// Interceptor limits gRPC calls with a Limiter or a ContextLimiter. Build
+// it with NewInterceptor, install Unary and Stream on the server, and read
+// its counters with Stats. It is safe for concurrent use and must not be
+// copied after first use.
+//
+// For each call that is not exempt (DefaultExempt(), WithExempt), it
+// computes the key and the cost, asks the limiter for cost units, and:
+//
+//   - admitted: sets the rate-limit fields as response header metadata
+//     and calls the handler (counted Allowed);
+//   - limited: answers codes.ResourceExhausted with a google.rpc.RetryInfo
+//     detail whose retry_delay is the limiter's RetryAfter, exactly, and
+//     the fields (t= is that delay in whole seconds, rounded up, at least
+//     1) (counted Denied);
+//   - refused because the engine holds Config.MaxKeys keys:
+//     codes.Unavailable with RetryInfo (the engine's hint) and no fields,
+//     as the key has no state (counted Denied);
+//   - a ContextLimiter returned an error: follows the Decision returned
+//     with it: calls the handler if Allowed, else answers
+//     codes.Unavailable, with RetryInfo when its RetryAfter is finite; no
+//     fields, since the backend could not say what the quota is (counted
+//     Errors);
+//   - a key error: its own status, or codes.InvalidArgument (see Key); a
+//     cost above the key's limit: codes.FailedPrecondition with the
+//     fields; a negative cost or a limit the engine rejected:
+//     codes.Internal (all counted Rejected).
+//
+// The fields are httplimit's, with the same values for the same limiter
+// and policy (they are computed by httplimit.Fields): ratelimit-policy is
+// "name";q=<limit>;w=<window seconds> and ratelimit is
+// "name";r=<remaining>;t=<seconds>. Two interceptors in a chain each add
+// their own value, as stacked middlewares add list members.
+//
+// A stream is charged once, when it starts, with the fields in its header
+// metadata; with WithPerMessage, each message the client sends is charged
+// as it is received, and a denial's fields go into the trailer metadata
+// (the header has usually been sent by then).
+type Interceptor struct {
+	local     Limiter
+	remote    ContextLimiter
+	cfg       config
+	fields    *httplimit.Fields
+	_         [cacheLine]byte
+	allowed   atomic.Uint64
+	_         [cacheLine - 8]byte
+	denied    atomic.Uint64
+	_         [cacheLine - 8]byte
+	rejected  atomic.Uint64
+	_         [cacheLine - 8]byte
+	errorsCnt atomic.Uint64
+	_         [cacheLine - 8]byte
+}
+
+// Stats are an Interceptor's decision counters since it was built: one
+// per unary call, per stream, or per message in per-message mode; exempt
+// calls are not counted. They are read one by one, so a snapshot taken
+// under load may count a decision in none of them yet; it never counts one
+// twice.
+type Stats struct {
+	Allowed  uint64 // admitted by the limiter
+	Denied   uint64 // ResourceExhausted, or Unavailable for MaxKeys
+	Rejected uint64 // refused before or instead of limiting: key errors, costs that never fit, bugs
+	Errors   uint64 // the ContextLimiter failed; its failure policy decided
+}
+
+// NewInterceptor returns an Interceptor over l configured by opts.
+//
+// l is a Limiter (an *engine.Engine) or a ContextLimiter (a
+// *redisstore.Limiter); anything else, or a nil l, is an error. If l has a
+// Config method (httplimit.Configured), the window and the algorithm for
+// the fields come from it, as in httplimit.
+//
+// Every misconfiguration is an error here, naming the option and what it
+// allows; errors of several options are joined.
+func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
+	i := &Interceptor{cfg: defaultConfig()}
+	if v := reflect.ValueOf(l); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return nil, fmt.Errorf("grpclimit: NewInterceptor: nil limiter (%T)", l)
+	}
+	switch l := l.(type) {
+	case Limiter:
+		i.local = l
+	case ContextLimiter:
+		i.remote = l
+	default:
+		return nil, fmt.Errorf("grpclimit: NewInterceptor: %T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)", l)
+	}
+	var errs []error
+	for n, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("grpclimit: NewInterceptor: option %d is nil", n))
+			continue
+		}
+		if err := o(&i.cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
+		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
+	}
+	if c, ok := l.(httplimit.Configured); ok {
+		lc := c.Config()
+		if lc.KeyLimit == nil && !lc.PerKeyLimits {
+			for m, cost := range i.cfg.methodCost {
+				if cost > lc.Limit {
+					errs = append(errs, fmt.Errorf("grpclimit: WithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", quote(m), cost, lc.Limit))
+				}
+			}
+		}
+	}
+	if !i.cfg.noDefaults {
+		for _, m := range DefaultExempt() {
+			i.cfg.exempt[m] = true
+		}
+	}
+	f, err := httplimit.NewFields(l, i.cfg.policyName, i.cfg.window)
+	if err != nil {
+		errs = append(errs, errors.New("grpclimit: "+strings.TrimPrefix(err.Error(), "httplimit: ")))
+	}
+	i.fields = f
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// mustInterceptor is NewInterceptor that panics, as regexp.MustCompile
+// does.
+func mustInterceptor(l any, opts []Option) *Interceptor {
+	i, err := NewInterceptor(l, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return i
+}
+
+// UnaryServerInterceptor returns NewInterceptor(l, opts...).Unary(), and
+// panics if NewInterceptor returns an error: a misconfigured limiter stops
+// the server at start-up, where its message names the bad option, rather
+// than answering calls. Use NewInterceptor to share one Interceptor's
+// counters between Unary and Stream, or to handle the error.
+func UnaryServerInterceptor(l any, opts ...Option) grpc.UnaryServerInterceptor {
+	return mustInterceptor(l, opts).Unary()
+}
+
+// StreamServerInterceptor returns NewInterceptor(l, opts...).Stream(), and
+// panics if NewInterceptor returns an error (see UnaryServerInterceptor).
+func StreamServerInterceptor(l any, opts ...Option) grpc.StreamServerInterceptor {
+	return mustInterceptor(l, opts).Stream()
+}
+
+// Stats returns the counters.
+func (i *Interceptor) Stats() Stats {
+	return Stats{Allowed: i.allowed.Load(), Denied: i.denied.Load(), Rejected: i.rejected.Load(), Errors: i.errorsCnt.Load()}
+}
+
+// Unary returns the unary server interceptor.
+func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := i.limit(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Limit decides the call whose server context is ctx: it sets the fields
+// as header metadata, and returns nil to admit it or the denial's status
+// error. Its method comes from grpc.Method(ctx).
+//
+// It is the adapter for go-grpc-middleware v2: *Interceptor implements
+// that package's ratelimit.Limiter, so ratelimit.UnaryServerInterceptor(i)
+// and ratelimit.StreamServerInterceptor(i) limit with ringlimit. Those
+// interceptors turn any error into codes.ResourceExhausted with the
+// error's text, so the RetryInfo detail and codes.Unavailable of a backend
+// failure are lost through them; the header metadata is not. Unary and
+// Stream keep everything.
+func (i *Interceptor) Limit(ctx context.Context) error {
+	method, _ := grpc.Method(ctx)
+	return i.limit(ctx, method)
+}
+
+func (i *Interceptor) limit(ctx context.Context, method string) error {
+	if i.exempt(method) {
+		return nil
+	}
+	key, cost, err := i.prepare(ctx, method)
+	if err != nil {
+		return err
+	}
+	md, err := i.decide(ctx, key, cost)
+	if md != nil {
+		_ = grpc.SetHeader(ctx, md) // fails only once the header is sent: a handler's choice
+	}
+	return err
+}
+
+// Stream returns the stream server interceptor.
+func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if i.exempt(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		ctx := ss.Context()
+		key, cost, err := i.prepare(ctx, info.FullMethod)
+		if err != nil {
+			return err
+		}
+		if i.cfg.perMessage {
+			return handler(srv, &messageStream{ServerStream: ss, i: i, key: key, cost: cost})
+		}
+		md, err := i.decide(ctx, key, cost)
+		if md != nil {
+			_ = ss.SetHeader(md)
+		}
+		if err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// messageStream charges each message received on a stream.
+type messageStream struct {
+	grpc.ServerStream
+	i    *Interceptor
+	key  string
+	cost int64
+}
+
+// RecvMsg receives a message, then charges it; a denial is returned in
+// place of the message, with the fields in the trailer metadata.
+func (s *messageStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	md, err := s.i.decide(s.Context(), s.key, s.cost)
+	if err != nil && md != nil {
+		s.SetTrailer(md)
+	}
+	return err
+}
+
+// exempt reports whether method, or its service, is exempt: two map
+// lookups of substrings, no allocation.
+func (i *Interceptor) exempt(method string) bool {
+	if len(i.cfg.exempt) == 0 {
+		return false
+	}
+	if i.cfg.exempt[method] {
+		return true
+	}
+	if j := strings.LastIndexByte(method, '/'); j > 0 {
+		return i.cfg.exempt[method[:j+1]]
+	}
+	return false
+}
+
+// prepare computes a call's key and cost; an error is the call's status,
+// and the call is counted Rejected.
+func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64, error) {
+	key, err := i.cfg.key.fn(ctx, method)
+	if err != nil {
+		i.rejected.Add(1)
+		if s, ok := status.FromError(err); ok {
+			return "", 0, s.Err()
+		}
+		return "", 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	cost := int64(1)
+	if i.cfg.cost != nil {
+		if cost = i.cfg.cost(ctx, method); cost < 0 {
+			i.rejected.Add(1)
+			return "", 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
+		}
+	} else if c, ok := i.cfg.methodCost[method]; ok {
+		cost = c
+	}
+	return key, cost, nil
+}
+
+// decide asks the limiter for cost units of key and returns the fields to
+// send (nil for none) and nil to admit, or the denial's status error.
+func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
+	var d engine.Decision
+	if i.local != nil {
+		d = i.local.AllowN(key, cost)
+	} else {
+		var err error
+		if d, err = i.remote.AllowN(ctx, key, cost); err != nil {
+			i.errorsCnt.Add(1)
+			if d.Allowed {
+				return nil, nil
+			}
+			return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
+		}
+	}
+	switch d.Reason() {
+	case engine.ReasonOK:
+		i.allowed.Add(1)
+		if i.cfg.below > 0 && float64(max(d.Remaining, 0)) >= i.cfg.below*float64(d.Limit) {
+			return nil, nil
+		}
+		return i.md(d, i.fields.AdmittedReset()), nil
+	case engine.ReasonLimited:
+		i.denied.Add(1)
+		return i.md(d, httplimit.RetrySeconds(d.RetryAfter)),
+			withRetry(codes.ResourceExhausted, "grpclimit: rate limited; retry after "+d.RetryAfter.String(), d.RetryAfter)
+	case engine.ReasonKeysFull:
+		i.denied.Add(1)
+		return nil, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
+	default: // ReasonNever
+		i.rejected.Add(1)
+		if cost > d.Limit && d.Limit > 0 {
+			return i.md(d, -1), status.Error(codes.FailedPrecondition,
+				"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
+		}
+		return nil, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
+	}
+}
+
+// md builds the fields for d with t=reset (−1: none), or nil when they are
+// off. The two values share one backing array.
+func (i *Interceptor) md(d engine.Decision, reset int64) metadata.MD {
+	if !i.cfg.headers {
+		return nil
+	}
+	vals := [...]string{i.fields.Policy(d.Limit), i.fields.RateLimit(d.Remaining, reset)}
+	return metadata.MD{MDPolicy: vals[0:1:1], MDRateLimit: vals[1:2:2]}
+}
+
+// withRetry returns a status error of code with msg and, when retry is a
+// finite positive wait, a RetryInfo detail carrying it exactly.
+func withRetry(code codes.Code, msg string, retry time.Duration) error {
+	st := status.New(code, msg)
+	if retry > 0 && retry != engine.Never {
+		if ds, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
+			st = ds
+		}
+	}
+	return st.Err()
+}

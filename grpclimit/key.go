@@ -1,0 +1,333 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/ringlimit/ringlimit/httplimit"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// A Key maps a call to its limiter key. Build one with KeyByIP,
+// KeyByMetadata, KeyByMethod, KeyByXForwardedFor, KeyByForwarded or
+// Compose, or wrap a function of your own with KeyFunc. The zero Key is
+// invalid.
+//
+// As in httplimit, a helper given bad arguments does not fail by itself:
+// the Key holds the error (see Err), and NewInterceptor returns it, so a
+// mistake in the server's configuration stops the server at start-up. An
+// error from a Key's function is about the call: the interceptor answers
+// it with its gRPC status if it carries one (see KeyFunc), else
+// codes.InvalidArgument, and never falls back to a shared key.
+//
+// A Key is a small value; copy it freely. It is safe for concurrent use if
+// its function is.
+type Key struct {
+	fn  func(ctx context.Context, fullMethod string) (string, error)
+	err error
+}
+
+var errZeroKey = errors.New("grpclimit: the zero Key (build one with KeyByIP, KeyByMetadata, … or KeyFunc)")
+
+// KeyFunc returns a Key that calls f with the call's context (incoming
+// metadata, peer) and its full method name ("/pkg.Service/Method"). f
+// returns the key, or an error to refuse the call: an error made by the
+// status package (status.Error(codes.Unauthenticated, …)) is answered with
+// that status, any other with codes.InvalidArgument. f must be safe for
+// concurrent use.
+func KeyFunc(f func(ctx context.Context, fullMethod string) (string, error)) Key {
+	if f == nil {
+		return Key{err: errors.New("grpclimit: KeyFunc(nil)")}
+	}
+	return Key{fn: f}
+}
+
+// Err returns the configuration error the Key holds, or nil if it is
+// usable.
+func (k Key) Err() error {
+	if k.err == nil && k.fn == nil {
+		return errZeroKey
+	}
+	return k.err
+}
+
+// Of returns the key of a call to fullMethod with context ctx. On a Key
+// whose Err is not nil it returns that error.
+func (k Key) Of(ctx context.Context, fullMethod string) (string, error) {
+	if k.fn == nil {
+		return "", k.Err()
+	}
+	return k.fn(ctx, fullMethod)
+}
+
+func keyError(err error) Key { return Key{err: err} }
+
+// sep joins the parts of a composite key, as httplimit's does.
+const sep = "\x00"
+
+// KeyByIP keys a call by its direct peer's IP address (the connection's
+// remote address, without the port): the key to use when clients connect
+// to the server directly. Its keys are httplimit.KeyByIP's: an IPv4
+// address (or an IPv4-mapped IPv6 one) is its own key; an IPv6 address is
+// grouped by its first ipv6Prefix bits, written as a prefix
+// ("2001:db8:1:2::/64"). ipv6Prefix is 1 … 128, or 0 for 64; anything
+// else is a configuration error.
+//
+// A peer that is not an IP address (a Unix socket listener, an in-memory
+// bufconn) is answered codes.Internal: the client cannot fix it, and the
+// listener cannot be known at construction. Key such listeners by
+// something else.
+//
+// Behind a reverse proxy the peer is the proxy: use KeyByXForwardedFor or
+// KeyByForwarded.
+func KeyByIP(ipv6Prefix int) Key {
+	bits, err := prefixBits("KeyByIP", ipv6Prefix)
+	if err != nil {
+		return keyError(err)
+	}
+	return Key{fn: func(ctx context.Context, _ string) (string, error) {
+		a, err := peerAddr(ctx)
+		if err != nil {
+			return "", err
+		}
+		return ipKey(a, bits), nil
+	}}
+}
+
+// prefixBits validates an IPv6 prefix length: 0 means 64, 1 … 128 as is.
+func prefixBits(fn string, b int) (int, error) {
+	switch {
+	case b == 0:
+		return 64, nil
+	case b < 0 || b > 128:
+		return 0, errors.New("grpclimit: " + fn + " ipv6Prefix = " + strconv.Itoa(b) + ", want 1 … 128 (0 for 64)")
+	}
+	return b, nil
+}
+
+// peerAddr returns the call's peer IP, unmapped and without zone. The
+// usual *net.TCPAddr costs no allocation.
+func peerAddr(ctx context.Context) (netip.Addr, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}, status.Error(codes.Internal, "grpclimit: the call has no peer address")
+	}
+	var a netip.Addr
+	if t, ok := p.Addr.(*net.TCPAddr); ok {
+		a = t.AddrPort().Addr()
+	} else if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
+		a = ap.Addr()
+	}
+	if !a.IsValid() {
+		return netip.Addr{}, status.Error(codes.Internal, "grpclimit: the peer address "+quote(p.Addr.String())+" ("+p.Addr.Network()+") is not an IP address; key calls on this listener by something else")
+	}
+	return a.Unmap().WithZone(""), nil
+}
+
+// ipKey is a's key, as httplimit's: its text, or for IPv6 the text of its
+// first bits bits as a prefix. One allocation: the text is built on the
+// stack.
+func ipKey(a netip.Addr, bits int) string {
+	var buf [64]byte // longest: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 43 bytes
+	if a.Is4() || bits >= 128 {
+		return string(a.AppendTo(buf[:0]))
+	}
+	p, _ := a.Prefix(bits)
+	return string(p.AppendTo(buf[:0]))
+}
+
+// quote bounds and quotes untrusted text for an error message.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return "\"" + strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s) + "\""
+}
+
+// MissingPolicy says what KeyByMetadata does when the value is absent or
+// empty. Use MissingReject or MissingFallback.
+type MissingPolicy struct {
+	fallback    Key
+	hasFallback bool
+}
+
+// MissingReject refuses a call without the value with
+// codes.InvalidArgument. It is the zero MissingPolicy.
+var MissingReject = MissingPolicy{}
+
+// MissingFallback keys a call without the value by k instead (say
+// KeyByIP(64)); a configuration error of k becomes KeyByMetadata's. The
+// fallback keys share the key space with metadata values, so a client
+// could send a value equal to another client's fallback key; wrap with
+// Compose or a prefix where that matters.
+func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, hasFallback: true} }
+
+// MaxMetadataValue is the longest metadata value KeyByMetadata accepts as
+// a key, in bytes. gRPC servers accept header lists of up to 16 MiB by
+// default, and the engine keeps a key's string for the key's life: a
+// longer value is refused (codes.InvalidArgument) rather than stored. API
+// keys and tenant ids are far shorter; hash longer credentials in a
+// KeyFunc.
+const MaxMetadataValue = 256
+
+// KeyByMetadata keys a call by the value of incoming metadata name (the
+// first value, with surrounding spaces trimmed), such as an API key or a
+// tenant id. A value that is absent or empty is handled by missing; one
+// longer than MaxMetadataValue bytes is refused. The value is used as
+// sent: authenticate it before trusting it as an identity.
+//
+// name is a metadata key: 1 … 256 characters of a-z, 0-9, '-', '_' and
+// '.' (upper case is folded, as gRPC does). Binary keys ("-bin") and
+// gRPC's reserved "grpc-" keys are configuration errors.
+func KeyByMetadata(name string, missing MissingPolicy) Key {
+	name = strings.ToLower(name)
+	if err := validMetadataName(name); err != nil {
+		return keyError(errors.New("grpclimit: KeyByMetadata name = " + quote(name) + ": " + err.Error()))
+	}
+	if missing.hasFallback {
+		if err := missing.fallback.Err(); err != nil {
+			return keyError(wrapConfig("KeyByMetadata("+name+") MissingFallback", err))
+		}
+	}
+	errMissing := status.Error(codes.InvalidArgument, "grpclimit: missing metadata "+name)
+	errLong := status.Error(codes.InvalidArgument, "grpclimit: metadata "+name+" is longer than "+strconv.Itoa(MaxMetadataValue)+" bytes")
+	return Key{fn: func(ctx context.Context, method string) (string, error) {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if vs := md[name]; len(vs) > 0 {
+				if v := strings.TrimSpace(vs[0]); v != "" {
+					if len(v) > MaxMetadataValue {
+						return "", errLong
+					}
+					return v, nil
+				}
+			}
+		}
+		if missing.hasFallback {
+			return missing.fallback.fn(ctx, method)
+		}
+		return "", errMissing
+	}}
+}
+
+// validMetadataName checks a lower-cased metadata key.
+func validMetadataName(s string) error {
+	switch {
+	case len(s) == 0 || len(s) > 256:
+		return errors.New("want 1 … 256 characters")
+	case strings.HasPrefix(s, "grpc-"):
+		return errors.New("grpc- keys are reserved by gRPC")
+	case strings.HasSuffix(s, "-bin"):
+		return errors.New("binary (-bin) metadata is not supported as a key")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return errors.New("want only a-z, 0-9, '-', '_' and '.'")
+		}
+	}
+	return nil
+}
+
+// KeyByMethod keys a call by its full method name, "/pkg.Service/Method":
+// every method has its own window, shared by all clients. Compose it with
+// a client key (Compose(KeyByMethod(), KeyByIP(64))) for a window per
+// client and method. The set of keys is the server's registered methods,
+// except with grpc.UnknownServiceHandler, where the stream interceptor
+// sees whatever method name a client sends.
+func KeyByMethod() Key {
+	return Key{fn: func(_ context.Context, method string) (string, error) { return method, nil }}
+}
+
+// Compose keys a call by every part's key, joined by "\x00" in order, as
+// httplimit.Compose does. The first error is returned. Compose needs at
+// least one part, and a part with an error makes Compose's Key hold it.
+func Compose(parts ...Key) Key {
+	if len(parts) == 0 {
+		return keyError(errors.New("grpclimit: Compose needs at least one part"))
+	}
+	for i, p := range parts {
+		if err := p.Err(); err != nil {
+			return keyError(wrapConfig("Compose part "+strconv.Itoa(i), err))
+		}
+	}
+	parts = append([]Key(nil), parts...)
+	return Key{fn: func(ctx context.Context, method string) (string, error) {
+		var b strings.Builder
+		for i, p := range parts {
+			k, err := p.fn(ctx, method)
+			if err != nil {
+				return "", err
+			}
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			b.WriteString(k)
+		}
+		return b.String(), nil
+	}}
+}
+
+// KeyByXForwardedFor keys a call by the client address that trusted
+// reverse proxies recorded in the x-forwarded-for metadata (Envoy, nginx
+// and most HTTP/2 proxies forward it to gRPC backends), with exactly the
+// rules of httplimit.KeyByXForwardedFor (it runs the same
+// httplimit.ProxyChain): the metadata is read only when the direct peer is
+// in trusted, so a client that connects directly cannot choose its key;
+// the hops are walked from the right to the first untrusted address, and
+// nothing to its left, which the client may have written, is read; at
+// most httplimit.MaxProxyHops hops are read. It never reads forwarded.
+//
+// A forged or unparsable chain is codes.InvalidArgument. Configuration
+// errors: trusted empty (with no proxy, use KeyByIP), an invalid prefix, a
+// prefix of length 0, or ipv6Prefix outside 0 … 128.
+func KeyByXForwardedFor(trusted []netip.Prefix, ipv6Prefix int) Key {
+	c, err := httplimit.NewXForwardedForChain(trusted, ipv6Prefix)
+	return chainKey("KeyByXForwardedFor", "x-forwarded-for", c, err)
+}
+
+// KeyByForwarded is KeyByXForwardedFor for the RFC 7239 forwarded
+// metadata (the for= parameter of each element), with the rules of
+// httplimit.KeyByForwarded. It never reads x-forwarded-for. Use it only
+// behind proxies configured to append a forwarded element; behind one
+// that only writes x-forwarded-for, forwarded comes from the client.
+func KeyByForwarded(trusted []netip.Prefix, ipv6Prefix int) Key {
+	c, err := httplimit.NewForwardedChain(trusted, ipv6Prefix)
+	return chainKey("KeyByForwarded", "forwarded", c, err)
+}
+
+func chainKey(fn, name string, c httplimit.ProxyChain, err error) Key {
+	if err != nil {
+		// Name our function, not httplimit's constructor.
+		msg := strings.TrimPrefix(err.Error(), "httplimit: ")
+		msg = strings.Replace(msg, "NewXForwardedForChain", fn, 1)
+		msg = strings.Replace(msg, "NewForwardedChain", fn, 1)
+		return keyError(errors.New("grpclimit: " + msg))
+	}
+	return Key{fn: func(ctx context.Context, _ string) (string, error) {
+		a, err := peerAddr(ctx)
+		if err != nil {
+			return "", err
+		}
+		var lines []string
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			lines = md[name]
+		}
+		k, err := c.Key(a, lines)
+		if err != nil {
+			return "", status.Error(codes.InvalidArgument, "grpclimit: "+strings.TrimPrefix(err.Error(), "httplimit: "))
+		}
+		return k, nil
+	}}
+}
