@@ -387,7 +387,8 @@ func (e *Engine) setLimit(what, key string, limit, t int64) error {
 	return fmt.Errorf("ringlimit: %s(%q): %w", what, key, err)
 }
 
-// checkLimit validates what SetLimit, SetLimitAt and UpdateLimits are given.
+// checkLimit validates what SetLimit, SetLimitAt and UpdateLimits are given
+// (UpdateLimits creates nothing, so it passes t = 0).
 func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: %s needs Config.PerKeyLimits or Config.KeyLimit", what)
@@ -408,9 +409,8 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 // Config.KeyLimit. It is not a snapshot, and it applies fn's answer only to
 // the state fn was shown: a key reclaimed meanwhile is not created again,
 // and a key whose state was replaced or created meanwhile keeps the limit
-// KeyLimit gave it. It returns the first error SetLimit would return (a
-// limit out of range, a Clock outside 1970 … 2262), after visiting every
-// key.
+// KeyLimit gave it. It returns the first error SetLimit would return for
+// a limit out of range, after visiting every key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")
@@ -433,8 +433,7 @@ func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 // updateLimit sets limit on r, the state UpdateLimits visited for key, and
 // on nothing else: not on a state that replaced r, nor on one it creates.
 func (e *Engine) updateLimit(key string, r ringslot.Ring, limit int64) error {
-	t := e.clk.UnixNano()
-	if err := e.checkLimit("UpdateLimits", key, limit, t); err != nil {
+	if err := e.checkLimit("UpdateLimits", key, limit, 0); err != nil {
 		return err
 	}
 	if e.geo.SetLimit(r, limit) || e.geo.Retired(r) {

@@ -70,7 +70,7 @@ func TestAdvSetLimitAtUnrepresentableClock(t *testing.T) {
 			d = e.AllowAt("k", 1, t0.Add(time.Minute))
 			require.True(t, d.Allowed, "a minute later the window is empty, got %+v", d)
 			require.Equal(t, int64(2), d.Limit, "the SetLimit override is lost")
-			require.ErrorContains(t, e.UpdateLimits(func(string, int64) int64 { return 3 }), "before 1970 or after 2262")
+			require.NoError(t, e.UpdateLimits(func(string, int64) int64 { return 3 }), "it creates nothing, so the clock does not matter")
 		})
 	}
 }
