@@ -67,7 +67,7 @@ func (h *hybrid) flush(start time.Time) {
 		return
 	}
 	replies, err := h.send(items, h.stop)
-	failed := h.apply(items, replies)
+	failed, bad := h.apply(items, replies)
 	l := h.l
 	switch {
 	case errors.Is(err, errAborted):
@@ -78,15 +78,24 @@ func (h *hybrid) flush(start time.Time) {
 			err = firstErr(replies)
 		}
 		l.failures.Add(1)
-		l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed: %w", failed, len(items), err))
+		l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed: %w", failed+bad, len(items), err))
 		h.fail(err)
 	default:
 		l.flushes.Add(1)
 		if time.Since(start) > h.interval/2 {
 			l.slowFlushes.Add(1)
 		}
+		if bad > 0 {
+			l.failures.Add(1)
+			l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed, their units given up: %w", bad, len(items), firstErr(replies)))
+		}
 	}
 }
+
+// keyError reports whether err fails one key only, Redis being up: the
+// key holds another type (another client wrote there). Such a key's units
+// are given up, and the limiter does not enter its failure state for it.
+func keyError(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
 
 // probe is the breaker's probe: it resends the unconfirmed batches, or
 // peeks at one key when there are none, and succeeds when Redis answers
@@ -97,7 +106,7 @@ func (h *hybrid) probe(abort <-chan struct{}) error {
 		items = []flushItem{{key: ""}} // a peek: reads one key, writes nothing
 	}
 	replies, err := h.send(items, abort)
-	failed := h.apply(items, replies)
+	failed, _ := h.apply(items, replies)
 	if errors.Is(err, errAborted) {
 		return err
 	}
@@ -153,10 +162,11 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 }
 
 // apply records the replies (a prefix of items may have one) and returns
-// how many items failed. A confirmed batch leaves the key's state; the
+// how many items failed, and how many failed with a keyError (their units
+// are given up). A confirmed batch leaves the key's state; the
 // reply is the key's new observation, and the exact decisions that had
 // replied before the take leave dDone (F4 in the proof at hybrid).
-func (h *hybrid) apply(items []flushItem, replies []reply) (failed int) {
+func (h *hybrid) apply(items []flushItem, replies []reply) (failed, bad int) {
 	limit := h.l.cfg.Limit
 	now := time.Now().UnixNano()
 	h.mu.Lock()
@@ -172,10 +182,21 @@ func (h *hybrid) apply(items []flushItem, replies []reply) (failed int) {
 		if err == nil {
 			d, at, err = parse(r.res, limit)
 		}
-		if err != nil {
+		k := it.k
+		switch {
+		case err != nil && keyError(err):
+			bad++
+			if k != nil {
+				k.pulling, k.seen = false, false
+				if it.seq != 0 && k.batchSeq == it.seq {
+					h.l.lostUnits.Add(uint64(k.batch))
+					k.batch, k.batchSeq = 0, 0
+				}
+			}
+			continue
+		case err != nil:
 			failed++
 		}
-		k := it.k
 		if k == nil {
 			continue
 		}
@@ -194,7 +215,7 @@ func (h *hybrid) apply(items []flushItem, replies []reply) (failed int) {
 			h.trace(traceEvent{kind: 'a', key: it.key, exec: k.obs, at: now})
 		}
 	}
-	return failed
+	return failed, bad
 }
 
 // send runs items as pipelines of at most maxPipeline, one round trip
@@ -283,7 +304,7 @@ func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, erro
 	for i, c := range cmds {
 		res, err := c.Result()
 		replies[i] = reply{res: res, err: err}
-		if err != nil && first == nil {
+		if err != nil && first == nil && !keyError(err) {
 			first = err
 		}
 	}

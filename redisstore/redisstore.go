@@ -154,12 +154,13 @@ type Stats struct {
 	// returned with an error wrapping ErrUnavailable.
 	FallbackDecisions uint64
 	// Failures: round trips to Redis that failed, each passed to the
-	// OnError hook once: a decision's script call, a hybrid flush or probe
-	// (one per flush, however many keys it carried).
+	// OnError hook once: a decision's script call, a hybrid flush, probe
+	// or last flush at Close (one per flush, however many keys it
+	// carried, also when only some keys failed with WRONGTYPE).
 	Failures uint64
 	// NoScript: times the script was missing from Redis's cache (NOSCRIPT:
 	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
-	// one per decision or flush that met it.
+	// one per decision or flush round trip that met it.
 	NoScript uint64
 	// Flushes: hybrid flushes that completed; SlowFlushes: those of them
 	// that took longer than half the interval, the timing assumption of
@@ -167,8 +168,9 @@ type Stats struct {
 	Flushes, SlowFlushes uint64
 	// LostUnits: units a hybrid limiter admitted locally that it cannot
 	// show to be in Redis and will not send again: a batch still
-	// unconfirmed one Window after it was taken (an outage), or the units
-	// Close could not record.
+	// unconfirmed one Window after it was taken (an outage), a batch for
+	// a key Redis answered WRONGTYPE for (another client wrote there), or
+	// the units Close could not record.
 	LostUnits uint64
 }
 
@@ -292,13 +294,14 @@ func (l *Limiter) checkBounds() error {
 // flusher and the prober, and makes a last flush of every unit admitted
 // before it (batches that were not confirmed are sent again; the sequence
 // numbers make that safe). It returns when that flush has come back and
-// every goroutine the Limiter started has ended: at most about two flush
-// deadlines (max(10 × interval, 500ms) each), plus, when a round trip was
-// abandoned at its deadline, the time go-redis takes to give it up (its
-// ReadTimeout, or the context's deadline with ContextTimeoutEnabled). If the
-// last flush fails, Close returns an error wrapping ErrUnavailable that
-// says how many units were not recorded; they are also in
-// Stats().LostUnits.
+// every goroutine the Limiter started has ended: the last flush's own time
+// (one round trip per 1,000 keys), plus at most about two flush deadlines
+// (max(10 × interval, 500ms) each), plus, when a round trip was given up at
+// its deadline, the time go-redis takes to give it up (its ReadTimeout, or
+// the deadline with ContextTimeoutEnabled; with neither, a stalled server
+// can hold Close indefinitely). If the last flush fails, Close returns an
+// error wrapping ErrUnavailable that says how many units were not
+// recorded; they are also in Stats().LostUnits.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		if l.hyb != nil {
