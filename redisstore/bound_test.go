@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -9,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 )
 
 // The hybrid bound at scale: R replicas, two callers each, press one key
 // (hammer: without pause, which starves the flushers on 2 cores and makes
 // flushes slow; smooth: a 50 µs pause after a refusal; bursty: bursts of 20
-// then 1 ms; mixed: hammer with every 25th request above maxLocal, decided
+// then 1 ms; mixed: smooth with every 25th request above maxLocal, decided
 // exactly) whose window
 // (a minute) outlasts the run, so Q is the running total of admitted units.
 // Every replica traces its flush replies and admissions (under its lock),
@@ -59,8 +61,8 @@ func TestHybridBoundScale(t *testing.T) {
 						over := float64(res.total - boundLimit)
 						f2, f3 := over/float64((r-1)*2*int(ml)), over/float64((r-1)*3*int(ml))
 						worst2, worst3 = max(worst2, f2), max(worst3, f3)
-						t.Logf("R=%d interval=%v maxLocal=%d %s run %d: admitted %d of %d (%+d: %.2f of (R−1)·2·maxLocal, %.2f of ·3), max c %d, exact %d, slow flushes %d, flushes %d",
-							r, iv, ml, tr, run, res.total, boundLimit, res.total-boundLimit, f2, f3, res.maxC, res.exact, res.slow, res.flushes)
+						t.Logf("R=%d interval=%v maxLocal=%d %s run %d: admitted %d of %d (%+d: %.2f of (R−1)·2·maxLocal, %.2f of ·3), max c %d, exact %d, slow flushes %d, flushes %d, failures %d",
+							r, iv, ml, tr, run, res.total, boundLimit, res.total-boundLimit, f2, f3, res.maxC, res.exact, res.slow, res.flushes, res.failures)
 						if t.Failed() {
 							return
 						}
@@ -75,9 +77,9 @@ func TestHybridBoundScale(t *testing.T) {
 const boundLimit = 500
 
 type boundResult struct {
-	total         int64
-	maxC, exact   int
-	slow, flushes uint64
+	total                   int64
+	maxC, exact             int
+	slow, flushes, failures uint64
 }
 
 func runBound(t *testing.T, s *server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
@@ -86,7 +88,13 @@ func runBound(t *testing.T, s *server, prefix string, replicas int, interval tim
 	ls := make([]*Limiter, replicas)
 	evs := make([][]traceEvent, replicas)
 	for i := range ls {
-		l, err := New(s.client(), cfg, WithPrefix(prefix), WithHybrid(interval, maxLocal))
+		// Longer client timeouts than the other tests': up to 32 callers
+		// and Redis share 2 cores here, and a decision's read may wait
+		// longer than 300 ms for CPU. (The flushes' deadline is the
+		// limiter's own, 500 ms.)
+		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+		defer c.Close() // at the end of the case: hundreds of cases must not pile up connections
+		l, err := New(c, cfg, WithPrefix(prefix), WithHybrid(interval, maxLocal), WithOnError(func(err error) { t.Logf("replica %d: %v", i, err) }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,15 +116,15 @@ func runBound(t *testing.T, s *server, prefix string, replicas int, interval tim
 						n = maxLocal + 1 // above the local allowance: exact
 					}
 					d, err := l.AllowN(ctx, "hot", n)
-					if err != nil {
-						errs <- err
+					if err != nil && (traffic != "hammer" || !errors.Is(err, ErrUnavailable) || d.Allowed) {
+						errs <- err // (hammer may meet the failure state; FailClosed admits nothing there)
 						return
 					}
 					if d.Allowed {
 						admitted.Add(n)
 					}
 					switch {
-					case traffic == "smooth" && !d.Allowed:
+					case (traffic == "smooth" || traffic == "mixed") && !d.Allowed:
 						time.Sleep(50 * time.Microsecond) // traffic shape: back off a little when refused
 					case traffic == "bursty" && k%20 == 19:
 						time.Sleep(time.Millisecond) // traffic shape: bursts of 20
@@ -132,11 +140,16 @@ func runBound(t *testing.T, s *server, prefix string, replicas int, interval tim
 			t.Fatal(err)
 		}
 		st := l.Stats()
-		if st.Failures != 0 || st.LostUnits != 0 {
+		// Hammer starves the flushers of CPU (up to 32 spinning callers
+		// on 2 cores): a round trip can miss its 500 ms deadline, and the
+		// replica then spends a moment in its failure state. Nothing may
+		// be lost or counted twice for it, and the bound still holds.
+		if st.LostUnits != 0 || st.Failures != 0 && traffic != "hammer" {
 			t.Fatalf("stats %+v", st)
 		}
 		res.slow += st.SlowFlushes
 		res.flushes += st.Flushes
+		res.failures += st.Failures
 	}
 	select {
 	case err := <-errs:
@@ -144,7 +157,7 @@ func runBound(t *testing.T, s *server, prefix string, replicas int, interval tim
 	default:
 	}
 	res.total = admitted.Load()
-	if got := storedUnits(t, s.client(), ls[0], "hot"); got != res.total {
+	if got := storedUnits(t, ls[0].client, ls[0], "hot"); got != res.total {
 		t.Fatalf("Redis holds %d units, the replicas admitted %d", got, res.total)
 	}
 	res.maxC, res.exact = checkBound(t, evs, maxLocal, res.total)
