@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,7 +65,8 @@ func startRedis(tb testing.TB, extra ...string) *server {
 
 func (s *server) start() {
 	s.tb.Helper()
-	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--enable-debug-command", "local"}, s.args...)
+	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}, debugFlag()...)
+	args = append(args, s.args...)
 	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if err := s.cmd.Start(); err != nil {
@@ -95,6 +97,19 @@ func (s *server) signal(sig os.Signal) {
 		s.tb.Fatal(err)
 	}
 }
+
+// debugFlag allows DEBUG (DEBUG SLEEP) from loopback clients: Redis 7 needs
+// --enable-debug-command, which older servers do not know (and do not need).
+var debugFlag = sync.OnceValue(func() []string {
+	out, _ := exec.Command("redis-server", "--version").Output()
+	if _, v, ok := strings.Cut(string(out), " v="); ok {
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n >= 7 {
+			return []string{"--enable-debug-command", "local"}
+		}
+	}
+	return nil
+})
 
 // kill stops the server (SIGKILL) and waits for it.
 func (s *server) kill() {
