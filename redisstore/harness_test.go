@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +65,8 @@ func startRedis(tb testing.TB, extra ...string) *server {
 
 func (s *server) start() {
 	s.tb.Helper()
-	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}, s.args...)
+	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no"}, debugFlag()...)
+	args = append(args, s.args...)
 	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if err := s.cmd.Start(); err != nil {
@@ -85,6 +89,27 @@ func (s *server) start() {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// signal sends sig to the server (SIGSTOP stalls it, SIGCONT resumes it).
+func (s *server) signal(sig os.Signal) {
+	s.tb.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.tb.Fatal(err)
+	}
+}
+
+// debugFlag allows DEBUG (DEBUG SLEEP) from loopback clients: Redis 7 needs
+// --enable-debug-command, which older servers do not know (and do not need).
+var debugFlag = sync.OnceValue(func() []string {
+	out, _ := exec.Command("redis-server", "--version").Output()
+	if _, v, ok := strings.Cut(string(out), " v="); ok {
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n >= 7 {
+			return []string{"--enable-debug-command", "local"}
+		}
+	}
+	return nil
+})
 
 // kill stops the server (SIGKILL) and waits for it.
 func (s *server) kill() {
@@ -138,3 +163,47 @@ func startCluster(tb testing.TB) []*server {
 	}
 	return nodes
 }
+
+// withManual starts a hybrid limiter with no flusher and no prober: the
+// test runs them with flushNow and probeNow, so nothing happens between two
+// of its steps.
+func withManual() Option { return func(o *options) error { o.manual = true; return nil } }
+
+func (l *Limiter) flushNow()      { l.hyb.flush(time.Now()) }
+func (l *Limiter) probeNow() bool { return l.hyb.br.probeOnce() }
+
+// storedUnits sums the counters Redis holds for the given user keys.
+func storedUnits(tb testing.TB, c redis.UniversalClient, l *Limiter, keys ...string) int64 {
+	tb.Helper()
+	var total int64
+	for i := 0; i < len(keys); i += 1000 {
+		pipe := c.Pipeline()
+		var cmds []*redis.MapStringStringCmd
+		for _, k := range keys[i:min(i+1000, len(keys))] {
+			cmds = append(cmds, pipe.HGetAll(context.Background(), l.Key(k)))
+		}
+		if _, err := pipe.Exec(context.Background()); err != nil {
+			tb.Fatal(err)
+		}
+		for _, cmd := range cmds {
+			for f, v := range cmd.Val() {
+				if f != "l" {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						tb.Fatal(err)
+					}
+					total += n
+				}
+			}
+		}
+	}
+	return total
+}
+
+// staleDeadline is a context whose deadline has passed but whose timer has
+// not fired yet: Err() is still nil, as it is for a real context for a
+// short while after its deadline.
+type staleDeadline struct{ context.Context }
+
+func (staleDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (staleDeadline) Err() error                  { return nil }

@@ -2,198 +2,374 @@ package redisstore
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// WithHybrid turns on the hybrid mode, for very hot keys: decisions are made
-// in process, and every interval (≥ 1ms) one pipeline carries each key's
-// admitted units to Redis (the same script, adding without the check) and
-// brings back the key's global estimate.
+// WithHybrid turns on the hybrid mode, for very hot keys: most decisions are
+// made in process, and every interval (1ms ≤ interval ≤ Config.Window) one
+// flush carries each key's locally admitted units to Redis and brings back
+// the key's count.
 //
-// A key's first decision is exact (one script call), which seeds its
-// estimate. After that a decision admits n iff estimate + units admitted
-// here since the last flush + n ≤ Limit, and at most maxLocal units
-// (1 ≤ maxLocal ≤ Limit) per key between two flushes: past that the key is
-// refused until the next flush (RetryAfter = interval).
+// Decisions. A decision is exact (one script call, as in the plain mode)
+// when this replica has no observation of the key yet (its first decision,
+// after the key idled for an interval, after an outage) and for a cost n
+// above maxLocal (n ≤ Limit); an exact decision counts the units this
+// replica admitted locally and has not recorded yet as if they were in
+// Redis. Every other decision is local: n is admitted iff the key's count at
+// the observation + this replica's exact admissions that the observation
+// may miss + its units not yet confirmed by a flush + n ≤ Limit, and its
+// units not yet confirmed stay at most maxLocal (1 ≤ maxLocal ≤ Limit). A
+// local denial's RetryAfter is advisory: one interval when only the local
+// allowance is spent, one sub-window when the window looks full.
 //
-// The bound: a replica's view of a key misses only what the other replicas
-// admitted since its last pull, and each of them admits at most maxLocal
-// per flush interval, so with R replicas a window can hold at most
-// (R − 1) × 2 × maxLocal units beyond the algorithm's own bound (two
-// intervals: the other replica's push, then this one's pull). Units are
-// recorded in Redis at flush time, up to one interval late, which makes
-// them count up to one interval longer (never shorter). RetryAfter on a
-// hybrid denial is advisory: one interval, or one sub-window.
+// Flushes. A flush takes the key's units as one batch with a sequence
+// number, and Redis adds a batch at most once (a resend or a go-redis retry
+// of an applied batch adds nothing), so a batch can be sent again until it
+// is confirmed. The last sequence number applied is kept in a small string
+// key next to the key's hash, in the same hash tag (the hash's name, ":f:"
+// and a random id of the replica), which expires 2 × (Window + one
+// sub-window) after the replica's last batch on the key: a replica holds
+// one such key per hot key. The one case left that counts a batch twice is
+// a server that holds a pipeline given up on for longer than that and runs
+// it after the resend. Each of a flush's round trips (pipelines of at most
+// 1,000 keys) has a deadline of max(10 × interval, 500ms), enforced by the
+// limiter whatever the client's timeouts. The next flush starts one
+// interval after the previous one started, or at once if it took longer. A
+// flush that finds the script missing (NOSCRIPT) loads it once and resends
+// those keys in one pipeline.
+//
+// Failures. A failed flush or exact decision (other than a WRONGTYPE reply,
+// which fails that key alone: its units are given up) puts the limiter in
+// its failure state, reported once to the OnError hook: the failure policy
+// answers every decision at once, with an error wrapping ErrUnavailable,
+// and a probe resends the unconfirmed batches in the background, first one
+// interval later and then at doubling intervals up to max(1s, interval).
+// Only a probe that Redis answers ends the failure state; after it, each
+// key's next decision is exact until a flush or an exact decision observes
+// it. A batch still unconfirmed one Window after it was taken is given up
+// (Stats().LostUnits).
+//
+// The bound. Units are recorded at flush time, up to one interval plus one
+// flush late (a batch resent after an outage: up to one Window late), so
+// they count that much longer, never shorter. Let Q be the key's count as
+// the algorithm estimates it from the units recorded in Redis, plus the
+// units admitted and not yet recorded. While no round trip fails, a local
+// decision of replica j that admits leaves
+//
+//	Q ≤ Limit + Σ over the other replicas i of ((1 + c_i) × maxLocal + X_i),
+//
+// where c_i is the number of replica i's flushes that Redis ran after j's
+// observation of the key and whose reply i had received, and X_i the units
+// i admitted by exact decisions that Redis ran after j's observation. An
+// exact decision that admits leaves Q ≤ Limit + (R − 1) × maxLocal + the
+// units j admitted locally while it was in flight (at most maxLocal). X_i
+// is 0 when i's decisions on the key since j's observation were all local
+// (costs at most maxLocal, and i had observed the key).
+//
+// With R replicas and every X_i = 0: when every flush completes within
+// half an interval (Stats().SlowFlushes stays 0), c_i ≤ 2, so
+// Q ≤ Limit + (R − 1) × 3 × maxLocal. Slow flushes (a process short of CPU,
+// very many keys) raise c_i, and only the form above holds. In the runs
+// measured (TestHybridBoundScale, README), Q reached about
+// Limit + (R − 1) × maxLocal under sustained pressure (at most 1.5% more
+// with costs up to maxLocal, 20% more with larger costs mixed in), never
+// Limit + (R − 1) × 2 × maxLocal. The units admitted within any one window
+// are at most the largest Q. The proof is in the comment on the hybrid
+// type.
 func WithHybrid(interval time.Duration, maxLocal int64) Option {
 	return func(o *options) error {
 		if interval < time.Millisecond {
-			return fmt.Errorf("redisstore: WithHybrid interval %v: want ≥ 1ms", interval)
+			return fmt.Errorf("redisstore: WithHybrid interval %v: want 1ms ≤ interval ≤ Config.Window", interval)
 		}
 		if maxLocal < 1 {
-			return fmt.Errorf("redisstore: WithHybrid maxLocal %d: want ≥ 1 (and ≤ Limit)", maxLocal)
+			return fmt.Errorf("redisstore: WithHybrid maxLocal %d: want 1 ≤ maxLocal ≤ Config.Limit", maxLocal)
 		}
 		o.hybrid, o.interval, o.maxLocal = true, interval, maxLocal
 		return nil
 	}
 }
 
+// Batches go to Redis in pipelines of at most maxPipeline keys, each one
+// round trip with its own deadline, so that a flush of many keys is many
+// bounded round trips rather than one that no deadline can fit.
+const maxPipeline = 1000
+
+// hybrid is the state of the hybrid mode. Below, the proof of the bound
+// stated at WithHybrid.
+//
+// Terms. Time is real time; Redis runs each script at one instant. A unit is
+// recorded when Redis runs the script that adds it. For replica i and the
+// key: P_i is its pending units (admitted locally, not taken by a flush),
+// B_i its batch (taken, not yet confirmed), D_i its exact decisions' units
+// that its observation may miss (below), and U_i(t) the units it admitted
+// and that are not recorded at t. E(t) is the algorithm's estimate at t of
+// the units recorded by t, and Q(t) = E(t) + Σ_i U_i(t). An observation is
+// a script's reply: est = Limit − Remaining at the Redis time s it ran. A
+// pull is the script a flush runs for the key; its reply confirms the batch
+// it carried.
+//
+// Facts.
+//
+//	(F1) P_i + B_i ≤ maxLocal at all times: a local admission needs it, a
+//	     take moves P into B, and only a confirmation empties B. Exact
+//	     admissions are recorded when decided, so U_i ⊆ P_i ∪ B_i.
+//	(F2) For a fixed set of recorded units the estimate does not grow as
+//	     time passes (each sub-window's weight only falls), and recording
+//	     moves a unit from U to the current sub-window, where it weighs 1:
+//	     only admissions raise Q.
+//	(F3) est ≥ E(s) whenever it admits anything: Remaining rounds down, and
+//	     when E(s) > Limit, est = Limit and no local admission passes.
+//	(F4) Every exact decision of j's that Redis ran after j's observation s
+//	     and that admitted (or failed, so may have) is in D_j. Its n enters
+//	     D_j when it is sent and leaves when it is denied, or when the reply
+//	     of a pull whose take came after its reply arrives (Redis ran it
+//	     before that take was sent, so before the pull). j's local units
+//	     recorded after s or not recorded are in P_j ∪ B_j: a batch leaves
+//	     B_j only with its pull's reply, which becomes the observation, and
+//	     an exact decision's reply replaces it only if no pull's reply came
+//	     while the decision was in flight (else that pull may be the newer
+//	     of the two). A pull's reply may replace a newer exact observation
+//	     with an older one; the exact decisions Redis ran in between are
+//	     still in D_j, since their replies came after the pull's take.
+//	(F5) For replica k and s < x: U_k(s) + (units k admitted locally in
+//	     (s, x]) ≤ (1 + c_k) × maxLocal, where c_k counts k's pulls run
+//	     after s and confirmed by x. Proof: k's unconfirmed units change by
+//	     +admissions −confirmations and are at most maxLocal at x (F1);
+//	     U_k(s) is at most its unconfirmed units at s less the batches
+//	     recorded by s and unconfirmed at s, and such a batch confirmed by x
+//	     cancels its own confirmation; what is left is at most maxLocal plus
+//	     the batches recorded after s and confirmed by x, each ≤ maxLocal.
+//
+// Local decision by j at x with observation s. By F2, Q(x+) is at most
+// E(s), plus j's units recorded after s or not recorded, plus, for each
+// i ≠ j, U_i(s) and the units i admitted in (s, x], locally or exactly. j's
+// check est + D_j + P_j + B_j + n ≤ Limit with F3 and F4 bounds the first
+// two by Limit; F5 bounds i's local part by (1 + c_i) × maxLocal, and its
+// exact part is X_i.
+//
+// Exact decision by j at Redis time z with reserve = P_j + B_j as sent. The
+// script admits n iff E(z) + reserve + n ≤ Limit. j's units not recorded at
+// z are those in the reserve (still unconfirmed) and those it admitted
+// locally since it sent the call; each other replica's are at most maxLocal
+// (F1). ∎
+//
+// Timing. Let every flush take at most F ≤ I/2 from its take to its last
+// reply, so that each starts I after the previous one. j's observation s
+// came from a pull in a flush that started at some t ≤ s, or from an exact
+// decision at s. j's next flush starts by s + I and replies by s + I + F; it
+// carries the key if the key was used, pending or in a batch since the take
+// before, and drops it otherwise (its next decision is exact). So a local
+// decision x that uses s has x − s < I + F. Replica i's pulls run at
+// e_m ∈ [t_m, t_m + F] in flushes that start t_{m+1} ≥ t_m + I, so
+// e_{m+2} − e_m ≥ 2I − F ≥ I + F: at most two of them fall in (s, x), and
+// c_i ≤ 2.
 type hybrid struct {
-	mu       sync.Mutex // guards keys and each hkey
-	keys     map[string]*hkey
-	degraded bool // the last flush failed: the failure policy decides
-	stop     chan struct{}
-	done     chan struct{}
+	l        *Limiter
+	interval time.Duration
+	maxLocal int64
+	timeout  time.Duration // one round trip's deadline
+	horizon  time.Duration // an unconfirmed batch is given up this long after its take
+	rid      string        // this replica's id, in the batches' deduplication keys
+	br       *breaker
+	trace    func(traceEvent) // tests only: called with mu held
+
+	mu     sync.Mutex // guards keys, every hkey, seq, trips and closed
+	keys   map[string]*hkey
+	seq    uint64 // the last batch sequence number taken
+	trips  uint64 // failure states entered: a reply to a call sent before one is no observation
+	closed bool   // Close was called: every decision is exact
+
+	token chan struct{}  // one round trip in flight at a time, held by the goroutine that runs it
+	stop  chan struct{}  // closed by close: the flusher ends
+	loop  sync.WaitGroup // the flusher
+	rts   sync.WaitGroup // round-trip goroutines, one abandoned at its deadline included
 }
 
+// hkey is one key's local state. Every field is guarded by hybrid.mu.
 type hkey struct {
-	est     int64 // the global count at the last pull (Limit − Remaining)
-	pending int64 // admitted here since the last flush
-	used    bool  // decided on since the last flush
+	est      int64     // the key's count (Limit − Remaining) at the observation
+	obs      int64     // the observation's Redis time, µs
+	pending  int64     // admitted here since the last take
+	batch    int64     // taken and not confirmed: in flight, or left by a failed flush
+	batchSeq uint64    // the batch's sequence number
+	batchAt  time.Time // when the batch was taken
+	dFlight  int64     // units of exact decisions in flight (F4 in the proof at hybrid)
+	dDone    int64     // units of exact decisions that admitted or failed, not yet shown to be in est
+	calls    int32     // exact decisions in flight
+	acks     uint32    // pull replies applied so far
+	seen     bool      // est holds an observation
+	pulling  bool      // a flush carrying the key is in flight
+	used     bool      // decided on since the last take
+}
+
+// traceEvent is what the tests' trace hook sees: 'a' a pull's reply
+// confirmed (exec: when Redis ran it), 'l' a local admission (exec: the
+// observation it used), 'x' an exact admission (exec: when Redis ran it);
+// at is the local time (UnixNano) under the lock.
+type traceEvent struct {
+	kind     byte
+	key      string
+	n        int64
+	exec, at int64
 }
 
 func (l *Limiter) startHybrid() error {
-	if l.opts.maxLocal > l.cfg.Limit {
-		return fmt.Errorf("redisstore: WithHybrid maxLocal %d: want ≤ Limit (%d)", l.opts.maxLocal, l.cfg.Limit)
+	o := l.opts
+	if o.maxLocal > l.cfg.Limit {
+		return fmt.Errorf("redisstore: WithHybrid maxLocal %d: want 1 ≤ maxLocal ≤ Config.Limit (%d)", o.maxLocal, l.cfg.Limit)
 	}
-	h := &hybrid{keys: map[string]*hkey{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if o.interval > l.cfg.Window {
+		return fmt.Errorf("redisstore: WithHybrid interval %v: want 1ms ≤ interval ≤ Config.Window (%v)", o.interval, l.cfg.Window)
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	h := &hybrid{
+		l: l, interval: o.interval, maxLocal: o.maxLocal,
+		timeout: max(10*o.interval, 500*time.Millisecond),
+		horizon: l.cfg.Window,
+		rid:     hex.EncodeToString(id[:]),
+		keys:    map[string]*hkey{},
+		token:   make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+	}
+	h.br = newBreaker(h.probe, o.interval, max(time.Second, o.interval), o.manual)
 	l.hyb = h
-	go func() {
-		defer close(h.done)
-		t := time.NewTicker(l.opts.interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-h.stop:
-				l.flush()
-				return
-			case <-t.C:
-				l.flush()
-			}
-		}
-	}()
+	if !o.manual {
+		h.loop.Add(1)
+		go h.run()
+	}
 	return nil
 }
 
 func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.Decision, error) {
 	h, limit := l.hyb, l.cfg.Limit
 	h.mu.Lock()
-	k, ok := h.keys[key]
-	degraded := h.degraded
-	if ok && !degraded {
-		k.used = true
-		rem := max(0, limit-k.est-k.pending)
-		d := engine.Decision{Limit: limit, Remaining: rem}
-		switch {
-		case n < 0 || n > limit:
-			d.RetryAfter = engine.Never
-		case n == 0:
-			d.Allowed = true
-		case k.est+k.pending+n <= limit && k.pending+n <= l.opts.maxLocal:
-			k.pending += n
-			d.Allowed, d.Remaining = true, rem-n
-		default:
-			d.RetryAfter = l.opts.interval
-			if k.pending+n <= l.opts.maxLocal {
-				d.RetryAfter = time.Duration(l.width)
-			}
+	if h.closed {
+		var reserve int64
+		if k := h.keys[key]; k != nil {
+			reserve = k.pending + k.batch
 		}
 		h.mu.Unlock()
-		l.decisions.Add(1)
+		return l.exactAfterClose(ctx, key, n, reserve)
+	}
+	if err := h.br.err(); err != nil {
+		h.mu.Unlock()
+		l.fallbacks.Add(1)
+		return l.policy(key, n), err
+	}
+	k := h.keys[key]
+	if k == nil {
+		k = &hkey{}
+		h.keys[key] = k
+	}
+	k.used = true
+	if k.seen && (n <= h.maxLocal || n > limit) {
+		d := h.local(k, key, n)
+		h.mu.Unlock()
+		l.localDecisions.Add(1)
 		return d, nil
 	}
+	reserve := k.pending + k.batch
+	sent := max(0, n) // what this call may record
+	k.dFlight += sent
+	k.calls++
+	acks, trips := k.acks, h.trips
 	h.mu.Unlock()
-	if degraded {
-		return l.fail(key, n, errors.New("hybrid mode: the last flush failed"), false), nil
-	}
-	d, _, err := l.eval(ctx, key, n)
-	if err != nil {
-		return l.fail(key, n, err, true), nil
-	}
-	l.decisions.Add(1)
+
+	d, at, err := l.eval(ctx, key, n, reserve)
+
 	h.mu.Lock()
-	if _, ok := h.keys[key]; !ok {
-		h.keys[key] = &hkey{est: limit - d.Remaining, used: true}
+	k.dFlight -= sent
+	k.calls--
+	if err != nil || d.Allowed {
+		k.dDone += sent // recorded, or may have been
+	}
+	if err == nil && k.acks == acks && h.trips == trips {
+		// No pull's reply came while this call was in flight, so none
+		// that Redis ran after it: its reply is the newest observation
+		// (F4 in the proof at hybrid). Unless an outage began meanwhile:
+		// then the key waits for an observation made after it.
+		k.est, k.obs, k.seen = limit-d.Remaining, at.UnixMicro(), true
+	}
+	if err == nil && d.Allowed && n > 0 && h.trace != nil {
+		h.trace(traceEvent{kind: 'x', key: key, n: n, exec: at.UnixMicro(), at: time.Now().UnixNano()})
 	}
 	h.mu.Unlock()
-	return d, nil
+	if err != nil {
+		if ctxDone(ctx) == nil && !keyError(err) { // Redis failed, not the caller's deadline or this key
+			h.fail(err)
+		}
+		return l.fail(ctx, key, n, err)
+	}
+	l.redisDecisions.Add(1)
+	return h.adjust(d, n, reserve), nil
 }
 
-// flush pushes every key's pending units and pulls its estimate, in one
-// pipeline. A key neither used nor pending since the last flush is dropped
-// (its next decision is exact again).
-func (l *Limiter) flush() {
-	h := l.hyb
-	type item struct {
-		key string
-		n   int64
-		cmd *redis.Cmd
-	}
-	h.mu.Lock()
-	items := make([]item, 0, len(h.keys))
-	for key, k := range h.keys {
-		if !k.used && k.pending == 0 {
-			delete(h.keys, key)
-			continue
+// adjust turns an exact decision made with a reserve into the caller's:
+// Remaining net of the reserve, and RetryAfter one interval rather than
+// Never when only the reserve kept a possible request out.
+func (h *hybrid) adjust(d engine.Decision, n, reserve int64) engine.Decision {
+	if reserve > 0 {
+		d.Remaining = max(0, d.Remaining-reserve)
+		if !d.Allowed && d.RetryAfter == engine.Never && n > 0 && n <= d.Limit {
+			d.RetryAfter = h.interval
 		}
-		items = append(items, item{key: key, n: k.pending})
-		k.est += k.pending // still counted here while in flight
-		k.pending, k.used = 0, false
 	}
-	if len(items) == 0 {
-		h.degraded = false // the next decision per key is exact again
-		h.mu.Unlock()
+	return d
+}
+
+// exactAfterClose is a decision after Close: one script call, counting the
+// units the last flush may still be carrying; the key's state is left alone.
+func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, reserve int64) (engine.Decision, error) {
+	d, _, err := l.eval(ctx, key, n, reserve)
+	if err != nil {
+		return l.fail(ctx, key, n, err)
+	}
+	l.redisDecisions.Add(1)
+	return l.hyb.adjust(d, n, reserve), nil
+}
+
+// local decides n in process for a key with an observation. h.mu is held.
+func (h *hybrid) local(k *hkey, key string, n int64) engine.Decision {
+	limit := h.l.cfg.Limit
+	used := k.est + k.dFlight + k.dDone + k.pending + k.batch
+	d := engine.Decision{Limit: limit, Remaining: max(0, limit-used)}
+	switch {
+	case n < 0 || n > limit:
+		d.RetryAfter = engine.Never
+	case n == 0:
+		d.Allowed = true
+	case used+n > limit:
+		d.RetryAfter = time.Duration(h.l.width) // advisory: the window looks full
+	case k.pending+k.batch+n > h.maxLocal:
+		d.RetryAfter = h.interval // advisory: the allowance returns with the flush in flight
+	default:
+		k.pending += n
+		d.Allowed, d.Remaining = true, d.Remaining-n
+		if h.trace != nil {
+			h.trace(traceEvent{kind: 'l', key: key, n: n, exec: k.obs, at: time.Now().UnixNano()})
+		}
+	}
+	return d
+}
+
+// fail enters the failure state after a failed round trip (already counted
+// and reported by the caller). Opening it makes every key need a new
+// observation, since its est is as old as the outage will be.
+func (h *hybrid) fail(err error) {
+	if !h.br.trip(err) {
 		return
 	}
-	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), max(l.opts.interval*10, 500*time.Millisecond))
-	defer cancel()
-	pipe := l.client.Pipeline()
-	for i := range items {
-		items[i].cmd = script.EvalSha(ctx, pipe, []string{l.Key(items[i].key)}, l.flushArgs(items[i].n)...)
-	}
-	_, _ = pipe.Exec(ctx)
-	failed := false
-	for i := range items {
-		it := &items[i]
-		res, err := it.cmd.Result()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			l.noscript.Add(1) // it did not run: EVAL, once
-			res, err = script.Eval(ctx, l.client, []string{l.Key(it.key)}, l.flushArgs(it.n)...).Result()
-		}
-		var d engine.Decision
-		if err == nil {
-			d, _, err = parse(res, l.cfg.Limit)
-		}
-		if err != nil {
-			// Not resent: a timed-out call may have counted. The units
-			// stay counted here (in est) until the key is dropped.
-			failed = true
-			l.failures.Add(1)
-			if l.opts.onError != nil {
-				l.opts.onError(fmt.Errorf("redisstore: hybrid flush of key %q: %w", it.key, err))
-			}
-			continue
-		}
-		h.mu.Lock()
-		if k, ok := h.keys[it.key]; ok {
-			k.est = l.cfg.Limit - d.Remaining
-		}
-		h.mu.Unlock()
-	}
 	h.mu.Lock()
-	h.degraded = failed
+	h.trips++
+	for _, k := range h.keys {
+		k.seen = false
+	}
 	h.mu.Unlock()
-}
-
-func (l *Limiter) flushArgs(n int64) []any {
-	args := make([]any, 0, 7)
-	args = append(args, n)
-	args = append(args, l.args...)
-	return append(args, "1")
 }

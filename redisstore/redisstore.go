@@ -33,7 +33,9 @@ import (
 const MaxExact = int64(1) << 53
 
 // Policy is what AllowN decides when Redis cannot be asked (a connection
-// error, a timeout, a cancelled context, a script error).
+// error, a timeout, a context done during the call, a script error). AllowN
+// returns the policy's Decision together with an error wrapping
+// ErrUnavailable, so that a policy answer is never mistaken for Redis's.
 type Policy int
 
 const (
@@ -71,6 +73,7 @@ type options struct {
 	hybrid   bool
 	interval time.Duration
 	maxLocal int64
+	manual   bool // tests: no background flusher or prober; the test drives them
 }
 
 // WithPolicy sets the failure policy: FailClosed (the default) or FailOpen.
@@ -98,8 +101,12 @@ func WithFallbackLocal(share float64) Option {
 	}
 }
 
-// WithOnError sets a hook called with every Redis failure (before the
-// policy decides). It must be safe for concurrent use and should not block.
+// WithOnError sets a hook called once with every failed round trip to
+// Redis: a decision's script call, or a hybrid limiter's flush, probe or
+// exact decision (one call per flush, however many keys it carried). It
+// runs before the policy decides, must be safe for concurrent use and
+// should not block. Decisions answered by the policy while a hybrid limiter
+// is in its failure state make no round trip and do not call it.
 func WithOnError(f func(error)) Option {
 	return func(o *options) error { o.onError = f; return nil }
 }
@@ -117,12 +124,54 @@ func WithPrefix(p string) Option {
 	}
 }
 
-// Stats counts a Limiter's outcomes.
+// ErrUnavailable is wrapped by the error AllowN returns with a decision
+// made by the failure policy rather than by Redis: Redis could not be asked
+// (a connection error, a timeout, the caller's context done during the
+// call, a script error), or a hybrid limiter is in its failure state. The
+// error wraps the cause too, so errors.Is also matches, for example,
+// context.DeadlineExceeded. Close wraps it when units could not be recorded.
+var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
+
+// unavailable wraps cause as a policy answer's error.
+func unavailable(key string, cause error) error {
+	return fmt.Errorf("%w (key %q): %w", ErrUnavailable, key, cause)
+}
+
+// Stats counts a Limiter's outcomes. Each decision is counted in exactly
+// one of RedisDecisions, LocalDecisions and FallbackDecisions (a call whose
+// context was already done when it was made is in none).
 type Stats struct {
-	Decisions         uint64 // decisions answered by Redis
-	Failures          uint64 // Redis calls that failed (each also sent to the OnError hook)
-	FallbackDecisions uint64 // decisions made by the failure policy
-	NoScript          uint64 // NOSCRIPT replies, answered by one EVAL
+	// RedisDecisions: decisions answered by a script call. That is every
+	// decision of a plain limiter. For a hybrid limiter it is the exact
+	// ones: a key's first decision, a cost above maxLocal, a key this
+	// replica decides exactly until its next flush returns, and every
+	// decision after Close.
+	RedisDecisions uint64
+	// LocalDecisions: hybrid decisions answered in process from the key's
+	// estimate, with no round trip.
+	LocalDecisions uint64
+	// FallbackDecisions: decisions answered by the failure policy, each
+	// returned with an error wrapping ErrUnavailable.
+	FallbackDecisions uint64
+	// Failures: round trips to Redis that failed, each passed to the
+	// OnError hook once: a decision's script call, a hybrid flush, probe
+	// or last flush at Close (one per flush, however many keys it
+	// carried, also when only some keys failed with WRONGTYPE).
+	Failures uint64
+	// NoScript: times the script was missing from Redis's cache (NOSCRIPT:
+	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
+	// one per decision or flush round trip that met it.
+	NoScript uint64
+	// Flushes: hybrid flushes that completed; SlowFlushes: those of them
+	// that took longer than half the interval, the timing assumption of
+	// the hybrid bound's simple form (see WithHybrid).
+	Flushes, SlowFlushes uint64
+	// LostUnits: units a hybrid limiter admitted locally that it cannot
+	// show to be in Redis and will not send again: a batch still
+	// unconfirmed one Window after it was taken (an outage), a batch for
+	// a key Redis answered WRONGTYPE for (another client wrote there), or
+	// the units Close could not record.
+	LostUnits uint64
 }
 
 // Limiter is a rate limiter whose state lives in Redis. It is safe for
@@ -139,8 +188,10 @@ type Limiter struct {
 	hyb      *hybrid
 
 	closeOnce sync.Once
+	closeErr  error
 
-	decisions, failures, fallbacks, noscript atomic.Uint64
+	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
+	flushes, slowFlushes, lostUnits                               atomic.Uint64
 }
 
 var script = redis.NewScript(luaSource)
@@ -228,22 +279,54 @@ func (l *Limiter) checkBounds() error {
 	return nil
 }
 
-// Close stops the hybrid flusher (after a last flush) and releases the
-// fallback engine, if any. It does not close the client.
+// Close releases what the Limiter started; it does not close the client.
+// Decisions keep working after Close (see below). Close is idempotent:
+// later and concurrent calls wait for the first and return its result.
+//
+// A plain limiter has nothing to flush: Close stops the fallback engine's
+// sweeper (that engine still decides after Close, without reclaiming idle
+// keys).
+//
+// A hybrid limiter, from the moment Close is called, decides no more
+// locally: every later decision is exact, one script call as in the plain
+// mode (with the failure policy, and ErrUnavailable, if Redis fails), and
+// counts this replica's units not yet recorded. Close then stops the
+// flusher and the prober, and makes a last flush of every unit admitted
+// before it (batches that were not confirmed are sent again; the sequence
+// numbers make that safe). It returns when that flush has come back and
+// every goroutine the Limiter started has ended: the last flush's own time
+// (one round trip per 1,000 keys), plus at most about two flush deadlines
+// (max(10 × interval, 500ms) each), plus, when a round trip was given up at
+// its deadline, the time go-redis takes to give it up (its ReadTimeout, or
+// the deadline with ContextTimeoutEnabled; with neither, a stalled server
+// can hold Close indefinitely). If the last flush fails, Close returns an
+// error wrapping ErrUnavailable that says how many units were not
+// recorded; they are also in Stats().LostUnits.
 func (l *Limiter) Close() error {
-	if l.hyb != nil {
-		l.closeOnce.Do(func() { close(l.hyb.stop) })
-		<-l.hyb.done
-	}
-	if l.local != nil {
-		return l.local.Close()
-	}
-	return nil
+	l.closeOnce.Do(func() {
+		if l.hyb != nil {
+			l.closeErr = l.hyb.close()
+		}
+		if l.local != nil {
+			_ = l.local.Close()
+		}
+	})
+	return l.closeErr
 }
 
-// Stats returns the counters so far.
+// Stats returns the counters so far. Each is read separately, so they need
+// not be mutually consistent while decisions run.
 func (l *Limiter) Stats() Stats {
-	return Stats{Decisions: l.decisions.Load(), Failures: l.failures.Load(), FallbackDecisions: l.fallbacks.Load(), NoScript: l.noscript.Load()}
+	return Stats{
+		RedisDecisions:    l.redisDecisions.Load(),
+		LocalDecisions:    l.localDecisions.Load(),
+		FallbackDecisions: l.fallbacks.Load(),
+		Failures:          l.failures.Load(),
+		NoScript:          l.noscript.Load(),
+		Flushes:           l.flushes.Load(),
+		SlowFlushes:       l.slowFlushes.Load(),
+		LostUnits:         l.lostUnits.Load(),
+	}
 }
 
 // Key returns the Redis key holding user key k's counters: the prefix, then
@@ -280,33 +363,57 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // AllowN decides whether n units for key fit now (Redis TIME), and records
 // them if they do, with the engine's rules: n == 0 is allowed and records
 // nothing; n < 0 and n > Limit are refused with RetryAfter engine.Never.
+// The error is nil exactly when the Decision is a real one.
 //
-// When Redis fails, the failure is counted and sent to the OnError hook, and
-// the failure policy decides; the error is then nil, because the policy
-// answered. AllowN returns an error only when ctx was already done before
-// the call.
+// When Redis cannot be asked (see Policy), the failure is counted in
+// Stats().Failures and passed to the OnError hook, and AllowN returns the
+// failure policy's Decision with a non-nil error that wraps ErrUnavailable
+// and the cause: test it with errors.Is(err, ErrUnavailable), and treat the
+// Decision as the policy's (FailClosed: denied; FailOpen: admitted;
+// FallbackLocal: the local engine's). A hybrid limiter in its failure state
+// answers the same way, without a round trip.
+//
+// When ctx is already done (cancelled, or its deadline has passed) before
+// the call, AllowN asks nothing and returns a zero Decision (Allowed false,
+// Limit set) with ctx's error, which does not wrap ErrUnavailable.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxDone(ctx); err != nil {
 		return engine.Decision{Limit: l.cfg.Limit}, err
 	}
 	if l.hyb != nil {
 		return l.hybridAllow(ctx, key, n)
 	}
-	d, _, err := l.eval(ctx, key, n)
+	d, _, err := l.eval(ctx, key, n, 0)
 	if err != nil {
-		return l.fail(key, n, err, true), nil
+		return l.fail(ctx, key, n, err)
 	}
-	l.decisions.Add(1)
+	l.redisDecisions.Add(1)
 	return d, nil
 }
 
-// eval runs the script and returns its decision and the Redis time it used.
-func (l *Limiter) eval(ctx context.Context, key string, n int64) (engine.Decision, time.Time, error) {
+// ctxDone is ctx.Err(), and DeadlineExceeded once the deadline has passed
+// even if the context's timer has not fired yet (ctx.Err() stays nil until
+// it has).
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// eval runs the script for one decision and returns its decision and the
+// Redis time it used. reserve is the units this replica admitted locally
+// and has not recorded yet (hybrid mode): the check counts them, the write
+// does not add them, and the returned Remaining does not subtract them.
+func (l *Limiter) eval(ctx context.Context, key string, n, reserve int64) (engine.Decision, time.Time, error) {
 	keys := []string{l.Key(key)}
-	args := make([]any, 0, 7)
+	args := make([]any, 0, 9)
 	args = append(args, n)
 	args = append(args, l.args...)
-	args = append(args, "0")
+	args = append(args, "0", reserve, 0)
 	res, err := script.EvalSha(ctx, l.client, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Only an explicit NOSCRIPT: the script did not run, so nothing
@@ -341,16 +448,29 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	return d, time.Unix(v[3], v[4]*1000), nil
 }
 
-// fail applies the failure policy; counted says whether err is a new failure
-// (a hybrid decision while degraded reuses the flush's).
-func (l *Limiter) fail(key string, n int64, err error, counted bool) engine.Decision {
+// fail counts a failed round trip for a decision, reports it, and answers
+// with the failure policy. When ctx is done by now, the error wraps its
+// error too (a client without ContextTimeoutEnabled reports a deadline as a
+// network timeout, or not at all).
+func (l *Limiter) fail(ctx context.Context, key string, n int64, err error) (engine.Decision, error) {
+	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w (%w)", err, cerr)
+	}
+	l.failures.Add(1)
+	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
 	l.fallbacks.Add(1)
-	if counted {
-		l.failures.Add(1)
+	return l.policy(key, n), unavailable(key, err)
+}
+
+// report passes a failed round trip to the OnError hook, if any.
+func (l *Limiter) report(err error) {
+	if l.opts.onError != nil {
+		l.opts.onError(err)
 	}
-	if counted && l.opts.onError != nil {
-		l.opts.onError(fmt.Errorf("redisstore: key %q: %w", key, err))
-	}
+}
+
+// policy is the failure policy's Decision for n units of key.
+func (l *Limiter) policy(key string, n int64) engine.Decision {
 	limit := l.cfg.Limit
 	if n < 0 || n > limit {
 		return engine.Decision{Limit: limit, RetryAfter: engine.Never}

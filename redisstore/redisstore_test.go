@@ -123,7 +123,7 @@ func TestMatchesReference(t *testing.T) {
 				case 2:
 					n = cfg.Limit
 				}
-				got, at, err := l.eval(ctx, key, n)
+				got, at, err := l.eval(ctx, key, n, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -147,9 +147,11 @@ func TestMatchesReference(t *testing.T) {
 	}
 }
 
-// The server killed mid-run: each policy decides while it is down, every
-// failure is counted and reported; restarted on the same port, each limiter
-// answers from Redis again (through NOSCRIPT: the new server has no script).
+// The server killed mid-run: each policy decides while it is down, and
+// each of its answers comes with an error wrapping ErrUnavailable; every
+// failure is counted and reported once; restarted on the same port, each
+// limiter answers from Redis again (through NOSCRIPT: the new server has no
+// script).
 func TestServerKilled(t *testing.T) {
 	s := startRedis(t)
 	cfg := engine.Config{Limit: 10, Window: time.Minute}
@@ -166,50 +168,81 @@ func TestServerKilled(t *testing.T) {
 	s.kill()
 
 	d, err := closed.AllowN(ctx, "k", 1)
-	if err != nil || d.Allowed || d.Reason() != engine.ReasonLimited {
+	if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason() != engine.ReasonLimited || d.RetryAfter != 6*time.Second {
 		t.Fatalf("FailClosed while down: %+v %v", d, err)
 	}
 	d, err = open.AllowN(ctx, "k", 1)
-	if err != nil || !d.Allowed {
+	if !errors.Is(err, ErrUnavailable) || !d.Allowed {
 		t.Fatalf("FailOpen while down: %+v %v", d, err)
 	}
 	n := 0
 	for range 10 {
-		if d, err := local.AllowN(ctx, "k", 1); err != nil {
-			t.Fatal(err)
-		} else if d.Allowed {
+		d, err := local.AllowN(ctx, "k", 1)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("FallbackLocal while down: %+v %v", d, err)
+		}
+		if d.Allowed {
 			n++
 		}
 	}
 	if n != 5 {
 		t.Fatalf("FallbackLocal(0.5) of 10 admitted %d while down, want 5", n)
 	}
-	if st := local.Stats(); st.Failures != 10 || st.FallbackDecisions != 10 {
+	if st := local.Stats(); st.Failures != 10 || st.FallbackDecisions != 10 || st.RedisDecisions != 1 {
 		t.Fatalf("FallbackLocal stats %+v", st)
 	}
 	if got := hookCalls.Load(); got != 12 {
 		t.Fatalf("OnError called %d times, want 12", got)
 	}
-	// A deadline is honoured and counted.
-	dctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-	defer cancel()
-	time.Sleep(2 * time.Millisecond)
-	if _, err := closed.AllowN(dctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("expired context: %v", err)
+	// A context already done asks nothing and returns its own error, even
+	// when its deadline has passed and its timer has not fired yet.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []context.Context{cctx, staleDeadline{ctx}} {
+		d, err := closed.AllowN(c, "k", 1)
+		if err == nil || errors.Is(err, ErrUnavailable) || d.Allowed {
+			t.Fatalf("done context: %+v %v", d, err)
+		}
+	}
+	if st := closed.Stats(); st.Failures != 1 || st.FallbackDecisions != 1 {
+		t.Fatalf("a done context was counted: %+v", st)
 	}
 
 	s.start()
 	for _, l := range []*Limiter{closed, open, local} {
 		before := l.Stats()
-		var ok bool
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if ok, _ = l.Allow(ctx, "k"); l.Stats().Decisions > before.Decisions {
+		// The pool's connections died with the server: each call finds
+		// at most one of them dead (MaxRetries -1), then dials anew.
+		var err error
+		for range 20 {
+			if _, err = l.Allow(ctx, "k"); err == nil {
 				break
 			}
 		}
-		if st := l.Stats(); st.Decisions == before.Decisions || !ok {
-			t.Fatalf("no recovery after restart: %+v (allowed %v)", st, ok)
+		if st := l.Stats(); st.RedisDecisions != before.RedisDecisions+1 || err != nil {
+			t.Fatalf("no recovery after restart: %+v (%v)", st, err)
 		}
+	}
+}
+
+// A deadline that passes during the call: the policy answers, and the
+// error wraps both ErrUnavailable and the context's error. The proxy holds
+// every reply for 300 ms; the client honours context deadlines.
+func TestDeadlineDuringCall(t *testing.T) {
+	s := startRedis(t)
+	p := startProxy(t, s.addr())
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, WithPolicy(FailOpen))
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	p.delay.Store(int64(300 * time.Millisecond))
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	d, err := l.AllowN(dctx, "k", 1)
+	if !d.Allowed || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%+v %v", d, err)
 	}
 }
 
@@ -228,7 +261,7 @@ func TestScriptFlush(t *testing.T) {
 			t.Fatalf("step %d: %+v %v", i, d, err)
 		}
 	}
-	if st := l.Stats(); st.NoScript != 2 || st.Failures != 0 {
+	if st := l.Stats(); st.NoScript != 2 || st.Failures != 0 || st.RedisDecisions != 5 {
 		t.Fatalf("stats %+v, want two NOSCRIPTs (the first call, and after the flush) and no failure", st)
 	}
 }
@@ -283,7 +316,7 @@ func TestCluster(t *testing.T) {
 			k = fmt.Sprintf("{t%d}x{", i)
 		}
 		for j := range 4 {
-			d, _, err := l.eval(ctx, k, 1) // eval: any CROSSSLOT would surface here
+			d, _, err := l.eval(ctx, k, 1, 0) // eval: any CROSSSLOT would surface here
 			if err != nil {
 				t.Fatalf("key %q: %v", k, err)
 			}

@@ -1,9 +1,24 @@
 package redisstore
 
 // luaSource is the decision script. KEYS[1] is the key's hash (one hash tag,
-// so one slot). ARGV: n, limit, w (µs, the sub-window width), span (N for the
-// sliding algorithms, 0 for FixedWindow), weighted (1 or 0), ttl (ms), force (1: add n
-// unchecked, the hybrid mode's flush; 0 otherwise).
+// so one slot); KEYS[2], given only with a hybrid flush's batch, is the
+// batch's deduplication key (same hash tag). ARGV:
+//
+//	1 n         units asked for (a flush: units to add)
+//	2 limit
+//	3 w         the sub-window width, µs
+//	4 span      N for the sliding algorithms, 0 for FixedWindow
+//	5 weighted  1 or 0
+//	6 ttl       ms
+//	7 force     1: a hybrid flush, add n without the check; 0: decide
+//	8 reserve   units the caller admitted locally and has not recorded yet:
+//	            the check counts them as present in the current sub-window,
+//	            and they are not added (a hybrid limiter's exact decision)
+//	9 seq       with KEYS[2]: the batch's sequence number. A batch whose
+//	            seq is at most the one KEYS[2] holds was applied already (a
+//	            resend, or a client retry): it adds nothing, and the reply
+//	            is the estimate, as for a pull. KEYS[2] expires 2 × ttl after
+//	            the replica's last batch on the key.
 //
 // The hash holds field "l", the newest epoch the key has seen, and one field
 // per epoch in l−span … l holding that sub-window's count (fields named by
@@ -12,7 +27,8 @@ package redisstore
 // the bounds New enforces (see checkBounds).
 //
 // Replies {allowed, remaining, retryAfterNs (−1 = Never), sec, usec}: the
-// last two are the time the script decided at, for tests and debugging.
+// last two are the time the script decided at: the hybrid mode's
+// observation time, and for tests and debugging.
 const luaSource = `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local key = KEYS[1]
@@ -23,6 +39,13 @@ local span = tonumber(ARGV[4])
 local weighted = ARGV[5] == '1'
 local ttl = tonumber(ARGV[6])
 local force = ARGV[7] == '1' -- hybrid flush: add n without the check
+local reserve = tonumber(ARGV[8] or '0')
+local seq = tonumber(ARGV[9] or '0')
+if force and n >= 1 and KEYS[2] then
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if seq <= last then n = 0 end -- applied already: answer as a pull
+end
+local need = n + reserve
 
 local function idiv(x, y)
   local q = math.floor(x / y)
@@ -87,7 +110,7 @@ local function retryAfter()
         x = x + 1
       end
     end
-    local room = limit - fl - n
+    local room = limit - fl - need
     if room >= 0 then
       if o <= room then
         if j > 0 then return j * wn - offn end
@@ -102,7 +125,7 @@ local function retryAfter()
 end
 
 if n >= 1 and (force or n <= limit) then
-  if not force and not fits(cur + full, old, n) then
+  if not force and not fits(cur + full, old, need) then
     return {0, remaining(cur + full, old), retryAfter(), sec, usec}
   end
   if e > l then
@@ -115,6 +138,7 @@ if n >= 1 and (force or n <= limit) then
   end
   redis.call('HINCRBY', key, f(e), n)
   redis.call('PEXPIRE', key, ttl)
+  if force and KEYS[2] then redis.call('SET', KEYS[2], f(seq), 'PX', 2 * ttl) end
   return {1, remaining(cur + n + full, old), 0, sec, usec}
 end
 -- a peek: n = 0, n < 0 or n > limit; records nothing

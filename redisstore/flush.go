@@ -1,0 +1,394 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// A flush carries each key's units to Redis as a batch and brings back the
+// key's count. Every round trip runs in a goroutine of its own holding the
+// token, so there is at most one at a time; the caller waits for it until
+// the deadline and then gives up on it (the batch stays unconfirmed and is
+// resent, which its sequence number makes safe). The goroutine ends when
+// go-redis returns.
+
+// flushItem is one key's script call in a flush.
+type flushItem struct {
+	k     *hkey // nil: the probe's peek
+	key   string
+	n     int64  // units to add; 0: a pull only
+	seq   uint64 // the batch's sequence number; 0 with n == 0
+	dDone int64  // k.dDone at the take: shown to be in the pull's reply
+	trips uint64 // hybrid.trips at the take
+}
+
+type reply struct {
+	res any
+	err error
+}
+
+var (
+	errAborted = errors.New("redisstore: the round trip was not sent: the limiter is closing")
+	errNotSent = errors.New("redisstore: not sent: an earlier pipeline of the flush failed")
+)
+
+// run is the flusher: a flush every interval while Redis answers.
+func (h *hybrid) run() {
+	defer h.loop.Done()
+	t := time.NewTimer(h.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		if h.br.err() == nil {
+			h.flush(start)
+		}
+		t.Reset(max(0, h.interval-time.Since(start)))
+	}
+}
+
+// flush is one regular flush. In the failure state it does nothing: only
+// the probe talks to Redis then.
+func (h *hybrid) flush(start time.Time) {
+	if h.br.err() != nil {
+		return
+	}
+	items := h.take(start, false)
+	if len(items) == 0 {
+		return
+	}
+	replies, err := h.send(items, h.stop)
+	failed, bad := h.apply(items, replies)
+	l := h.l
+	switch {
+	case errors.Is(err, errAborted):
+		// Close came first; the batches are unconfirmed and its last
+		// flush sends them.
+	case err != nil || failed > 0:
+		if err == nil {
+			err = firstErr(replies)
+		}
+		l.failures.Add(1)
+		l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed: %w", failed+bad, len(items), err))
+		h.fail(err)
+	default:
+		l.flushes.Add(1)
+		if time.Since(start) > h.interval/2 {
+			l.slowFlushes.Add(1)
+		}
+		if bad > 0 {
+			l.failures.Add(1)
+			l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed, their units given up: %w", bad, len(items), firstErr(replies)))
+		}
+	}
+}
+
+// keyError reports whether err fails one key only, Redis being up: the
+// key holds another type (another client wrote there). Such a key's units
+// are given up, and the limiter does not enter its failure state for it.
+func keyError(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
+
+// probe is the breaker's probe: it resends the unconfirmed batches, or
+// peeks at one key when there are none, and succeeds when Redis answers
+// every call.
+func (h *hybrid) probe(abort <-chan struct{}) error {
+	items := h.take(time.Now(), true)
+	if len(items) == 0 {
+		items = []flushItem{{key: ""}} // a peek: reads one key, writes nothing
+	}
+	replies, err := h.send(items, abort)
+	failed, _ := h.apply(items, replies)
+	if errors.Is(err, errAborted) {
+		return err
+	}
+	if err == nil && failed > 0 {
+		err = firstErr(replies)
+	}
+	if err != nil {
+		h.l.failures.Add(1)
+		h.l.report(fmt.Errorf("redisstore: hybrid probe: %w", err))
+	}
+	return err
+}
+
+// take builds a flush's items. A key with an unconfirmed batch sends it
+// again as it is; else its pending units become a new batch; else, if used
+// since the last take, it is pulled; else it is dropped (its next decision
+// is exact). A probe takes only the unconfirmed batches. A batch
+// unconfirmed for longer than the horizon is given up.
+func (h *hybrid) take(now time.Time, probe bool) []flushItem {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	items := make([]flushItem, 0, len(h.keys))
+	h.seq++
+	seq := h.seq
+	for key, k := range h.keys {
+		if k.pulling {
+			continue
+		}
+		if k.batch > 0 && now.Sub(k.batchAt) > h.horizon {
+			h.l.lostUnits.Add(uint64(k.batch))
+			k.batch, k.batchSeq = 0, 0
+		}
+		it := flushItem{k: k, key: key, dDone: k.dDone, trips: h.trips}
+		switch {
+		case k.batch > 0:
+			it.n, it.seq = k.batch, k.batchSeq
+		case probe:
+			continue
+		case k.pending > 0:
+			k.batch, k.batchSeq, k.batchAt, k.pending = k.pending, seq, now, 0
+			it.n, it.seq = k.batch, seq
+		case k.used || k.dDone > 0:
+		case k.calls == 0:
+			delete(h.keys, key)
+			continue
+		default:
+			continue // an exact decision in flight will update it
+		}
+		k.pulling, k.used = true, false
+		items = append(items, it)
+	}
+	return items
+}
+
+// apply records the replies (a prefix of items may have one) and returns
+// how many items failed, and how many failed with a keyError (their units
+// are given up). A confirmed batch leaves the key's state; the
+// reply is the key's new observation, and the exact decisions that had
+// replied before the take leave dDone (F4 in the proof at hybrid).
+func (h *hybrid) apply(items []flushItem, replies []reply) (failed, bad int) {
+	limit := h.l.cfg.Limit
+	now := time.Now().UnixNano()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, it := range items {
+		r := reply{err: errNotSent}
+		if i < len(replies) {
+			r = replies[i]
+		}
+		var d engine.Decision
+		var at time.Time
+		err := r.err
+		if err == nil {
+			d, at, err = parse(r.res, limit)
+		}
+		k := it.k
+		switch {
+		case err != nil && keyError(err):
+			bad++
+			if k != nil {
+				k.pulling, k.seen = false, false
+				if it.seq != 0 && k.batchSeq == it.seq {
+					h.l.lostUnits.Add(uint64(k.batch))
+					k.batch, k.batchSeq = 0, 0
+				}
+			}
+			continue
+		case err != nil:
+			failed++
+		}
+		if k == nil {
+			continue
+		}
+		k.pulling = false
+		if err != nil {
+			continue // the batch stays, to be sent again
+		}
+		if it.seq != 0 && k.batchSeq == it.seq {
+			k.batch, k.batchSeq = 0, 0
+		}
+		k.est, k.obs = limit-d.Remaining, at.UnixMicro()
+		k.seen = it.trips == h.trips // a pull taken before an outage began is no observation after it
+		k.dDone -= it.dDone
+		k.acks++
+		if h.trace != nil {
+			h.trace(traceEvent{kind: 'a', key: it.key, exec: k.obs, at: now})
+		}
+	}
+	return failed, bad
+}
+
+// send runs items as pipelines of at most maxPipeline, one round trip
+// each, and stops at the first that fails. It returns the replies of the
+// pipelines that came back (a prefix of items) and the failure, if any.
+func (h *hybrid) send(items []flushItem, abort <-chan struct{}) ([]reply, error) {
+	replies := make([]reply, 0, len(items))
+	for i := 0; i < len(items); i += maxPipeline {
+		r, err := h.exchange(items[i:min(i+maxPipeline, len(items))], abort)
+		replies = append(replies, r...)
+		if err != nil {
+			return replies, err
+		}
+	}
+	return replies, nil
+}
+
+// exchange runs one pipeline within the deadline. It waits for the token
+// (a round trip given up on keeps it until go-redis returns), or for abort.
+// A pipeline that does not come back in time is given up on: the error
+// says so, and its goroutine ends when go-redis returns.
+func (h *hybrid) exchange(items []flushItem, abort <-chan struct{}) ([]reply, error) {
+	select {
+	case h.token <- struct{}{}:
+	case <-abort:
+		return nil, errAborted
+	}
+	// Only this function cancels ctx, after the select: ctx.Done() in the
+	// select then means the deadline and nothing else. Cancelling a
+	// pipeline given up on also ends it early when the client has
+	// ContextTimeoutEnabled.
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	type result struct {
+		replies []reply
+		err     error
+	}
+	done := make(chan result, 1)
+	h.rts.Add(1)
+	go func() {
+		defer h.rts.Done()
+		defer func() { <-h.token }()
+		r, err := h.pipeline(ctx, items)
+		done <- result{r, err}
+	}()
+	select {
+	case r := <-done:
+		return r.replies, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("redisstore: no reply within the flush deadline (%v)", h.timeout)
+	}
+}
+
+// pipeline sends items as one pipeline. The items that met NOSCRIPT did not
+// run: the script is loaded once and they go again as one pipeline.
+func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, error) {
+	l := h.l
+	cmds := make([]*redis.Cmd, len(items))
+	pipe := l.client.Pipeline()
+	for i := range items {
+		cmds[i] = h.flushCmd(ctx, pipe, &items[i])
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are read below
+	var missing []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	replies := make([]reply, len(items))
+	if len(missing) > 0 {
+		l.noscript.Add(1)
+		if err := script.Load(ctx, l.client).Err(); err != nil {
+			for i := range replies {
+				replies[i] = reply{err: err}
+			}
+			return replies, fmt.Errorf("redisstore: loading the script after NOSCRIPT: %w", err)
+		}
+		pipe := l.client.Pipeline()
+		for _, i := range missing {
+			cmds[i] = h.flushCmd(ctx, pipe, &items[i])
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	var first error
+	for i, c := range cmds {
+		res, err := c.Result()
+		replies[i] = reply{res: res, err: err}
+		if err != nil && first == nil && !keyError(err) {
+			first = err
+		}
+	}
+	return replies, first
+}
+
+// flushCmd queues one item's script call: add n unchecked, at most once per
+// sequence number, and reply with the key's count.
+func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushItem) *redis.Cmd {
+	l := h.l
+	rk := l.Key(it.key)
+	keys := []string{rk}
+	if it.seq != 0 {
+		keys = append(keys, rk+":f:"+h.rid)
+	}
+	args := make([]any, 0, 9)
+	args = append(args, it.n)
+	args = append(args, l.args...)
+	args = append(args, "1", 0, it.seq)
+	return script.EvalSha(ctx, pipe, keys, args...)
+}
+
+func firstErr(replies []reply) error {
+	for _, r := range replies {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return errNotSent
+}
+
+// close stops the hybrid mode (see Limiter.Close).
+func (h *hybrid) close() error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	close(h.stop)
+	h.br.stop()
+	h.loop.Wait()
+
+	// The last flush: every unconfirmed batch as it is, then every key's
+	// pending units as a new batch, in order (one key's calls go to one
+	// node, in the order queued).
+	h.mu.Lock()
+	h.seq++
+	var items []flushItem
+	for key, k := range h.keys {
+		if k.batch > 0 {
+			items = append(items, flushItem{key: key, n: k.batch, seq: k.batchSeq})
+		}
+		if k.pending > 0 {
+			items = append(items, flushItem{key: key, n: k.pending, seq: h.seq})
+		}
+	}
+	h.mu.Unlock()
+	var err error
+	if len(items) > 0 {
+		replies, serr := h.send(items, nil)
+		var lost uint64
+		keys := map[string]bool{}
+		for i, it := range items {
+			if i >= len(replies) || replies[i].err != nil {
+				lost += uint64(it.n)
+				keys[it.key] = true
+			} else if _, _, perr := parse(replies[i].res, h.l.cfg.Limit); perr != nil {
+				lost += uint64(it.n)
+				keys[it.key] = true
+			}
+		}
+		h.mu.Lock()
+		for _, k := range h.keys {
+			k.pending, k.batch, k.batchSeq = 0, 0, 0 // recorded, or counted as lost
+		}
+		h.mu.Unlock()
+		if lost > 0 {
+			if serr == nil {
+				serr = firstErr(replies)
+			}
+			h.l.lostUnits.Add(lost)
+			h.l.failures.Add(1)
+			h.l.report(fmt.Errorf("redisstore: hybrid flush at Close: %w", serr))
+			err = fmt.Errorf("redisstore: Close: %d units admitted on %d keys may not be recorded in Redis: %w", lost, len(keys), &tripError{cause: serr})
+		}
+	}
+	h.rts.Wait()
+	return err
+}
