@@ -3,8 +3,6 @@
 package engine
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
@@ -62,10 +60,6 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	var seed [8]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("ringlimit: seeding the key hash: %w", err)
-	}
 	geo := ringslot.NewGeometry(nc.width, nc.n, nc.Algorithm == SlidingWindow, nc.PerKeyLimits)
 	if nc.Algorithm == SlidingLog {
 		geo = ringslot.NewLog(int64(nc.Window))
@@ -73,7 +67,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:      nc,
 		geo:      geo,
-		tab:      shard.New(geo, nc.shards, binary.LittleEndian.Uint64(seed[:]), nc.MaxKeys),
+		tab:      shard.New(geo, nc.shards, nc.MaxKeys),
 		clk:      nc.Clock,
 		limit:    nc.Limit,
 		maxLimit: nc.maxLimit,
@@ -103,7 +97,7 @@ func New(cfg Config) (*Engine, error) {
 // It computes neither Remaining nor RetryAfter, so its deny path only reads
 // the key's slots (with SlidingLog, under the key's lock).
 func (e *Engine) Allow(key string) bool {
-	t := e.clk.UnixNano()
+	t := e.now()
 	if res, _, ok := e.fast(key, 1, t, false); ok {
 		return res.Allowed
 	}
@@ -114,12 +108,21 @@ func (e *Engine) Allow(key string) bool {
 // AllowN is shorthand for AllowAt(key, n, now) with now from the engine's
 // clock.
 func (e *Engine) AllowN(key string, n int64) Decision {
-	t := e.clk.UnixNano()
+	t := e.now()
 	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
 	d, _ := e.decideSlow(key, n, t)
 	return d
+}
+
+// now reads the engine's clock. The coarse clock is read through its
+// concrete type: one atomic load, without the interface call.
+func (e *Engine) now() int64 {
+	if e.coarse != nil {
+		return e.coarse.UnixNano()
+	}
+	return e.clk.UnixNano()
 }
 
 // AllowAt decides whether n units for key fit at time now, and records them
@@ -329,7 +332,7 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 // clamped forward to it, so no count still inside some writer's window is
 // dropped (docs/design.md §5).
 func (e *Engine) freshAt(t, limit int64) shard.Fresh {
-	return func(floor int64) ringslot.Ring { return e.geo.New(max(t, floor), limit) }
+	return func(floor int64, key string) ringslot.Ring { return e.geo.New(max(t, floor), limit, key) }
 }
 
 // SetLimit is SetLimitAt(key, limit, now) with now from the engine's clock.

@@ -15,7 +15,7 @@ import (
 func TestStalledWriterNeverWipesANewerSlot(t *testing.T) {
 	const w = sec / 1000
 	g := NewGeometry(w, 10, true, false)
-	r := g.New(t0, 0)
+	r := g.New(t0, 0, "k")
 	e := t0 / w
 	// The target epoch: on the stalled writer's slot, just over 2^23 ahead.
 	ahead := int64(1<<23 + 11 - (1<<23)%11)
@@ -54,7 +54,7 @@ func TestRetryAfterIsFiniteWhenSlotsChangedUnderTheView(t *testing.T) {
 	const w = sec / 10
 	for _, weighted := range []bool{true, false} {
 		g := NewGeometry(w, 10, weighted, false)
-		r := g.New(t0, 0)
+		r := g.New(t0, 0, "k")
 		e := t0 / w
 		// A view that counted 10 units in older slots which now read empty.
 		v := view{full: 10}

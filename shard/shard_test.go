@@ -17,7 +17,7 @@ const (
 
 func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 	g := ringslot.NewGeometry(sec/10, 10, true, false)
-	return New(g, 4, 42, maxKeys), g
+	return New(g, 4, maxKeys), g
 }
 
 // Two keys whose hashes collide completely still get separate rings: the
@@ -25,7 +25,7 @@ func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 func TestHashCollisionNeverSharesACount(t *testing.T) {
 	tab, g := newTable(0)
 	const h = 0xdeadbeef
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	a, err := tab.LoadOrCreate(h, "alice", fresh)
 	require.NoError(t, err)
 	b, err := tab.LoadOrCreate(h, "bob", fresh)
@@ -43,7 +43,7 @@ func TestHashCollisionNeverSharesACount(t *testing.T) {
 
 func TestMaxKeysAndReplace(t *testing.T) {
 	tab, g := newTable(2)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	a, err := tab.LoadOrCreate(tab.Hash("a"), "a", fresh)
 	require.NoError(t, err)
 	_, err = tab.LoadOrCreate(tab.Hash("b"), "b", fresh)
@@ -67,7 +67,7 @@ func TestMaxKeysAndReplace(t *testing.T) {
 
 func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, k := range keys {
 		r, err := tab.LoadOrCreate(tab.Hash(k), k, fresh)
@@ -90,11 +90,11 @@ func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 // ring is current, without counting an eviction, and never creating a key.
 func TestSwap(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	h := tab.Hash("a")
 	a, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
-	b := g.New(t0, 0)
+	b := g.New(t0, 0, "a")
 	got, ok := tab.Swap(h, "a", a, func() ringslot.Ring { return b })
 	require.True(t, ok)
 	require.True(t, got == b)
@@ -119,11 +119,11 @@ func TestSwap(t *testing.T) {
 // then finds the new ring rather than replacing old with an empty one.
 func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	h := tab.Hash("a")
 	old, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
-	moved := g.New(t0, 0)
+	moved := g.New(t0, 0, "a")
 	replaced := make(chan ringslot.Ring, 1)
 	var finished atomic.Bool
 	early := false
@@ -151,7 +151,7 @@ func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 func TestLenNeverAboveMaxKeys(t *testing.T) {
 	const maxKeys = 8
 	tab, g := newTable(maxKeys)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	var stop atomic.Bool
 	var over atomic.Int64
 	done := make(chan struct{})

@@ -23,12 +23,14 @@ const maxUnixSec = math.MaxInt64 / int64(time.Second)
 // past int64 nanoseconds (2262-04-11T23:47:16.854775807Z). It judges t
 // itself: t.UnixNano() of a year-1000 time wraps to a time in 2169.
 func UnixNano(t time.Time) int64 {
-	if s := t.Unix(); s < 0 || s > maxUnixSec {
+	s := t.Unix()
+	if s < 0 || s > maxUnixSec {
 		return -1
 	}
-	// In range but for the tail of maxUnixSec, where the product wraps
-	// negative: still −1 to the caller's t < 0 test.
-	if ns := t.UnixNano(); ns >= 0 {
+	// In range but for the tail of maxUnixSec, where the sum wraps
+	// negative: still −1 to the caller's t < 0 test. (t.UnixNano would
+	// decode t's seconds a second time.)
+	if ns := s*int64(time.Second) + int64(t.Nanosecond()); ns >= 0 {
 		return ns
 	}
 	return -1

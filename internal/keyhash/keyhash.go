@@ -1,23 +1,21 @@
 // Package keyhash hashes a key once; the engine reuses that one hash for the
-// shard and for the map's buckets.
+// shard, the map's buckets and the map's key.
 package keyhash
 
-import "github.com/cespare/xxhash/v2"
+import "hash/maphash"
 
-// Sum returns the xxhash64 of key.
-func Sum(key string) uint64 { return xxhash.Sum64String(key) }
+// Seed is a random per-table hash seed (hash/maphash's): every engine has
+// its own, so that an attacker who chooses keys cannot aim them at one
+// shard or bucket, nor make two keys' 64-bit hashes collide, without
+// knowing it.
+type Seed = maphash.Seed
 
-// Mix folds seed into h with the murmur3 64-bit finaliser. Each engine and
-// each map table has its own seed, so an attacker who chooses keys cannot
-// aim them at one shard or one bucket without knowing the seed; keys whose
-// full 64-bit xxhash collides still share a bucket chain (they never share a
-// count: the full key is compared).
-func Mix(h, seed uint64) uint64 {
-	h ^= seed
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
-}
+// NewSeed returns a new random Seed.
+func NewSeed() Seed { return maphash.MakeSeed() }
+
+// Sum returns the 64-bit hash of key under seed: the runtime's own string
+// hash (AES-based where the CPU has AES instructions), which costs about a
+// third of xxhash64 plus a seed-mixing finaliser on short keys, and sits on
+// the decision's critical path (docs/design.md §5). Keys whose hashes
+// collide in full still never share a count: the table compares the key.
+func Sum(seed Seed, key string) uint64 { return maphash.String(seed, key) }
