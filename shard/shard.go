@@ -172,21 +172,20 @@ func (t *Table) find(s *shard, key string, cur ringslot.Ring, loaded bool) slot 
 	return slot{}
 }
 
-// put stores r as key's state under its hash's bucket lock, where find
+// put stores r as its key's state under the hash's bucket lock, where find
 // located the key (at), or, for an absent key, as the resident when the
-// hash is free and in fb when another key is resident. It returns m's new
-// value for the hash and whether to delete it (only when it was absent and
-// stays so, which put never asks for).
-func (t *Table) put(s *shard, key string, at slot, cur ringslot.Ring, loaded bool, r ringslot.Ring) (ringslot.Ring, bool) {
-	switch {
-	case at.resident, !at.present && !loaded:
+// hash is free and in fb when another key is resident. It returns m.Compute's
+// answer for the hash: r for a resident; otherwise the hash's value left as
+// it was, which for an absent hash (the key lives in fb, its resident was
+// reclaimed) is "delete".
+func (t *Table) put(s *shard, at slot, cur ringslot.Ring, loaded bool, r ringslot.Ring) (ringslot.Ring, bool) {
+	if at.resident || !at.present && !loaded {
 		return r, false
-	default:
-		// Keyed by r's own copy of the key: the table retains no caller's
-		// string.
-		s.fallback().Store(t.geo.Key(r), r)
-		return cur, false
 	}
+	// Keyed by r's own copy of the key: the table retains no caller's
+	// string.
+	s.fallback().Store(t.geo.Key(r), r)
+	return keep(cur, loaded)
 }
 
 // keep is m.Compute's answer that leaves the hash as it was: its value if
@@ -215,7 +214,7 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, 
 			return keep(cur, loaded)
 		}
 		got = fresh(s.floor.Load(), key)
-		return t.put(s, key, at, cur, loaded, got)
+		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
@@ -270,7 +269,7 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 			return keep(cur, loaded)
 		}
 		got = fresh(max(s.floor.Load(), t.geo.RetiredAt(old)), key)
-		return t.put(s, key, at, cur, loaded, got)
+		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
@@ -294,7 +293,7 @@ func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringsl
 			return keep(cur, loaded) // absent, and stays absent
 		case at.r == old:
 			r, ok = next(), true
-			return t.put(s, key, at, cur, loaded, r)
+			return t.put(s, at, cur, loaded, r)
 		default:
 			r, ok = at.r, true // already replaced or moved
 			return keep(cur, loaded)
