@@ -26,8 +26,11 @@ func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
 // limit in a sliding window. It is safe for concurrent use.
 //
 // The decision path for an existing key takes no lock and does not
-// allocate: one xxhash of the key, a lock-free map load, N+2 atomic loads and
-// one CAS (see ringslot.Acquire for the protocol). A key's first request, and
+// allocate: one seeded hash of the key, a lock-free map load, the key
+// compared in its state, four atomic loads (the newest epoch, two words
+// caching the window's settled counts, the current slot) and one CAS, then
+// the newest epoch again; once per key per sub-window a walk of its N+1
+// slots refreshes the cache (see ringslot.Acquire for the protocol). A key's first request, and
 // its first after it was reclaimed, creates its state under one xsync bucket
 // lock inside the map. SlidingLog is the exception: a decision holds the
 // key's own spin lock (see SlidingLog), and still does not allocate.

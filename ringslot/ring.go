@@ -394,14 +394,17 @@ func clamp(e, r, l int64) (int64, int64) {
 //  1. Load last, l. If t's epoch is newer, publish it with a CAS (once per
 //     sub-window per key) and settle the ring at it; if older, clamp to l.
 //     From here the writer's epoch e equals l.
-//  2. Read every slot (no writes). If the request does not fit, deny: a
-//     denial writes nothing, so the deny path scales across cores.
+//  2. Read the cache words and the current slot when the cache is tagged e
+//     (cache.go); otherwise read every slot and publish the settled part in
+//     the cache. If the request does not fit, deny: a denial writes nothing
+//     but that once-per-sub-window publish, so the deny path scales.
 //  3. CAS the current slot from the word read to word+n, or, if the slot
 //     holds another epoch, to a fresh (tag, n): a reset, made only after
 //     last was seen still equal to l once the slot was read. On CAS failure
 //     re-read that slot only.
 //  4. Load last again. If it moved, a writer at a newer epoch may have read
-//     our slot before our add, so undo the add and retry at the new epoch.
+//     our slot before our add, so undo the add, mark the cache words that
+//     may have counted it, and retry at the new epoch.
 //
 // Why this admits no more than a sequential execution would: order admitted
 // requests by their CAS in step 3. For an earlier admitted request P and a
@@ -412,7 +415,9 @@ func clamp(e, r, l int64) (int64, int64) {
 // step 4 would then have seen last move. Units that are added and then
 // undone can only make a concurrent reader over-count: under contention a
 // request may be denied that a sequential run would admit (a false denial),
-// never the reverse.
+// never the reverse. The cache stands in for the settled slots: it bounds
+// every admitted unit of them for any writer that is still admitted
+// (cache.go), so the argument holds through it.
 //
 // Why no writer wipes a newer count: a reset replaces a word whose epoch is
 // not e. The slot was read, then last was seen equal to l = e, and no slot
