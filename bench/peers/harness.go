@@ -3,6 +3,7 @@ package peers
 import (
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,15 +23,25 @@ type Scenario struct {
 	// enough that a one-second benchmark spans many windows, long enough
 	// that a key of the 1M scenario sees several requests per window.
 	HalfWindow time.Duration
+	// Distinct: requests carry copies of the keys the limiters were filled
+	// with, as a server's request keys are, rather than the very strings
+	// (which a limiter that keeps the caller's string then compares by
+	// pointer, without touching their bytes). Only Interleave runs it.
+	Distinct bool
 }
 
 // Scenarios are the columns: one hot key (one goroutine, and all of them),
 // 1,000 and 1,000,000 keys drawn uniformly by every goroutine.
 var Scenarios = []Scenario{
-	{"hot-serial", 1, false, 100 * time.Millisecond},
-	{"hot-parallel", 1, true, 100 * time.Millisecond},
-	{"1k-parallel", 1_000, true, 100 * time.Millisecond},
-	{"1M-parallel", 1_000_000, true, time.Second},
+	{"hot-serial", 1, false, 100 * time.Millisecond, false},
+	{"hot-parallel", 1, true, 100 * time.Millisecond, false},
+	{"1k-parallel", 1_000, true, 100 * time.Millisecond, false},
+	{"1M-parallel", 1_000_000, true, time.Second, false},
+}
+
+// DistinctScenarios are the interleaved comparison's extra columns.
+var DistinctScenarios = []Scenario{
+	{"1M-distinct", 1_000_000, true, time.Second, true},
 }
 
 // Workers is the number of goroutines the scenario drives a limiter from.
@@ -61,6 +72,17 @@ var (
 	keysMu  sync.Mutex
 	keySets = map[int][]string{}
 )
+
+// KeyCopies returns copies of KeySet(n), each its own allocation, made
+// after the originals.
+func KeyCopies(n int) []string {
+	ks := KeySet(n)
+	cs := make([]string, n)
+	for i, k := range ks {
+		cs[i] = strings.Clone(k)
+	}
+	return cs
+}
 
 // rng is a xorshift64 generator: a few instructions per key, no shared
 // state.

@@ -102,6 +102,9 @@ func interleaveScenario(cfg InterleaveConfig, sc Scenario, s *Samples, logf func
 	// Finish the collection that building started, so that its marking
 	// does not run during the timed rounds (at 1M keys it takes seconds).
 	runtime.GC()
+	if sc.Distinct {
+		keys = KeyCopies(sc.Keys)
+	}
 	logf("%s: built %d limiters of %d keys in %v", sc.Name, len(lims), len(keys), time.Since(start).Round(time.Millisecond))
 	// Warm-up: find each cell's request count for about CellTime.
 	ops := make([]int64, len(lims))

@@ -75,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			cfg.Peers = append(cfg.Peers, p)
 		}
 	}
-	for _, sc := range peers.Scenarios {
+	for _, sc := range append(slices.Clone(peers.Scenarios), peers.DistinctScenarios...) {
 		if sre.MatchString(sc.Name) && !(*short && sc.Keys >= 1_000_000) {
 			cfg.Scenarios = append(cfg.Scenarios, sc)
 		}
@@ -152,6 +152,10 @@ var targets = []target{
 	{"1M keys, strict, coarse clock", "ringlimit-strict-coarse", "sethvargo", "1M-parallel", 0.7},
 	{"1M keys, strict, coarse clock", "ringlimit-strict-coarse", "xrate-xsync", "1M-parallel", 0.7},
 	{"1M keys, fixed, default clock", "ringlimit-fixed", "sethvargo", "1M-parallel", 0},
+	{"1M keys as distinct strings, sliding, default clock", "ringlimit-sliding", "sethvargo", "1M-distinct", 0.7},
+	{"1M keys as distinct strings, sliding, default clock", "ringlimit-sliding", "xrate-xsync", "1M-distinct", 0.7},
+	{"1M keys as distinct strings, sliding, coarse clock", "ringlimit-sliding-coarse", "sethvargo", "1M-distinct", 0.7},
+	{"1M keys as distinct strings, sliding, default clock", "ringlimit-sliding", "floor-sum11", "1M-distinct", 0},
 	{"1M keys, sliding, AllowAt", "ringlimit-sliding-at", "floor-add", "1M-parallel", 0},
 	{"1M keys, sliding, AllowAt", "ringlimit-sliding-at", "floor-sum11", "1M-parallel", 0},
 	{"1M keys, sliding, default clock", "ringlimit-sliding", "floor-sum11", "1M-parallel", 0},
