@@ -14,7 +14,9 @@
 // bytes per key, the time of a forced GC (median of three), and, under a
 // load of GOMAXPROCS goroutines that each also allocate garbage per
 // request (a stand-in for a server's per-request allocations, so that the
-// collector runs), the share of CPU time the GC took and its cycles.
+// collector runs), the share of CPU time the GC took and its cycles. The
+// load lasts at least -load and until -cycles collections have run, since
+// with a large live heap they come seconds apart.
 package main
 
 import (
@@ -83,7 +85,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("peergc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	keysFlag := fs.String("keys", "1000000,10000000", "key counts, comma-separated")
-	load := fs.Duration("load", 5*time.Second, "load phase per limiter and key count")
+	load := fs.Duration("load", 5*time.Second, "the least load phase per limiter and key count; it goes on until -cycles GC cycles have run (at most 3 minutes)")
+	cycles := fs.Int("cycles", 3, "GC cycles the load phase waits for")
 	garbage := fs.Int("garbage", 256, "bytes of garbage each request allocates during the load")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -100,13 +103,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, n := range counts {
 		keys := peers.KeySet(n)
 		for _, k := range kinds {
-			r := measure(k, keys, *load, *garbage)
+			r := measure(k, keys, *load, *cycles, *garbage)
 			fmt.Fprintf(stderr, "%s, %d keys: %.1f B/key, %.2f objects/key, forced GC %.0f ms, GC %.1f%% of CPU under load\n", r.kind, n, r.bytes, r.objects, r.gcMs, 100*r.gcShare)
 			rows = append(rows, r)
 		}
 	}
-	fmt.Fprintf(stdout, "%s, %s, GOMAXPROCS %d, %s; load: %v per row, %d B of garbage per request.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.GOMAXPROCS(0), cpuName(), *load, *garbage)
+	fmt.Fprintf(stdout, "%s, %s, GOMAXPROCS %d, %s; load: at least %v and %d GC cycles per row, %d B of garbage per request (its time is in ns/request).\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.GOMAXPROCS(0), cpuName(), *load, *cycles, *garbage)
 	fmt.Fprintf(stdout, "| layout | keys | B/key (with the key's bytes) | heap objects/key | GC-scannable B/key | one forced GC | GC share of CPU under load | GC cycles/s | ns/request under load |\n")
 	fmt.Fprintf(stdout, "|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range rows {
@@ -168,7 +171,7 @@ func read() []float64 {
 
 var sink atomic.Pointer[[]byte]
 
-func measure(k kind, keys []string, load time.Duration, garbage int) row {
+func measure(k kind, keys []string, load time.Duration, cycles, garbage int) row {
 	runtime.GC()
 	runtime.GC()
 	m0 := read()
@@ -217,6 +220,11 @@ func measure(k kind, keys []string, load time.Duration, garbage int) row {
 		}()
 	}
 	time.Sleep(load)
+	for deadline := start.Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c := read(); c[5]-a[5] >= float64(cycles) {
+			break
+		}
+	}
 	stop.Store(true)
 	wg.Wait()
 	el := time.Since(start)
