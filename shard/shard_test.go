@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -307,4 +308,11 @@ func TestFullCollisionsMaxKeys(t *testing.T) {
 	_, err = tab.LoadOrCreate(0, "c", freshAt(g, t0))
 	require.ErrorIs(t, err, ErrFull)
 	require.Equal(t, int64(2), tab.Len())
+}
+
+// A shard's hot words fill exactly one cache line, so that two shards'
+// counters never share one.
+func TestShardIsOneCacheLine(t *testing.T) {
+	require.Equal(t, uintptr(cacheLine), unsafe.Sizeof(shard{}))
+	require.Zero(t, unsafe.Sizeof(Table{})%cacheLine)
 }
