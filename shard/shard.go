@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/puzpuzpuz/xsync/v3"
 
@@ -55,8 +56,11 @@ type shard struct {
 	// after, must not build the key anew below counts that are still
 	// inside its window (docs/design.md §5).
 	floor atomic.Int64
-	_     [cacheLine - 32]byte
+	_     [cacheLine - 2*ptrSize - 16]byte // m and fb, then evicted and floor
 }
+
+// ptrSize is the size of a pointer: 8 bytes, or 4 on 32-bit platforms.
+const ptrSize = unsafe.Sizeof(uintptr(0))
 
 // raiseFloor lifts s.floor to at least ns.
 func (s *shard) raiseFloor(ns int64) {
