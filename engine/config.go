@@ -34,7 +34,8 @@ const (
 	// than Limit, and nothing is refused early. The price is memory and a
 	// lock. Each key holds a ring of one 8-byte timestamp per unit of its
 	// limit, allocated in full when the key is created (8·Limit + 48
-	// bytes), so Limit is capped by Config.MaxLogLimit. And each key has a
+	// bytes, then the key, rounded up to 64), so Limit is capped by
+	// Config.MaxLogLimit. And each key has a
 	// spin lock, held for a decision on it, because an exact log must drop
 	// expired units, count and append as one step, which no single-word CAS
 	// covers: requests for one key are serialised, denials included.
@@ -124,8 +125,10 @@ type Config struct {
 	// Setting KeyLimit enables per-key limits (see PerKeyLimits).
 	KeyLimit func(key string) int64
 	// PerKeyLimits stores a limit in every key's state, so that SetLimit
-	// can change one key's limit. It costs 8 bytes per key (nothing more
-	// with SlidingLog, whose keys always store it). KeyLimit implies it.
+	// can change one key's limit. It costs 8 bytes in the state, which is
+	// rounded up to 64-byte lines: with N = 10 keys of 8 to 15 bytes then
+	// take a 192-byte state instead of 128 (nothing more with SlidingLog,
+	// whose keys always store it). KeyLimit implies it.
 	PerKeyLimits bool
 
 	// Clock, if set, is the time source of Allow and AllowN and of the

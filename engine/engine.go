@@ -3,8 +3,6 @@
 package engine
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
@@ -28,8 +26,11 @@ func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
 // limit in a sliding window. It is safe for concurrent use.
 //
 // The decision path for an existing key takes no lock and does not
-// allocate: one xxhash of the key, a lock-free map load, N+2 atomic loads and
-// one CAS (see ringslot.Acquire for the protocol). A key's first request, and
+// allocate: one seeded hash of the key, a lock-free map load, the key
+// compared in its state, four atomic loads (the newest epoch, two words
+// caching the window's settled counts, the current slot) and one CAS, then
+// the newest epoch again; once per key per sub-window a walk of its N+1
+// slots refreshes the cache (see ringslot.Acquire for the protocol). A key's first request, and
 // its first after it was reclaimed, creates its state under one xsync bucket
 // lock inside the map. SlidingLog is the exception: a decision holds the
 // key's own spin lock (see SlidingLog), and still does not allocate.
@@ -62,10 +63,6 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	var seed [8]byte
-	if _, err := rand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("ringlimit: seeding the key hash: %w", err)
-	}
 	geo := ringslot.NewGeometry(nc.width, nc.n, nc.Algorithm == SlidingWindow, nc.PerKeyLimits)
 	if nc.Algorithm == SlidingLog {
 		geo = ringslot.NewLog(int64(nc.Window))
@@ -73,7 +70,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		cfg:      nc,
 		geo:      geo,
-		tab:      shard.New(geo, nc.shards, binary.LittleEndian.Uint64(seed[:]), nc.MaxKeys),
+		tab:      shard.New(geo, nc.shards, nc.MaxKeys),
 		clk:      nc.Clock,
 		limit:    nc.Limit,
 		maxLimit: nc.maxLimit,
@@ -103,7 +100,7 @@ func New(cfg Config) (*Engine, error) {
 // It computes neither Remaining nor RetryAfter, so its deny path only reads
 // the key's slots (with SlidingLog, under the key's lock).
 func (e *Engine) Allow(key string) bool {
-	t := e.clk.UnixNano()
+	t := e.now()
 	if res, _, ok := e.fast(key, 1, t, false); ok {
 		return res.Allowed
 	}
@@ -114,12 +111,21 @@ func (e *Engine) Allow(key string) bool {
 // AllowN is shorthand for AllowAt(key, n, now) with now from the engine's
 // clock.
 func (e *Engine) AllowN(key string, n int64) Decision {
-	t := e.clk.UnixNano()
+	t := e.now()
 	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
 	d, _ := e.decideSlow(key, n, t)
 	return d
+}
+
+// now reads the engine's clock. The coarse clock is read through its
+// concrete type: one atomic load, without the interface call.
+func (e *Engine) now() int64 {
+	if e.coarse != nil {
+		return e.coarse.UnixNano()
+	}
+	return e.clk.UnixNano()
 }
 
 // AllowAt decides whether n units for key fit at time now, and records them
@@ -212,11 +218,10 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 			limit = e.ringLimit(r)
 		}
 		var res ringslot.Result
-		var eff int64
 		if n >= 1 && n <= limit {
-			res, eff = e.geo.AcquireTrace(r, t, n, limit)
+			res = e.geo.Acquire(r, t, n, limit)
 		} else {
-			res, eff = e.geo.PeekTrace(r, t, n, limit)
+			res = e.geo.Peek(r, t, n, limit)
 		}
 		if res.Dead {
 			// Retired by idleness or the sweeper: the key starts fresh.
@@ -235,7 +240,7 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 		case n < 0:
 			d.Allowed, d.RetryAfter = false, Never
 		}
-		return d, eff
+		return d, res.Epoch
 	}
 }
 
@@ -330,7 +335,7 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 // clamped forward to it, so no count still inside some writer's window is
 // dropped (docs/design.md §5).
 func (e *Engine) freshAt(t, limit int64) shard.Fresh {
-	return func(floor int64) ringslot.Ring { return e.geo.New(max(t, floor), limit) }
+	return func(floor int64, key string) ringslot.Ring { return e.geo.New(max(t, floor), limit, key) }
 }
 
 // SetLimit is SetLimitAt(key, limit, now) with now from the engine's clock.

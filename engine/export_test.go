@@ -11,7 +11,11 @@ import (
 // older, or a retired state's retirement epoch; −1 for a refused time. The
 // stress test records admissions with it.
 func (e *Engine) AllowAtTrace(key string, n int64, now time.Time) (Decision, int64) {
-	return e.decideSlow(key, n, clock.UnixNano(now)) // the slow path traces, and decides as the fast one does
+	t := clock.UnixNano(now)
+	if res, limit, ok := e.fast(key, n, t, true); ok {
+		return decision(res, limit), res.Epoch
+	}
+	return e.decideSlow(key, n, t)
 }
 
 // Width is the sub-window width in ns (Window for FixedWindow and

@@ -66,8 +66,7 @@ func TestAdv2UpdateLimitsRecreatesKeysTheSweepReclaims(t *testing.T) {
 func TestAdv2UpdateLimitsAppliesToAKeyCreatedMeanwhile(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	clk := engine.NewManualClock(t0)
-	var e *engine.Engine
-	e = newEngine(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Clock: clk, SweepInterval: time.Hour,
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Clock: clk, SweepInterval: time.Hour,
 		KeyLimit: func(string) int64 { return 7 }})
 	if err := e.SetLimit("k", 50); err != nil {
 		t.Fatal(err)

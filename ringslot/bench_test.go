@@ -16,14 +16,14 @@ func BenchmarkAcquire(b *testing.B) {
 	g := NewGeometry(sec/10, 10, true, false)
 	b.Run("allowed", func(b *testing.B) {
 		b.ReportAllocs()
-		r := g.New(t0, 0)
+		r := g.New(t0, 0, "k")
 		for i := 0; i < b.N; i++ {
 			sinkResult = g.Acquire(r, t0+int64(i), 1, 1<<40-1)
 		}
 	})
 	b.Run("denied", func(b *testing.B) {
 		b.ReportAllocs()
-		r := g.New(t0, 0)
+		r := g.New(t0, 0, "k")
 		g.Acquire(r, t0, 100, 100)
 		for i := 0; i < b.N; i++ {
 			sinkResult = g.Acquire(r, t0+int64(i&1023), 1, 100)
@@ -63,7 +63,7 @@ func BenchmarkAcquireLog(b *testing.B) {
 	for _, k := range kinds {
 		b.Run("kind="+k.name+"/at-limit", func(b *testing.B) {
 			g := k.geo(1000)
-			r := g.New(t0, 1000)
+			r := g.New(t0, 1000, "k")
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				sinkResult = g.Acquire(r, t0+int64(i), 1, 1000)
@@ -71,7 +71,7 @@ func BenchmarkAcquireLog(b *testing.B) {
 		})
 		b.Run("kind="+k.name+"/denied", func(b *testing.B) {
 			g := k.geo(sec)
-			r := g.New(t0, 100)
+			r := g.New(t0, 100, "k")
 			g.Acquire(r, t0, 100, 100)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
@@ -80,7 +80,7 @@ func BenchmarkAcquireLog(b *testing.B) {
 		})
 		b.Run("kind="+k.name+"/at-limit/parallel", func(b *testing.B) {
 			g := k.geo(1000)
-			r := g.New(t0, 1000)
+			r := g.New(t0, 1000, "k")
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				var res Result
@@ -92,7 +92,7 @@ func BenchmarkAcquireLog(b *testing.B) {
 		})
 		b.Run("kind="+k.name+"/denied/parallel", func(b *testing.B) {
 			g := k.geo(sec)
-			r := g.New(t0, 100)
+			r := g.New(t0, 100, "k")
 			g.Acquire(r, t0, 100, 100)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

@@ -2,7 +2,6 @@ package ringslot
 
 import (
 	"runtime"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -10,9 +9,11 @@ import (
 // the time of every unit admitted in its window, and admits n units at t iff
 // the units at times s with t−W < s ≤ t, plus n, are at most the limit. It
 // uses the same Ring handle and the same one allocation of int64 words per
-// key as the counter rings, so shard.Table holds both.
+// key as the counter rings, so shard.Table holds both, and like them it
+// keeps the key after its words (state.go). It has no cache: its decision
+// is already O(1) under the lock.
 //
-// Layout of a log ring, logHdr + capacity words:
+// Layout of a log ring, logHdr + capacity words, then the key:
 //
 //	[logLast]      the newest time (ns) the key has seen, or
 //	               retiredWord(R) once retired at time R
@@ -72,6 +73,7 @@ func NewLog(window int64) *Geometry {
 		width:   window,
 		slots:   1,
 		log:     true,
+		limitAt: logLimit,
 		hdr:     logHdr,
 		words:   logHdr,
 		byWidth: newDivider(window),
@@ -83,13 +85,13 @@ func NewLog(window int64) *Geometry {
 func (g *Geometry) IsLog() bool { return g.log }
 
 // LogBytes returns the size of a log ring's allocation for a capacity of
-// limit units.
-func LogBytes(limit int64) int { return int(logHdr+limit) * 8 }
+// limit units and a key of keyLen bytes.
+func LogBytes(limit int64, keyLen int) int { return stateBytes(int(logHdr+limit), keyLen) }
 
-// newLog allocates an empty log ring whose newest time is t, with capacity
-// and limit both limit (≥ 1).
-func newLog(t, limit int64) Ring {
-	w := make([]atomic.Int64, logHdr+limit)
+// newLog allocates an empty log ring for key whose newest time is t, with
+// capacity and limit both limit (≥ 1).
+func newLog(t, limit int64, key string) Ring {
+	w := alloc(int(logHdr+limit), key)
 	w[logLast].Store(t)
 	w[logLimit].Store(limit)
 	w[logCap].Store(limit)
@@ -151,22 +153,19 @@ func expired(r Ring, capacity, start, size, cut int64) int64 {
 // window, and append n units at t iff they fit. A denial writes nothing but
 // last. Preconditions: 1 ≤ n ≤ limit; a limit above the ring's capacity is
 // treated as the capacity (the engine never passes one).
-func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool, eff *int64) Result {
+func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 	r.lock()
 	last := r.word(logLast)
 	l := last.Load()
 	if l < 0 {
 		r.unlock()
-		return Result{Dead: true}
+		return Result{Verdict: Verdict{Dead: true}}
 	}
 	asked := t
 	if t > l {
 		last.Store(t)
 	} else {
 		t = l // time never runs backwards for a key
-	}
-	if eff != nil {
-		*eff = t
 	}
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
 	limit = min(limit, capacity)
@@ -183,7 +182,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool, eff *int64
 		}
 		*r.at(logSize) = size + n
 		r.unlock()
-		return Result{Allowed: true, Remaining: limit - size - n}
+		return Result{Verdict: Verdict{Allowed: true}, Remaining: limit - size - n, Epoch: t}
 	}
 	var res Result
 	if detail {
@@ -199,7 +198,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool, eff *int64
 // oldest units have left the window; the k-th leaves at its time + W, and
 // nothing else ever leaves sooner. The wait counts from asked.
 func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int64) Result {
-	res := Result{Remaining: max(0, limit-size), RetryAfter: Never}
+	res := Result{Remaining: max(0, limit-size), RetryAfter: Never, Epoch: t}
 	if k := size + n - limit; n <= limit && k >= 1 {
 		s := *r.at(logHdr + wrap(start+k-1, capacity)) // k ≤ size as n ≤ limit
 		// s + W − t > 0: the unit is inside at t. s + W may wrap near
@@ -211,24 +210,24 @@ func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int
 
 // logPeek is Peek for a log ring: it clamps and counts as logAcquire does,
 // and writes nothing (not even last).
-func (g *Geometry) logPeek(r Ring, t, n, limit int64) (Result, int64) {
+func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 	r.lock()
 	l := r.word(logLast).Load()
 	if l < 0 {
 		r.unlock()
-		return Result{Dead: true}, 0
+		return Result{Verdict: Verdict{Dead: true}}
 	}
 	asked, t := t, max(t, l)
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
 	limit = min(limit, capacity)
 	k := expired(r, capacity, start, size, t-g.width)
 	start, size = wrap(start+k, capacity), size-k
-	res := Result{Allowed: true, Remaining: max(0, limit-size)}
+	res := Result{Verdict: Verdict{Allowed: true}, Remaining: max(0, limit-size), Epoch: t}
 	if size+n > limit {
 		res = g.logDeny(r, asked, t, capacity, start, size, n, limit)
 	}
 	r.unlock()
-	return res, t
+	return res
 }
 
 // testHookRetire, when a test sets it, runs in logRetire between the
@@ -286,7 +285,7 @@ func (g *Geometry) logSetLimit(r Ring, limit int64) bool {
 // ring and lose the log.
 func (g *Geometry) Grow(old Ring, limit int64) (Ring, bool) {
 	capacity := *old.at(logCap) // fixed since creation, which happened before
-	nr := newLog(0, max(limit, capacity))
+	nr := newLog(0, max(limit, capacity), g.Key(old))
 	nr.word(logLimit).Store(limit)
 	old.lock()
 	defer old.unlock()

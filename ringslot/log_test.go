@@ -8,9 +8,12 @@ import (
 )
 
 func TestLogSizeIsPinned(t *testing.T) {
-	// A 48-byte header, then 8 bytes per unit of capacity.
-	require.Equal(t, 48, NewLog(sec).Bytes())
-	require.Equal(t, 848, LogBytes(100))
+	// A 48-byte header, then 8 bytes per unit of capacity, then the key,
+	// rounded up to whole cache lines.
+	require.Equal(t, 64, NewLog(sec).Bytes(0))
+	require.Equal(t, 896, LogBytes(100, 0))  // 848 + 1
+	require.Equal(t, 896, LogBytes(100, 47)) // 848 + 1 + 47
+	require.Equal(t, 960, LogBytes(100, 48))
 	require.True(t, NewLog(sec).IsLog())
 	require.False(t, NewGeometry(sec/10, 10, true, false).IsLog())
 }
@@ -47,9 +50,9 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 			}
 			used += n
 		}
-		return Result{Allowed: true, Remaining: max(0, limit-used)}
+		return Result{Verdict: Verdict{Allowed: true}, Remaining: max(0, limit-used), Epoch: t}
 	}
-	res := Result{Remaining: max(0, limit-used), RetryAfter: Never}
+	res := Result{Remaining: max(0, limit-used), RetryAfter: Never, Epoch: t}
 	if n <= limit {
 		res.RetryAfter = in[used+n-limit-1] + m.win - asked // from the caller's t, not the clamped one
 	}
@@ -66,7 +69,7 @@ func TestLogMatchesModel(t *testing.T) {
 			const win = 100
 			g := NewLog(win)
 			now := t0
-			r := g.New(now, limit)
+			r := g.New(now, limit, "k")
 			m := &modelLog{newest: now, win: win}
 			for i := 0; i < 1500; i++ {
 				switch rng.IntN(8) {
@@ -97,19 +100,19 @@ func TestLogMatchesModel(t *testing.T) {
 func TestLogAcquireAtOneInstantFillsExactly(t *testing.T) {
 	g := NewLog(sec)
 	const limit = 5000
-	r := g.New(t0, limit)
+	r := g.New(t0, limit, "k")
 	require.Equal(t, int64(limit), burstAdmitted(g, r, t0+sec/20, limit))
-	require.Equal(t, Result{Allowed: true}, g.Peek(r, t0+sec/20, 0, limit))
-	require.Equal(t, Result{RetryAfter: sec}, g.Acquire(r, t0+sec/20, 1, limit))
+	require.Equal(t, Result{Verdict: Verdict{Allowed: true}}, strip(g.Peek(r, t0+sec/20, 0, limit)))
+	require.Equal(t, Result{RetryAfter: sec}, strip(g.Acquire(r, t0+sec/20, 1, limit)))
 }
 
 func TestLogRetireOnlyWhenIdle(t *testing.T) {
 	g := NewLog(sec)
-	r := g.New(t0, 10)
+	r := g.New(t0, 10, "k")
 	require.True(t, g.Acquire(r, t0, 3, 10).Allowed)
 	require.False(t, g.Retire(r, t0+sec-1), "t0's units are inside until t0+1s")
 	require.False(t, g.Retire(r, t0+sec), "idle for exactly Window: kept")
-	require.Equal(t, Result{Allowed: true, Remaining: 7}, g.Peek(r, t0+sec-1, 0, 10))
+	require.Equal(t, Result{Verdict: Verdict{Allowed: true}, Remaining: 7}, strip(g.Peek(r, t0+sec-1, 0, 10)))
 	require.True(t, g.Retire(r, t0+sec+1))
 	require.True(t, g.Retired(r))
 	require.Equal(t, t0+sec, g.RetiredAt(r), "where its newest unit (t0) left the window")
@@ -123,7 +126,7 @@ func TestLogRetireOnlyWhenIdle(t *testing.T) {
 
 func TestLogSetLimitAndGrow(t *testing.T) {
 	g := NewLog(sec)
-	r := g.New(t0, 4)
+	r := g.New(t0, 4, "k")
 	// Units 2 … 5 arrive after units 0 and 1 have left: the ring wraps.
 	for i := int64(0); i < 6; i++ {
 		at := t0 + i
@@ -142,14 +145,14 @@ func TestLogSetLimitAndGrow(t *testing.T) {
 	require.True(t, g.Acquire(r, t0+sec+5, 1, 4).Dead)
 	require.Equal(t, int64(6), g.Limit(big))
 	// The 4 units (t0+1s+2 … +5) and the newest time moved with the log.
-	require.Equal(t, Result{Allowed: true, Remaining: 2}, g.Peek(big, 0, 0, 6))
-	require.Equal(t, Result{Allowed: true}, g.Acquire(big, t0, 2, 6))
+	require.Equal(t, Result{Verdict: Verdict{Allowed: true}, Remaining: 2}, strip(g.Peek(big, 0, 0, 6)))
+	require.Equal(t, Result{Verdict: Verdict{Allowed: true}}, strip(g.Acquire(big, t0, 2, 6)))
 	// Now +2, +3, +4, +5, +5, +5 past t0+1s: 3 must leave, the 3rd at +4+1s.
-	require.Equal(t, Result{RetryAfter: sec - 1}, g.Acquire(big, t0+sec+5, 3, 6))
+	require.Equal(t, Result{RetryAfter: sec - 1}, strip(g.Acquire(big, t0+sec+5, 3, 6)))
 
 	// A ring that was retired when idle is not grown: it is the table's to
 	// replace (with its floor) or remove.
-	idle := g.New(t0, 2)
+	idle := g.New(t0, 2, "k")
 	require.True(t, g.Retire(idle, t0+sec+1))
 	same, moved := g.Grow(idle, 3)
 	require.False(t, moved)
@@ -162,12 +165,12 @@ func TestLogSetLimitAndGrow(t *testing.T) {
 // unit. Retiring it would lose an admitted unit with the ring.
 func TestLogRetireRechecksUnderTheLock(t *testing.T) {
 	g := NewLog(sec)
-	r := g.New(t0, 10)
+	r := g.New(t0, 10, "k")
 	require.True(t, g.Acquire(r, t0, 1, 10).Allowed)
 	var writer Result
 	testHookRetire = func(Ring) { writer = g.Acquire(r, t0+2*sec, 1, 10) }
 	defer func() { testHookRetire = nil }()
 	require.False(t, g.Retire(r, t0+2*sec), "idle by t0's unit, not by the writer's")
-	require.Equal(t, Result{Allowed: true, Remaining: 9}, writer)
+	require.Equal(t, Result{Verdict: Verdict{Allowed: true}, Remaining: 9}, strip(writer))
 	require.False(t, g.Retired(r))
 }

@@ -52,6 +52,13 @@ const reviveGap = 1 << (pack.TagBits - 3)
 // idle for less than staleAfter sub-windows) costs loads and no CAS.
 const staleAfter = reviveGap / 2
 
+// Word indices of a counter ring's header (the layout is on Ring).
+const (
+	wordLast = 0 // last
+	wordFull = 1 // the cache's settled count in full (Strict and weighted, N ≥ 1)
+	wordOld  = 2 // the cache's count of e−N (weighted only)
+)
+
 // Geometry is the shape shared by every ring of one engine. It is immutable
 // and safe for concurrent use.
 type Geometry struct {
@@ -60,16 +67,24 @@ type Geometry struct {
 	slots    int64 // N+1
 	weighted bool  // weight the oldest slot by (w−r)/w
 	log      bool  // a sliding log (log.go): width is the window W
-	hdr      int   // header words: last, then limit when perKey
+	cache    int   // cache words after last: 2 weighted, 1 Strict, 0 Fixed and log
+	limitAt  int   // word index of the per-key limit; 0 when limits are shared
+	hdr      int   // header words: last, the cache words, then the limit when per-key
 	words    int   // hdr + slots (the header alone for a log)
+	keyOff   int   // byte offset of the key: words·8; 0 for a log, whose offset varies
 	idle     int64 // sub-windows after the newest one before Retire may retire
 	byWidth  divider
 	bySlots  divider
 
-	// testHookClamped, when a test sets it, runs in acquire after the
-	// clamp, with the epoch the writer will use: where a stalled writer's
-	// view goes stale. Nil outside tests.
+	// Test hooks, nil outside tests. testHookClamped runs in acquire
+	// after the clamp, with the epoch the writer will use: where a stalled
+	// writer's view goes stale. testHookWalked runs after a walk of the
+	// slots and before its result is published in the cache.
+	// testHookAdded runs after the slot CAS and before the final check of
+	// last: where an add that will be undone is visible to others.
 	testHookClamped func(e int64)
+	testHookWalked  func(e int64)
+	testHookAdded   func(e int64)
 }
 
 // NewGeometry describes rings of span+1 slots of width ns each. Preconditions
@@ -77,15 +92,25 @@ type Geometry struct {
 // Fixed is weighted=false, span=0, width=Window. With perKey each ring
 // stores its own limit.
 func NewGeometry(width int64, span int, weighted, perKey bool) *Geometry {
-	g := &Geometry{width: width, span: int64(span), slots: int64(span) + 1, weighted: weighted, hdr: 1}
+	g := &Geometry{width: width, span: int64(span), slots: int64(span) + 1, weighted: weighted}
 	// A key is kept while idle for at most Window plus one sub-window: a
 	// request at the end of epoch l is that old at the start of epoch
 	// l + W/w + 2 (W/w is N, or 1 for Fixed, whose sub-window is W).
 	g.idle = max(g.span, 1) + 2
+	switch {
+	case span == 0: // Fixed: nothing is settled, a decision reads one slot
+	case weighted:
+		g.cache = 2
+	default:
+		g.cache = 1
+	}
+	g.hdr = 1 + g.cache
 	if perKey {
-		g.hdr = 2
+		g.limitAt = g.hdr
+		g.hdr++
 	}
 	g.words = g.hdr + int(g.slots)
+	g.keyOff = g.words * 8
 	g.byWidth = newDivider(width)
 	g.bySlots = newDivider(g.slots)
 	return g
@@ -97,46 +122,57 @@ func (g *Geometry) Width() int64 { return g.width }
 // Span returns N, the number of sub-windows in the window.
 func (g *Geometry) Span() int64 { return g.span }
 
-// Bytes returns the size of one ring's allocation; for a log, of its header
-// alone (see LogBytes).
-func (g *Geometry) Bytes() int { return g.words * 8 }
-
 // Ring is a handle to one key's state. The zero Ring is invalid; copies of a
 // Ring refer to the same state. All methods are safe for concurrent use.
 //
-// Layout of a counter ring (a log ring's is in log.go), one allocation of
-// int64 words:
+// Layout of a counter ring (a log ring's is in log.go): one pointer-free
+// allocation of int64 words, followed by the key (state.go), rounded up to
+// whole cache lines:
 //
 //	[0]        last:  the newest epoch any writer has published, or
 //	                  retiredWord(R) once the ring is retired at epoch R
-//	[1]        limit: only with per-key limits
+//	[1]        full:  cache, pack.Word(tag of e, settled count in full)
+//	[2]        old:   cache, pack.Word(tag of e, count of e−N); weighted only
+//	[limitAt]  limit: only with per-key limits
 //	[hdr+i]    slot i: pack.Word(tag, count) for the epoch ≡ i mod N+1
+//
+// Strict rings have one cache word, Fixed rings none (cache.go).
 //
 // Invariants, on which the lock-free argument rests:
 //   - last only increases, until the ring is retired, after which it never
 //     changes. A writer publishes its epoch in last before it writes a slot,
 //     so no slot ever holds an epoch newer than last.
 //   - A slot's epoch is never 2^23 or more sub-windows behind the epoch it
-//     stands for (settle and reviveGap), so equal tags mean equal epochs.
+//     stands for (settle and reviveGap), so equal tags mean equal epochs;
+//     the same holds for the cache words' tags.
 //   - A slot's tag only moves forward. A reset and its first increment are
 //     one CAS from the exact word that was read, made only after last was
 //     seen unchanged since the clamp; a rollback subtracts only while the tag
 //     is still the one it added to.
 //   - A count never exceeds the ring's limit ≤ pack.MaxCount: a writer's CAS
 //     is conditional on the estimate, which includes the slot, leaving room.
+//   - A cache word tagged e holds an upper bound of the admitted units of
+//     its settled epochs, for every writer that can still be admitted at e
+//     (cache.go has the proof).
 type Ring struct{ p *atomic.Int64 }
 
-// New allocates a ring whose newest epoch is the epoch of t and whose slots
-// are empty. limit is stored only when the geometry has per-key limits. A
-// log ring's newest time is t, and its capacity is limit (≥ 1) units.
-func (g *Geometry) New(t, limit int64) Ring {
+// New allocates the state of key: a ring whose newest epoch is the epoch of
+// t, whose slots are empty, and whose cache holds that epoch's settled
+// counts, 0: nothing older than the ring's first epoch is ever counted in
+// it. limit is stored only when the geometry has per-key limits. A log
+// ring's newest time is t, and its capacity is limit (≥ 1) units.
+func (g *Geometry) New(t, limit int64, key string) Ring {
 	if g.log {
-		return newLog(t, limit)
+		return newLog(t, limit, key)
 	}
-	w := make([]atomic.Int64, g.words)
-	w[0].Store(t / g.width)
-	if g.hdr == 2 {
-		w[1].Store(limit)
+	w := alloc(g.words, key)
+	e := t / g.width
+	w[wordLast].Store(e)
+	for k := range g.cache {
+		w[wordFull+k].Store(pack.Word(pack.TagOf(e), 0))
+	}
+	if g.limitAt != 0 {
+		w[g.limitAt].Store(limit)
 	}
 	return Ring{p: &w[0]}
 }
@@ -150,7 +186,7 @@ func (r Ring) word(i int) *atomic.Int64 {
 func (r Ring) Valid() bool { return r.p != nil }
 
 // Limit returns the ring's own limit (per-key geometries only).
-func (g *Geometry) Limit(r Ring) int64 { return r.word(1).Load() }
+func (g *Geometry) Limit(r Ring) int64 { return r.word(g.limitAt).Load() }
 
 // SetLimit replaces the ring's own limit (per-key geometries only) and
 // reports whether the ring holds it afterwards: false when r is retired (a
@@ -161,7 +197,7 @@ func (g *Geometry) SetLimit(r Ring, limit int64) bool {
 	if g.log {
 		return g.logSetLimit(r, limit)
 	}
-	r.word(1).Store(limit)
+	r.word(g.limitAt).Store(limit)
 	return !g.Retired(r)
 }
 
@@ -172,11 +208,26 @@ func (g *Geometry) index(e int64) int {
 }
 
 // Result is the outcome of one decision on a ring.
+//
+// It has four fields, Verdict counting as one: the compiler keeps a struct
+// of at most four fields in registers, and a fifth turned every return of a
+// Result into a copy through the stack, with a store-forwarding stall in
+// each frame of the decision path (about a quarter of a hot key's time).
+// result_test.go pins the count.
 type Result struct {
-	Allowed    bool
-	Dead       bool  // the ring is retired: reload the key's ring and retry
+	Verdict
 	Remaining  int64 // units that would still be admitted now
 	RetryAfter int64 // ns; 0 when allowed, Never when the request can never fit
+	// Epoch is the effective epoch of the decision (a log: the effective
+	// time, ns): t's, or the key's newest if t was older. Acquire and Peek
+	// set it, Admit does not.
+	Epoch int64
+}
+
+// Verdict is what a decision did.
+type Verdict struct {
+	Allowed bool
+	Dead    bool // the ring is retired: reload the key's ring and retry
 }
 
 // view is a ring read at effective epoch e: the current slot's word and its
@@ -205,7 +256,7 @@ func (g *Geometry) read(r Ring, e int64, i int, l int64) (v view, ok bool) {
 	v.curWord = r.word(g.hdr + i).Load()
 	if t := pack.TagOfWord(v.curWord); t == tag {
 		v.cur = pack.CountOfWord(v.curWord)
-	} else if r.word(0).Load() != l {
+	} else if r.word(wordLast).Load() != l {
 		return v, false
 	}
 	// Epochs e−1 … e−N live at slots i−1 … 0, then N … i+1; the last
@@ -242,7 +293,8 @@ func (g *Geometry) read(r Ring, e int64, i int, l int64) (v view, ok bool) {
 // it any more except one whose final check then undoes the add. The CAS is
 // from the exact word read, so a concurrent writer's update wins; the loop
 // ends when the slot is recent, which another writer's success also makes
-// it. docs/design.md §3 proves the bound this keeps.
+// it. It then does the same for the cache words (settleCache). docs/design.md
+// §3 proves the bound this keeps.
 func (g *Geometry) settle(r Ring, e int64) {
 	i := g.index(e)
 	want := pack.TagOf(e)
@@ -262,6 +314,7 @@ func (g *Geometry) settle(r Ring, e int64) {
 		}
 		want = (want - 1) & tagMask
 	}
+	g.settleCache(r, e)
 }
 
 // oldest returns the slot index of epoch e−N, given e's index i.
@@ -311,8 +364,8 @@ func (g *Geometry) remaining(full, old, limit, r int64) int64 {
 	return limit - used
 }
 
-// EpochOf returns the epoch of t ≥ 0 (a log: t itself), the unit of the
-// effective epochs AcquireTrace and PeekTrace report.
+// EpochOf returns the epoch of t ≥ 0 (a log: t itself), the unit of
+// Result.Epoch.
 func (g *Geometry) EpochOf(t int64) int64 {
 	if g.log {
 		return t
@@ -341,14 +394,17 @@ func clamp(e, r, l int64) (int64, int64) {
 //  1. Load last, l. If t's epoch is newer, publish it with a CAS (once per
 //     sub-window per key) and settle the ring at it; if older, clamp to l.
 //     From here the writer's epoch e equals l.
-//  2. Read every slot (no writes). If the request does not fit, deny: a
-//     denial writes nothing, so the deny path scales across cores.
+//  2. Read the cache words and the current slot when the cache is tagged e
+//     (cache.go); otherwise read every slot and publish the settled part in
+//     the cache. If the request does not fit, deny: a denial writes nothing
+//     but that once-per-sub-window publish, so the deny path scales.
 //  3. CAS the current slot from the word read to word+n, or, if the slot
 //     holds another epoch, to a fresh (tag, n): a reset, made only after
 //     last was seen still equal to l once the slot was read. On CAS failure
 //     re-read that slot only.
 //  4. Load last again. If it moved, a writer at a newer epoch may have read
-//     our slot before our add, so undo the add and retry at the new epoch.
+//     our slot before our add, so undo the add, mark the cache words that
+//     may have counted it, and retry at the new epoch.
 //
 // Why this admits no more than a sequential execution would: order admitted
 // requests by their CAS in step 3. For an earlier admitted request P and a
@@ -359,7 +415,9 @@ func clamp(e, r, l int64) (int64, int64) {
 // step 4 would then have seen last move. Units that are added and then
 // undone can only make a concurrent reader over-count: under contention a
 // request may be denied that a sequential run would admit (a false denial),
-// never the reverse.
+// never the reverse. The cache stands in for the settled slots: it bounds
+// every admitted unit of them for any writer that is still admitted
+// (cache.go), so the argument holds through it.
 //
 // Why no writer wipes a newer count: a reset replaces a word whose epoch is
 // not e. The slot was read, then last was seen equal to l = e, and no slot
@@ -371,38 +429,31 @@ func clamp(e, r, l int64) (int64, int64) {
 // sub-windows of the key's time between two of the writer's instructions
 // (docs/design.md §3, the one stall the protocol does not survive).
 func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
-	return g.acquire(r, t, n, limit, true, nil)
-}
-
-// AcquireTrace is Acquire that also returns the decision's effective epoch
-// (a log: time): t's, or the key's newest if t was older. It is for the
-// slow path and for checkers; the effective epoch stays out of Result so
-// that the hot path returns four words.
-func (g *Geometry) AcquireTrace(r Ring, t, n, limit int64) (Result, int64) {
-	var eff int64
-	res := g.acquire(r, t, n, limit, true, &eff)
-	return res, eff
+	return g.acquire(r, t, n, limit, true)
 }
 
 // Admit is Acquire for callers that only need the verdict: it skips
 // Remaining and RetryAfter (a walk over the slots and a 128-bit division on
 // a denial), which leaves the deny path a read of the slots and nothing more.
 func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
-	res := g.acquire(r, t, n, limit, false, nil)
+	res := g.acquire(r, t, n, limit, false)
 	return res.Allowed, res.Dead
 }
 
-// acquire is Acquire; with eff it also stores the effective epoch there.
-func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool, eff *int64) Result {
+func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 	if g.log { // the one branch the counter rings pay for the log
-		return g.logAcquire(r, t, n, limit, detail, eff)
+		return g.logAcquire(r, t, n, limit, detail)
 	}
 	e0, r0 := g.split(t)
-	last := r.word(0)
+	// t's slot, computed before last is loaded: in the common case (t in
+	// the key's newest sub-window) the slot's address then does not wait
+	// for that load.
+	i0 := g.index(e0)
+	last := r.word(wordLast)
 	for {
 		l := last.Load()
 		if l < 0 {
-			return Result{Dead: true}
+			return Result{Verdict: Verdict{Dead: true}}
 		}
 		if e0 > l {
 			if e0-l >= reviveGap {
@@ -411,7 +462,7 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool, eff *int64) R
 				// at e0, so writers still at the old time are clamped
 				// forward rather than counted on an empty ring.
 				if last.CompareAndSwap(l, retiredWord(e0)) {
-					return Result{Dead: true}
+					return Result{Verdict: Verdict{Dead: true}}
 				}
 				continue
 			}
@@ -422,19 +473,41 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool, eff *int64) R
 			g.settle(r, e0)
 		}
 		e, off := clamp(e0, r0, l)
-		if eff != nil {
-			*eff = e
-		}
 		if g.testHookClamped != nil {
 			g.testHookClamped(e)
 		}
-		i := g.index(e)
-		v, ok := g.read(r, e, i, l)
-		if !ok {
-			continue
+		i := i0
+		if e != e0 {
+			i = g.index(e)
 		}
 		slot := r.word(g.hdr + i)
 		tag := pack.TagOf(e)
+		// The cache check (cacheAt, written out: the compiler would not
+		// inline it). full and old are (tag, 0) where the geometry has no
+		// such word, so that Fixed always hits with nothing settled.
+		var v view
+		full := pack.Word(tag, 0)
+		old := full
+		if g.cache > 0 {
+			full = r.word(wordFull).Load()
+		}
+		if g.cache > 1 {
+			old = r.word(wordOld).Load()
+		}
+		if w := pack.Word(tag, 0); uint64((full^w)|(old^w))>>pack.CountBits == 0 {
+			v.full, v.old = pack.CountOfWord(full), pack.CountOfWord(old)
+			v.curWord = slot.Load()
+			if pack.TagOfWord(v.curWord) == tag {
+				v.cur = pack.CountOfWord(v.curWord)
+			} else if last.Load() != l {
+				continue // as in read: the slot may be newer than our epoch
+			}
+		} else {
+			var ok bool
+			if v, ok = g.walk(r, e, i, l, full, old); !ok {
+				continue
+			}
+		}
 		restart := false
 		for {
 			if !g.fits(v.cur+v.full, v.old, n, limit, off) {
@@ -462,21 +535,25 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool, eff *int64) R
 		if restart {
 			continue
 		}
+		if g.testHookAdded != nil {
+			g.testHookAdded(e)
+		}
 		if l2 := last.Load(); l2 != l {
 			if l2 < 0 {
 				// Retired: the sweeper saw last = l idle, so this add
 				// at l is outside the window at the retirement epoch
 				// and the ring is unreachable; it needs no undo. The
 				// caller retries on the key's new ring.
-				return Result{Dead: true}
+				return Result{Verdict: Verdict{Dead: true}}
 			}
 			g.undo(slot, tag, n)
+			g.invalidate(r, tag)
 			continue
 		}
 		if !detail {
-			return Result{Allowed: true}
+			return Result{Verdict: Verdict{Allowed: true}}
 		}
-		return Result{Allowed: true, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off)}
+		return Result{Verdict: Verdict{Allowed: true}, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off), Epoch: e}
 	}
 }
 
@@ -497,20 +574,14 @@ func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
 // Peek reports what Acquire would decide for n units at t (n may exceed
 // limit), without recording anything. With n = 0 it reports Remaining.
 func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
-	res, _ := g.PeekTrace(r, t, n, limit)
-	return res
-}
-
-// PeekTrace is Peek that also returns the effective epoch (a log: time).
-func (g *Geometry) PeekTrace(r Ring, t, n, limit int64) (Result, int64) {
 	if g.log {
 		return g.logPeek(r, t, n, limit)
 	}
 	e0, r0 := g.split(t)
 	for {
-		l := r.word(0).Load()
+		l := r.word(wordLast).Load()
 		if l < 0 {
-			return Result{Dead: true}, 0
+			return Result{Verdict: Verdict{Dead: true}}
 		}
 		e, off := clamp(e0, r0, l)
 		i := g.index(e)
@@ -522,9 +593,9 @@ func (g *Geometry) PeekTrace(r Ring, t, n, limit int64) (Result, int64) {
 			}
 		}
 		if !g.fits(v.cur+v.full, v.old, n, limit, off) {
-			return g.deny(r, t, e, i, off, v, n, limit), e
+			return g.deny(r, t, e, i, off, v, n, limit)
 		}
-		return Result{Allowed: true, Remaining: g.remaining(v.cur+v.full, v.old, limit, off)}, e
+		return Result{Verdict: Verdict{Allowed: true}, Remaining: g.remaining(v.cur+v.full, v.old, limit, off), Epoch: e}
 	}
 }
 
@@ -543,7 +614,7 @@ func fromCaller(wait, eff, t int64) int64 {
 // deny builds the denial for n units asked at t and decided at (e, off)
 // from view v; i is e's slot. Its RetryAfter counts from t.
 func (g *Geometry) deny(r Ring, t, e int64, i int, off int64, v view, n, limit int64) Result {
-	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never}
+	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never, Epoch: e}
 	if n <= limit {
 		res.RetryAfter = fromCaller(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off, t)
 	}
@@ -645,7 +716,7 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 		return g.logRetire(r, t)
 	}
 	e, _ := g.split(t)
-	last := r.word(0)
+	last := r.word(wordLast)
 	for {
 		l := last.Load()
 		if l < 0 {
@@ -663,7 +734,7 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 }
 
 // Retired reports whether r has been retired.
-func (g *Geometry) Retired(r Ring) bool { return r.word(0).Load() < 0 }
+func (g *Geometry) Retired(r Ring) bool { return r.word(wordLast).Load() < 0 }
 
 // RetiredAt returns the time (Unix ns) at which a retired ring r was
 // retired: the start of the epoch it was retired at (a log: the time). No
@@ -672,7 +743,7 @@ func (g *Geometry) Retired(r Ring) bool { return r.word(0).Load() < 0 }
 // ring while the old ring's counts would still be inside its window. For a
 // live ring it returns 0.
 func (g *Geometry) RetiredAt(r Ring) int64 {
-	l := r.word(0).Load()
+	l := r.word(wordLast).Load()
 	if l >= 0 {
 		return 0
 	}

@@ -18,11 +18,24 @@ const sec = int64(1e9)
 const t0 = 1_700_000_000 * sec
 
 func TestRingSizeIsPinned(t *testing.T) {
-	// last + N+1 slots; + limit with per-key limits. 96 bytes is a Go size
-	// class, so N = 10 rings waste nothing.
-	require.Equal(t, 96, NewGeometry(sec/10, 10, true, false).Bytes())
-	require.Equal(t, 104, NewGeometry(sec/10, 10, true, true).Bytes())
-	require.Equal(t, 16, NewGeometry(sec, 0, false, false).Bytes())
+	// last + cache words + [limit] + N+1 slots, then the key's length byte
+	// and bytes, rounded up to whole cache lines.
+	sliding := NewGeometry(sec/10, 10, true, false) // 14 words: 112 bytes
+	require.Equal(t, 128, sliding.Bytes(0))
+	require.Equal(t, 128, sliding.Bytes(15), "keys up to 15 bytes fit the second line")
+	require.Equal(t, 192, sliding.Bytes(16))
+	require.Equal(t, 192, sliding.Bytes(79))
+	require.Equal(t, 256, sliding.Bytes(80))
+	require.Equal(t, 128, NewGeometry(sec/10, 10, true, true).Bytes(7), "per-key limit: 15 words")
+	require.Equal(t, 192, NewGeometry(sec/10, 10, true, true).Bytes(8))
+	require.Equal(t, 128, NewGeometry(sec/10, 10, false, false).Bytes(23), "strict: one cache word, 13 words")
+	require.Equal(t, 64, NewGeometry(sec, 0, false, false).Bytes(47), "fixed: last + one slot")
+	require.Equal(t, 128, NewGeometry(sec, 0, false, false).Bytes(48))
+	// A key of 128 bytes or more takes a two-byte length.
+	require.Equal(t, 256, sliding.Bytes(127))
+	require.Equal(t, 256, sliding.Bytes(128)) // 112 + 2 + 128 = 242
+	require.Equal(t, 256, sliding.Bytes(142)) // 112 + 2 + 142 = 256
+	require.Equal(t, 320, sliding.Bytes(143))
 }
 
 // ratFits is the exact rational form of the admission test.
@@ -98,11 +111,11 @@ func burstAdmitted(g *Geometry, r Ring, t, limit int64) int64 {
 func TestAcquireAtOneInstantFillsExactly(t *testing.T) {
 	for _, weighted := range []bool{true, false} {
 		g := NewGeometry(sec/10, 10, weighted, false)
-		r := g.New(t0, 0)
+		r := g.New(t0, 0, "k")
 		const limit = 5000
 		require.Equal(t, int64(limit), burstAdmitted(g, r, t0+sec/20, limit))
 		res := g.Peek(r, t0+sec/20, 0, limit)
-		require.Equal(t, Result{Allowed: true}, res)
+		require.Equal(t, Result{Verdict: Verdict{Allowed: true}}, strip(res))
 	}
 }
 
@@ -120,7 +133,7 @@ func TestRetireOnlyWhenIdle(t *testing.T) {
 	} {
 		g := tc.g
 		for _, at := range []int64{0, 1, tc.width / 2, tc.width - 1} { // offsets of the request in its sub-window
-			r := g.New(t0, 0)
+			r := g.New(t0, 0, "k")
 			s := t0 + at
 			require.True(t, g.Acquire(r, s, 3, 10).Allowed)
 			// Idle for up to Window plus one sub-window: kept, whatever
@@ -137,6 +150,12 @@ func TestRetireOnlyWhenIdle(t *testing.T) {
 			require.True(t, g.Peek(r, t0+5*sec, 0, 10).Dead)
 		}
 	}
+}
+
+// strip drops the effective epoch, for comparisons of the other fields.
+func strip(r Result) Result {
+	r.Epoch = 0
+	return r
 }
 
 func mul(a, b int64) (uint64, uint64) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/puzpuzpuz/xsync/v3"
 
@@ -20,23 +21,33 @@ var ErrFull = errors.New("ringlimit: MaxKeys reached; new keys are refused until
 // line (64 bytes on amd64 and arm64).
 const cacheLine = 64
 
-// mapKey carries the key's hash beside the key, so the map never hashes the
-// string again: the one xxhash of the key, already mixed with the table's
-// secret seed, picks the shard by its top bits and the bucket by its low
-// bits. The full string is compared on lookup, so two keys never share a
-// ring through a hash collision.
-type mapKey struct {
-	h uint64
-	s string
-}
+// hashU64 only folds in xsync's per-table seed: the key is already the
+// key's mixed, seeded hash. xsync takes buckets from bits 7 and up and its
+// tag from bits 0–6, none of which the shard index (the top bits) fixes.
+func hashU64(h, seed uint64) uint64 { return h ^ seed }
 
-// hashMapKey only folds in xsync's per-table seed: k.h is already a mixed,
-// seeded hash, and xsync takes buckets from bits 7 and up and its tag from
-// bits 0–6, none of which the shard index (the top bits) fixes.
-func hashMapKey(k mapKey, seed uint64) uint64 { return k.h ^ seed }
-
+// shard holds its keys in two maps. m maps a key's 64-bit hash to the
+// state of one key with that hash, its resident; the state holds the key's
+// bytes (ringslot.Geometry.HasKey), so a lookup compares the key in the
+// state's own cache lines and the table keeps no string. Another key with
+// the same 64-bit hash (a full collision: rare, and not aimable, since the
+// hash is seeded) lives in fb, keyed by the string, created on the first
+// collision.
+//
+// Invariants:
+//   - A key's state is in exactly one of the two maps for as long as the
+//     key is present, and it never moves between them: a lock-free Load
+//     that misses m (absent, or another key resident) and then looks in fb
+//     cannot miss a present key.
+//   - Every insert, replace and delete of a key, in m or in fb, runs inside
+//     m.Compute on the key's hash, under the lock of that hash's bucket, so
+//     the two maps change for one hash in one total order. fb's own locks
+//     are taken only inside (lock order m, then fb).
+//   - Deleting through m.Compute where the hash is absent answers "delete";
+//     any other answer would store an empty state for it.
 type shard struct {
-	m       *xsync.MapOf[mapKey, ringslot.Ring]
+	m       *xsync.MapOf[uint64, ringslot.Ring]
+	fb      atomic.Pointer[xsync.MapOf[string, ringslot.Ring]] // nil until a collision
 	evicted atomic.Int64
 	// floor is the latest retirement time (Unix ns) of a ring this shard
 	// deleted, raised under the key's bucket lock before the delete. Every
@@ -45,8 +56,11 @@ type shard struct {
 	// after, must not build the key anew below counts that are still
 	// inside its window (docs/design.md §5).
 	floor atomic.Int64
-	_     [cacheLine - 24]byte
+	_     [cacheLine - 2*ptrSize - 16]byte // m and fb, then evicted and floor
 }
+
+// ptrSize is the size of a pointer: 8 bytes, or 4 on 32-bit platforms.
+const ptrSize = unsafe.Sizeof(uintptr(0))
 
 // raiseFloor lifts s.floor to at least ns.
 func (s *shard) raiseFloor(ns int64) {
@@ -58,41 +72,61 @@ func (s *shard) raiseFloor(ns int64) {
 	}
 }
 
+// fallback returns s.fb, creating it. Callers hold a bucket lock of s.m,
+// not necessarily the same one, hence the CAS.
+func (s *shard) fallback() *xsync.MapOf[string, ringslot.Ring] {
+	if fb := s.fb.Load(); fb != nil {
+		return fb
+	}
+	s.fb.CompareAndSwap(nil, xsync.NewMapOf[string, ringslot.Ring]())
+	return s.fb.Load()
+}
+
 // Table is a sharded key → ring map. It is safe for concurrent use.
 //
 // Lookups of existing keys are lock-free (xsync's Load). Creating, replacing
 // and deleting a key take the lock of one xsync bucket, inside the map.
 type Table struct {
-	geo     *ringslot.Geometry
-	seed    uint64
-	shift   uint // 64 − log2(len(shards))
-	shards  []shard
-	maxKeys int64 // 0: unlimited
-	_       [cacheLine]byte
-	live    atomic.Int64 // keys present, for MaxKeys and Len
-	refused atomic.Int64 // keys refused by MaxKeys
-	_       [cacheLine - 16]byte
+	geo      *ringslot.Geometry
+	seed     keyhash.Seed
+	hashMask uint64 // all ones; tests narrow it to force collisions
+	shift    uint   // 64 − log2(len(shards))
+	shards   []shard
+	maxKeys  int64 // 0: unlimited
+	_        [cacheLine]byte
+	live     atomic.Int64 // keys present, for MaxKeys and Len
+	refused  atomic.Int64 // keys refused by MaxKeys
+	_        [cacheLine - 16]byte
 }
 
 // New returns a table of nshards shards (a power of two ≥ 1) for rings of
-// geometry geo. seed randomises shard and bucket placement. maxKeys ≤ 0
-// means unlimited.
-func New(geo *ringslot.Geometry, nshards int, seed uint64, maxKeys int64) *Table {
+// geometry geo, with a hash seed of its own (keyhash.NewSeed), which
+// randomises shard and bucket placement. maxKeys ≤ 0 means unlimited.
+func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 	t := &Table{
-		geo:     geo,
-		seed:    seed,
-		shift:   uint(64 - bits.TrailingZeros(uint(nshards))),
-		shards:  make([]shard, nshards),
-		maxKeys: maxKeys,
+		geo:      geo,
+		seed:     keyhash.NewSeed(),
+		hashMask: ^uint64(0),
+		shift:    uint(64 - bits.TrailingZeros(uint(nshards))),
+		shards:   make([]shard, nshards),
+		maxKeys:  maxKeys,
 	}
 	for i := range t.shards {
-		t.shards[i].m = xsync.NewMapOfWithHasher[mapKey, ringslot.Ring](hashMapKey)
+		t.shards[i].m = xsync.NewMapOfWithHasher[uint64, ringslot.Ring](hashU64)
 	}
 	return t
 }
 
+// ForceHashMask makes Hash keep only the bits of mask, so that distinct
+// keys collide in full: mask 0 gives every key the same hash. It is for
+// tests of the collision path, and must be called before the first key is
+// stored.
+func (t *Table) ForceHashMask(mask uint64) { t.hashMask = mask }
+
 // Hash returns the hash that every other method takes with key.
-func (t *Table) Hash(key string) uint64 { return keyhash.Mix(keyhash.Sum(key), t.seed) }
+func (t *Table) Hash(key string) uint64 {
+	return keyhash.Sum(t.seed, key) & t.hashMask
+}
 
 func (t *Table) shardOf(h uint64) *shard {
 	if t.shift == 64 {
@@ -103,32 +137,93 @@ func (t *Table) shardOf(h uint64) *shard {
 
 // Load returns the key's ring, if present. It does not allocate.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
-	return t.shardOf(h).m.Load(mapKey{h, key})
+	s := t.shardOf(h)
+	if r, ok := s.m.Load(h); ok {
+		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
+			return r, true
+		}
+	}
+	if fb := s.fb.Load(); fb != nil {
+		return fb.Load(key)
+	}
+	return ringslot.Ring{}, false
 }
 
-// Fresh builds a new ring for a key: it must start at or after floor, the
+// Fresh builds a new ring for key: it must start at or after floor, the
 // earliest time at which no count the key's reclaimed or retired state held
 // is inside any window (a caller's fresh starts at max(its time, floor)).
-type Fresh func(floor int64) ringslot.Ring
+type Fresh func(floor int64, key string) ringslot.Ring
+
+// slot is where one key lives, found under its hash's bucket lock: in m as
+// the resident (cur, when loaded and it is the key's), in fb, or absent.
+type slot struct {
+	r        ringslot.Ring // the key's state, if present
+	present  bool
+	resident bool // present in m (else in fb)
+}
+
+// find locates key given m's current value for its hash (cur, loaded).
+// Callers hold the hash's bucket lock.
+func (t *Table) find(s *shard, key string, cur ringslot.Ring, loaded bool) slot {
+	if loaded && t.geo.HasKey(cur, key) {
+		return slot{r: cur, present: true, resident: true}
+	}
+	if fb := s.fb.Load(); fb != nil {
+		if r, ok := fb.Load(key); ok {
+			return slot{r: r, present: true}
+		}
+	}
+	return slot{}
+}
+
+// put stores r as its key's state under the hash's bucket lock, where find
+// located the key (at), or, for an absent key, as the resident when the
+// hash is free and in fb when another key is resident. It returns m.Compute's
+// answer for the hash: r for a resident; otherwise the hash's value left as
+// it was, which for an absent hash (the key lives in fb, its resident was
+// reclaimed) is "delete".
+func (t *Table) put(s *shard, at slot, cur ringslot.Ring, loaded bool, r ringslot.Ring) (ringslot.Ring, bool) {
+	if at.resident || !at.present && !loaded {
+		return r, false
+	}
+	// Keyed by r's own copy of the key: the table retains no caller's
+	// string.
+	s.fallback().Store(t.geo.Key(r), r)
+	return keep(cur, loaded)
+}
+
+// keep is m.Compute's answer that leaves the hash as it was: its value if
+// loaded, else absent (delete).
+func keep(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) { return cur, !loaded }
 
 // LoadOrCreate returns the key's ring, creating it with fresh if absent.
 // fresh may be called and its ring dropped when another goroutine creates
 // the key first. It returns ErrFull when the key is absent and MaxKeys are
 // present.
 func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, error) {
+	if r, ok := t.Load(h, key); ok {
+		return r, nil
+	}
 	s := t.shardOf(h)
 	full := false
-	r, _ := s.m.LoadOrTryCompute(mapKey{h, key}, func() (ringslot.Ring, bool) {
-		if !t.reserve() {
+	var got ringslot.Ring
+	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		at := t.find(s, key, cur, loaded)
+		switch {
+		case at.present:
+			got = at.r
+			return keep(cur, loaded)
+		case !t.reserve():
 			full = true
-			return ringslot.Ring{}, true
+			return keep(cur, loaded)
 		}
-		return fresh(s.floor.Load()), false
+		got = fresh(s.floor.Load(), key)
+		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
 	}
-	return r, nil
+	return got, nil
 }
 
 // reserve counts one more key, or reports false at MaxKeys. It is a CAS
@@ -164,24 +259,26 @@ func (t *Table) reserve() bool {
 func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (ringslot.Ring, error) {
 	s := t.shardOf(h)
 	full := false
-	r, ok := s.m.Compute(mapKey{h, key}, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+	var got ringslot.Ring
+	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		at := t.find(s, key, cur, loaded)
 		switch {
-		case loaded && cur != old:
-			return cur, false // already replaced
-		case loaded:
+		case at.present && at.r != old:
+			got = at.r // already replaced
+			return keep(cur, loaded)
+		case at.present:
 			s.evicted.Add(1) // old counts as reclaimed; its slot in live is reused
-			return fresh(max(s.floor.Load(), t.geo.RetiredAt(old))), false
 		case !t.reserve():
-			full = true
-			return cur, true // absent, and stays absent
-		default:
-			return fresh(max(s.floor.Load(), t.geo.RetiredAt(old))), false
+			full = true // absent, and stays absent
+			return keep(cur, loaded)
 		}
+		got = fresh(max(s.floor.Load(), t.geo.RetiredAt(old)), key)
+		return t.put(s, at, cur, loaded, got)
 	})
-	if full || !ok {
+	if full {
 		return ringslot.Ring{}, ErrFull
 	}
-	return r, nil
+	return got, nil
 }
 
 // Swap replaces the key's ring old with next() and returns the key's ring
@@ -193,76 +290,92 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 // false when the key is absent (reclaimed meanwhile); it stays absent.
 func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringslot.Ring) (r ringslot.Ring, ok bool) {
 	s := t.shardOf(h)
-	return s.m.Compute(mapKey{h, key}, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		at := t.find(s, key, cur, loaded)
 		switch {
-		case !loaded:
-			return cur, true // absent, and stays absent
-		case cur == old:
-			return next(), false
+		case !at.present:
+			return keep(cur, loaded) // absent, and stays absent
+		case at.r == old:
+			r, ok = next(), true
+			return t.put(s, at, cur, loaded, r)
 		default:
-			return cur, false // already replaced or moved
+			r, ok = at.r, true // already replaced or moved
+			return keep(cur, loaded)
 		}
 	})
+	return r, ok
 }
 
 // SweepShard visits every ring of shard i once. A ring idle at now (the
 // key idle for longer than Window plus one sub-window) is retired and
 // deleted, and so is a ring anyone retired at or before now; a ring a
 // far-ahead writer retired at a later time is left to that writer (see
-// ringslot.Geometry.Retire and docs/design.md §5). A writer that published a newer epoch before the retire CAS
-// keeps the ring; one that loaded the ring just before finds it retired and
-// retries on a fresh ring, so no increment is lost. Sweeps of one shard may
-// run concurrently (a caller's Engine.Sweep beside the background sweeper):
-// each key is deleted by one of them. It returns the number of keys
-// reclaimed.
+// ringslot.Geometry.Retire and docs/design.md §5). A writer that published
+// a newer epoch before the retire CAS keeps the ring; one that loaded the
+// ring just before finds it retired and retries on a fresh ring, so no
+// increment is lost. Sweeps of one shard may run concurrently (a caller's
+// Engine.Sweep beside the background sweeper): each key is deleted by one
+// of them. It returns the number of keys reclaimed.
 func (t *Table) SweepShard(i int, now int64) int {
 	s := &t.shards[i]
 	n := 0
-	s.m.Range(func(k mapKey, r ringslot.Ring) bool {
-		if !t.geo.Retire(r, now) {
-			return true
-		}
-		if t.remove(s, k, r) {
+	s.m.Range(func(h uint64, r ringslot.Ring) bool {
+		if t.geo.Retire(r, now) && t.remove(s, h, t.geo.Key(r), r) {
 			n++
 		}
 		return true
 	})
+	if fb := s.fb.Load(); fb != nil {
+		fb.Range(func(key string, r ringslot.Ring) bool {
+			if t.geo.Retire(r, now) && t.remove(s, t.Hash(key), key, r) {
+				n++
+			}
+			return true
+		})
+	}
 	return n
 }
 
-// remove deletes k from s if its ring is still r, raising s's floor to r's
-// retirement time first, under the bucket lock.
-func (t *Table) remove(s *shard, k mapKey, r ringslot.Ring) bool {
+// remove deletes key from s if its ring is still r, raising s's floor to
+// r's retirement time first, under the bucket lock of its hash h.
+func (t *Table) remove(s *shard, h uint64, key string, r ringslot.Ring) bool {
 	removed := false
-	s.m.Compute(k, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
-		switch {
-		case !loaded:
-			// Deleted meanwhile. Returning (cur, false) here would store
-			// the zero Ring for the key: delete is the only answer that
-			// leaves an absent key absent.
-			return cur, true
-		case cur == r:
-			s.raiseFloor(t.geo.RetiredAt(r))
-			t.live.Add(-1)
-			s.evicted.Add(1)
-			removed = true
+	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		at := t.find(s, key, cur, loaded)
+		if !at.present || at.r != r {
+			// Deleted or replaced meanwhile: keep what is there. For an
+			// absent hash keep answers delete, the only answer that
+			// leaves it absent.
+			return keep(cur, loaded)
+		}
+		s.raiseFloor(t.geo.RetiredAt(r))
+		t.live.Add(-1)
+		s.evicted.Add(1)
+		removed = true
+		if at.resident {
 			return cur, true
 		}
-		return cur, false // replaced meanwhile: keep the new ring
+		s.fb.Load().Delete(key)
+		return keep(cur, loaded)
 	})
 	return removed
 }
 
 // Range calls fn for every key present and its ring, one shard at a time,
 // until fn returns false. Like xsync's Range it is not a snapshot: keys
-// created or reclaimed meanwhile may or may not be visited.
+// created or reclaimed meanwhile may or may not be visited. The key string
+// shares the ring's memory (ringslot.Geometry.Key).
 func (t *Table) Range(fn func(key string, r ringslot.Ring) bool) {
 	for i := range t.shards {
 		more := true
-		t.shards[i].m.Range(func(k mapKey, r ringslot.Ring) bool {
-			more = fn(k.s, r)
+		visit := func(r ringslot.Ring) bool {
+			more = fn(t.geo.Key(r), r)
 			return more
-		})
+		}
+		t.shards[i].m.Range(func(_ uint64, r ringslot.Ring) bool { return visit(r) })
+		if fb := t.shards[i].fb.Load(); more && fb != nil {
+			fb.Range(func(_ string, r ringslot.Ring) bool { return visit(r) })
+		}
 		if !more {
 			return
 		}

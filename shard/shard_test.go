@@ -2,8 +2,10 @@ package shard
 
 import (
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +19,7 @@ const (
 
 func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 	g := ringslot.NewGeometry(sec/10, 10, true, false)
-	return New(g, 4, 42, maxKeys), g
+	return New(g, 4, maxKeys), g
 }
 
 // Two keys whose hashes collide completely still get separate rings: the
@@ -25,7 +27,7 @@ func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 func TestHashCollisionNeverSharesACount(t *testing.T) {
 	tab, g := newTable(0)
 	const h = 0xdeadbeef
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	a, err := tab.LoadOrCreate(h, "alice", fresh)
 	require.NoError(t, err)
 	b, err := tab.LoadOrCreate(h, "bob", fresh)
@@ -43,7 +45,7 @@ func TestHashCollisionNeverSharesACount(t *testing.T) {
 
 func TestMaxKeysAndReplace(t *testing.T) {
 	tab, g := newTable(2)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	a, err := tab.LoadOrCreate(tab.Hash("a"), "a", fresh)
 	require.NoError(t, err)
 	_, err = tab.LoadOrCreate(tab.Hash("b"), "b", fresh)
@@ -67,7 +69,7 @@ func TestMaxKeysAndReplace(t *testing.T) {
 
 func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, k := range keys {
 		r, err := tab.LoadOrCreate(tab.Hash(k), k, fresh)
@@ -90,11 +92,11 @@ func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 // ring is current, without counting an eviction, and never creating a key.
 func TestSwap(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	h := tab.Hash("a")
 	a, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
-	b := g.New(t0, 0)
+	b := g.New(t0, 0, "a")
 	got, ok := tab.Swap(h, "a", a, func() ringslot.Ring { return b })
 	require.True(t, ok)
 	require.True(t, got == b)
@@ -119,11 +121,11 @@ func TestSwap(t *testing.T) {
 // then finds the new ring rather than replacing old with an empty one.
 func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	h := tab.Hash("a")
 	old, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
-	moved := g.New(t0, 0)
+	moved := g.New(t0, 0, "a")
 	replaced := make(chan ringslot.Ring, 1)
 	var finished atomic.Bool
 	early := false
@@ -151,7 +153,7 @@ func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 func TestLenNeverAboveMaxKeys(t *testing.T) {
 	const maxKeys = 8
 	tab, g := newTable(maxKeys)
-	fresh := func(floor int64) ringslot.Ring { return g.New(max(t0, floor), 0) }
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
 	var stop atomic.Bool
 	var over atomic.Int64
 	done := make(chan struct{})
@@ -181,4 +183,136 @@ func TestLenNeverAboveMaxKeys(t *testing.T) {
 	<-done
 	require.Zero(t, over.Load(), "Len read above MaxKeys")
 	require.Equal(t, int64(maxKeys), tab.Len())
+}
+
+// collidingTable is a table whose keys all hash to 0: one resident in the
+// primary map, every other key in the fallback.
+func collidingTable(maxKeys int64) (*Table, *ringslot.Geometry) {
+	tab, g := newTable(maxKeys)
+	tab.ForceHashMask(0)
+	return tab, g
+}
+
+func freshAt(g *ringslot.Geometry, t int64) Fresh {
+	return func(floor int64, key string) ringslot.Ring { return g.New(max(t, floor), 0, key) }
+}
+
+// With every hash equal, each key still gets its own ring, found by Load
+// and visited once by Range, and no two keys share a count.
+func TestFullCollisionsKeepKeysApart(t *testing.T) {
+	tab, g := collidingTable(0)
+	const n = 40
+	rings := map[string]ringslot.Ring{}
+	for i := range n {
+		k := "key-" + strconv.Itoa(i)
+		r, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+		rings[k] = r
+	}
+	require.Equal(t, int64(n), tab.Len())
+	for k, r := range rings {
+		got, ok := tab.Load(0, k)
+		require.True(t, ok, k)
+		require.True(t, got == r, k)
+		again, err := tab.LoadOrCreate(0, k, func(int64, string) ringslot.Ring { panic("created twice") })
+		require.NoError(t, err)
+		require.True(t, again == r)
+		require.True(t, g.Acquire(r, t0, 5, 5).Allowed, "%s sees another key's count", k)
+		require.False(t, g.Acquire(r, t0, 1, 5).Allowed)
+	}
+	seen := map[string]int{}
+	tab.Range(func(k string, r ringslot.Ring) bool {
+		seen[k]++
+		require.True(t, rings[k] == r)
+		return true
+	})
+	require.Len(t, seen, n)
+	for k, c := range seen {
+		require.Equal(t, 1, c, k)
+	}
+	_, ok := tab.Load(0, "absent")
+	require.False(t, ok)
+}
+
+// The resident is reclaimed while colliding keys live in the fallback: they
+// stay reachable, a reclaimed fallback key leaves the primary as it was
+// (absent stays absent: no empty ring is stored for the hash), and keys are
+// created again in whichever map is free.
+func TestFullCollisionsRemoveReplaceSwap(t *testing.T) {
+	tab, g := collidingTable(0)
+	for _, k := range []string{"a", "b", "c"} {
+		_, err := tab.LoadOrCreate(0, k, freshAt(g, t0))
+		require.NoError(t, err)
+	}
+	a, _ := tab.Load(0, "a")
+	b, _ := tab.Load(0, "b")
+	require.True(t, g.Acquire(b, t0, 1, 10).Allowed) // b stays live; a and c idle
+	require.True(t, g.Acquire(b, t0+2*sec, 1, 10).Allowed)
+	n := 0
+	for i := range tab.Shards() {
+		n += tab.SweepShard(i, t0+2*sec)
+	}
+	require.Equal(t, 2, n, "a (resident) and c (fallback) reclaimed")
+	require.Equal(t, int64(1), tab.Len())
+	_, ok := tab.Load(0, "a")
+	require.False(t, ok)
+	got, ok := tab.Load(0, "b")
+	require.True(t, ok)
+	require.True(t, got == b)
+	// b, in the fallback, is retired and replaced there; then swapped.
+	require.True(t, g.Retire(b, t0+5*sec))
+	b2, err := tab.Replace(0, "b", b, freshAt(g, t0+5*sec))
+	require.NoError(t, err)
+	require.True(t, b2 != b)
+	got, _ = tab.Load(0, "b")
+	require.True(t, got == b2)
+	b3 := g.New(t0+5*sec, 0, "b")
+	got, ok = tab.Swap(0, "b", b2, func() ringslot.Ring { return b3 })
+	require.True(t, ok)
+	require.True(t, got == b3)
+	got, _ = tab.Load(0, "b")
+	require.True(t, got == b3)
+	// Reclaim b with the primary absent: it must stay absent.
+	require.True(t, g.Retire(b3, t0+10*sec))
+	n = 0
+	for i := range tab.Shards() {
+		n += tab.SweepShard(i, t0+10*sec)
+	}
+	require.Equal(t, 1, n)
+	require.Zero(t, tab.Len())
+	for _, k := range []string{"a", "b", "c", "d"} {
+		_, ok := tab.Load(0, k) // a stored empty ring would crash here
+		require.False(t, ok, k)
+	}
+	// a comes back as the resident, c into the fallback.
+	a2, err := tab.LoadOrCreate(0, "a", freshAt(g, t0+10*sec))
+	require.NoError(t, err)
+	require.True(t, a2 != a)
+	c2, err := tab.LoadOrCreate(0, "c", freshAt(g, t0+10*sec))
+	require.NoError(t, err)
+	got, _ = tab.Load(0, "a")
+	require.True(t, got == a2)
+	got, _ = tab.Load(0, "c")
+	require.True(t, got == c2)
+	require.Equal(t, int64(2), tab.Len())
+	require.Equal(t, int64(4), tab.Evicted())
+}
+
+// MaxKeys counts keys in both maps.
+func TestFullCollisionsMaxKeys(t *testing.T) {
+	tab, g := collidingTable(2)
+	_, err := tab.LoadOrCreate(0, "a", freshAt(g, t0))
+	require.NoError(t, err)
+	_, err = tab.LoadOrCreate(0, "b", freshAt(g, t0))
+	require.NoError(t, err)
+	_, err = tab.LoadOrCreate(0, "c", freshAt(g, t0))
+	require.ErrorIs(t, err, ErrFull)
+	require.Equal(t, int64(2), tab.Len())
+}
+
+// A shard's hot words fill exactly one cache line, on 64- and 32-bit
+// platforms (make test's 386 run), so that two shards' counters never
+// share one.
+func TestShardIsOneCacheLine(t *testing.T) {
+	require.Equal(t, uintptr(cacheLine), unsafe.Sizeof(shard{}))
 }

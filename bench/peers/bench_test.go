@@ -3,8 +3,6 @@ package peers
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,31 +21,6 @@ const (
 	fastWindow = time.Hour
 )
 
-// scenario is one column of the tables.
-type scenario struct {
-	name     string
-	keys     int
-	parallel bool
-	// halfWindow is the window of the half-denied table: short enough that
-	// a one-second benchmark spans many windows, long enough that a key
-	// of the 1M scenario sees several requests per window.
-	halfWindow time.Duration
-}
-
-var scenarios = []scenario{
-	{"hot-serial", 1, false, 100 * time.Millisecond},
-	{"hot-parallel", 1, true, 100 * time.Millisecond},
-	{"1k-parallel", 1_000, true, 100 * time.Millisecond},
-	{"1M-parallel", 1_000_000, true, time.Second},
-}
-
-func (sc scenario) workers() int {
-	if sc.parallel {
-		return runtime.GOMAXPROCS(0) // what RunParallel starts at parallelism 1
-	}
-	return 1
-}
-
 // BenchmarkFast: every request is admitted; this measures each limiter's
 // admit path.
 func BenchmarkFast(b *testing.B) { runTable(b, false) }
@@ -60,20 +33,20 @@ func BenchmarkHalfDenied(b *testing.B) { runTable(b, true) }
 func runTable(b *testing.B, half bool) {
 	for _, p := range Peers {
 		b.Run("peer="+p.Name, func(b *testing.B) {
-			for _, sc := range scenarios {
-				if sc.keys >= 1_000_000 && testing.Short() {
+			for _, sc := range Scenarios {
+				if sc.Keys >= 1_000_000 && testing.Short() {
 					continue
 				}
 				limit, window, note := int64(fastLimit), fastWindow, ""
 				if half {
-					window = sc.halfWindow
+					window = sc.HalfWindow
 					limit, note = calibrate(p, sc)
 				}
 				var lim Limiter       // kept across the rounds of one sub-benchmark
 				var lastEnd time.Time // when the previous round stopped
-				b.Run("scenario="+sc.name, func(b *testing.B) {
+				b.Run("scenario="+sc.Name, func(b *testing.B) {
 					b.ReportAllocs()
-					keys := keySet(sc.keys)
+					keys := KeySet(sc.Keys)
 					switch {
 					case lim == nil:
 						if note != "" {
@@ -82,16 +55,16 @@ func runTable(b *testing.B, half bool) {
 						lim = p.New(limit, window)
 						prefill(lim, keys)
 						if half { // reach the steady state: the window is full
-							hammer(lim, keys, sc.workers(), window*3/2)
+							hammer(lim, keys, sc.Workers(), window*3/2)
 						}
 					case half:
 						// Between rounds the limiter refilled a little; use it
 						// up again so that a short round starts saturated.
-						hammer(lim, keys, sc.workers(), min(time.Since(lastEnd)*3/2, window))
+						hammer(lim, keys, sc.Workers(), min(time.Since(lastEnd)*3/2, window))
 					}
 					b.ResetTimer()
 					var allowed int64
-					if sc.parallel {
+					if sc.Parallel {
 						allowed = measureParallel(b, lim, keys)
 					} else {
 						allowed = measureSerial(b, lim, keys)
@@ -208,25 +181,25 @@ func hammer(lim Limiter, keys []string, workers int, d time.Duration) (ops, allo
 // came closest to one half, and returns it with a note that the
 // sub-benchmark logs (run.sh copies these "calibrated" lines into
 // RESULTS.md).
-func calibrate(p Peer, sc scenario) (int64, string) {
-	key := p.Name + "/" + sc.name
+func calibrate(p Peer, sc Scenario) (int64, string) {
+	key := p.Name + "/" + sc.Name
 	calMu.Lock()
 	defer calMu.Unlock()
 	if c, ok := calibrated[key]; ok {
 		return c.limit, c.note
 	}
-	keys := keySet(sc.keys)
-	w := sc.halfWindow
+	keys := KeySet(sc.Keys)
+	w := sc.HalfWindow
 
 	lim := p.New(fastLimit, fastWindow)
 	prefill(lim, keys)
-	hammer(lim, keys, sc.workers(), 50*time.Millisecond)
-	ops, _, el := hammer(lim, keys, sc.workers(), 300*time.Millisecond)
+	hammer(lim, keys, sc.Workers(), 50*time.Millisecond)
+	ops, _, el := hammer(lim, keys, sc.Workers(), 300*time.Millisecond)
 	lim.Close()
 	rate := float64(ops) / el.Seconds() // requests per second, all keys
-	perWindow := rate * w.Seconds() / float64(sc.keys)
+	perWindow := rate * w.Seconds() / float64(sc.Keys)
 	limit := max(1, int64(math.Round(perWindow/2)))
-	note := fmt.Sprintf("calibrated peer=%s scenario=%s window=%v fast-rate=%.3g/s trials:", p.Name, sc.name, w, rate)
+	note := fmt.Sprintf("calibrated peer=%s scenario=%s window=%v fast-rate=%.3g/s trials:", p.Name, sc.Name, w, rate)
 
 	type trial struct {
 		limit int64
@@ -245,8 +218,8 @@ func calibrate(p Peer, sc scenario) (int64, string) {
 	for range 4 {
 		lim = p.New(limit, w)
 		prefill(lim, keys)
-		hammer(lim, keys, sc.workers(), w*3/2)
-		ops, allowed, _ := hammer(lim, keys, sc.workers(), max(2*w, 300*time.Millisecond))
+		hammer(lim, keys, sc.Workers(), w*3/2)
+		ops, allowed, _ := hammer(lim, keys, sc.Workers(), max(2*w, 300*time.Millisecond))
 		lim.Close()
 		share := float64(allowed) / float64(max(ops, 1))
 		trials = append(trials, trial{limit, share})
@@ -294,52 +267,3 @@ var (
 	calMu      sync.Mutex
 	calibrated = map[string]calibration{}
 )
-
-// keySet returns n distinct keys, built once.
-func keySet(n int) []string {
-	keysMu.Lock()
-	defer keysMu.Unlock()
-	if ks, ok := keySets[n]; ok {
-		return ks
-	}
-	ks := make([]string, n)
-	for i := range ks {
-		ks[i] = "tenant-" + strconv.Itoa(i)
-	}
-	keySets[n] = ks
-	return ks
-}
-
-var (
-	keysMu  sync.Mutex
-	keySets = map[int][]string{}
-)
-
-// rng is a xorshift64 generator: a few instructions per key, no shared
-// state.
-type rng uint64
-
-// seeds hands every goroutine its own seed.
-var seeds atomic.Uint64
-
-// newRNG derives a non-zero state from a counter (splitmix64).
-func newRNG(seed uint64) rng {
-	z := seed*0x9e3779b97f4a7c15 + 0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	z ^= z >> 31
-	if z == 0 {
-		z = 1
-	}
-	return rng(z)
-}
-
-// intn returns a value in [0, n) (Lemire's multiply-shift, no division).
-func (r *rng) intn(n uint32) uint32 {
-	x := uint64(*r)
-	x ^= x << 13
-	x ^= x >> 7
-	x ^= x << 17
-	*r = rng(x)
-	return uint32(((x >> 32) * uint64(n)) >> 32)
-}

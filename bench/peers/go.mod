@@ -5,6 +5,7 @@ go 1.26.8
 replace github.com/ringlimit/ringlimit => ../..
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
@@ -15,7 +16,6 @@ require (
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/pkg/errors v0.9.1 // indirect

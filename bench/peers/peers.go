@@ -43,22 +43,26 @@ type Peer struct {
 	// Kind is the algorithm, for the reader of RESULTS.md.
 	Kind string
 	New  func(limit int64, window time.Duration) Limiter
+	// Frozen: the limiter decides at the fixed instant of its creation
+	// (ringlimit's AllowAt with the caller's time), so it never refills.
+	Frozen bool
 }
 
 // Peers is the comparison table, in the order the tables list them.
 var Peers = []Peer{
-	{"ringlimit-sliding", "sliding window counter, 10 sub-windows, lock-free", ringlimitPeer(engine.SlidingWindow, 0)},
-	{"ringlimit-sliding-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindow, time.Millisecond)},
-	{"ringlimit-strict", "strict sliding window, 10 sub-windows", ringlimitPeer(engine.SlidingWindowStrict, 0)},
-	{"ringlimit-strict-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindowStrict, time.Millisecond)},
-	{"ringlimit-fixed", "fixed window", ringlimitPeer(engine.FixedWindow, 0)},
-	{"ringlimit-fixed-coarse", "same, 1ms cached clock", ringlimitPeer(engine.FixedWindow, time.Millisecond)},
-	{"xrate-syncmap", "token bucket (golang.org/x/time/rate), per-key limiter in sync.Map", newXRateSyncMap},
-	{"xrate-xsync", "token bucket (golang.org/x/time/rate), per-key limiter in xsync.MapOf", newXRateXsync},
-	{"httprate", "two-window weighted counter (go-chi/httprate local counter), one mutex", newHTTPRate},
-	{"sethvargo", "interval-refilled bucket (sethvargo/go-limiter memorystore)", newSethvargo},
-	{"ulule", "fixed window from first hit (ulule/limiter memory store)", newUlule},
-	{"throttled", "GCRA (throttled/throttled memstore)", newThrottled},
+	{"ringlimit-sliding", "sliding window counter, 10 sub-windows, lock-free", ringlimitPeer(engine.SlidingWindow, 0), false},
+	{"ringlimit-sliding-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindow, time.Millisecond), false},
+	{"ringlimit-sliding-at", "same, AllowAt with the caller's time, reading Remaining", ringlimitAtPeer(engine.SlidingWindow), true},
+	{"ringlimit-strict", "strict sliding window, 10 sub-windows", ringlimitPeer(engine.SlidingWindowStrict, 0), false},
+	{"ringlimit-strict-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindowStrict, time.Millisecond), false},
+	{"ringlimit-fixed", "fixed window", ringlimitPeer(engine.FixedWindow, 0), false},
+	{"ringlimit-fixed-coarse", "same, 1ms cached clock", ringlimitPeer(engine.FixedWindow, time.Millisecond), false},
+	{"xrate-syncmap", "token bucket (golang.org/x/time/rate), per-key limiter in sync.Map", newXRateSyncMap, false},
+	{"xrate-xsync", "token bucket (golang.org/x/time/rate), per-key limiter in xsync.MapOf", newXRateXsync, false},
+	{"httprate", "two-window weighted counter (go-chi/httprate local counter), one mutex", newHTTPRate, false},
+	{"sethvargo", "interval-refilled bucket (sethvargo/go-limiter memorystore)", newSethvargo, false},
+	{"ulule", "fixed window from first hit (ulule/limiter memory store)", newUlule, false},
+	{"throttled", "GCRA (throttled/throttled memstore)", newThrottled, false},
 }
 
 // ---- ringlimit ----

@@ -27,8 +27,9 @@ func UnixNano(t time.Time) int64 {
 	if s < 0 || s > maxUnixSec {
 		return -1
 	}
-	// s·1e9 fits; adding the nanoseconds wraps negative only in the last
-	// 0.15 s of maxUnixSec, which is past int64 too.
+	// In range but for the tail of maxUnixSec, where the sum wraps
+	// negative: still −1 to the caller's t < 0 test. (t.UnixNano would
+	// decode t's seconds a second time.)
 	if ns := s*int64(time.Second) + int64(t.Nanosecond()); ns >= 0 {
 		return ns
 	}

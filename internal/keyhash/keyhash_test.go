@@ -6,19 +6,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestSumIsXXHash64(t *testing.T) {
-	// Reference values of xxhash64 with seed 0.
-	require.Equal(t, uint64(0xef46db3751d8e999), Sum(""))
-	require.Equal(t, uint64(0xd24ec4f1a98c6e5b), Sum("a"))
+func TestSumIsSeeded(t *testing.T) {
+	a, b := NewSeed(), NewSeed()
+	require.Equal(t, Sum(a, "tenant-1"), Sum(a, "tenant-1"), "one seed, one hash")
+	require.NotEqual(t, Sum(a, "tenant-1"), Sum(b, "tenant-1"), "each seed its own hash")
+	require.NotEqual(t, Sum(a, "tenant-1"), Sum(a, "tenant-2"))
 }
 
-func TestMixDependsOnSeedAndSpreadsHighBits(t *testing.T) {
-	require.NotEqual(t, Mix(1, 1), Mix(1, 2))
-	require.NotEqual(t, Mix(1, 7), Mix(2, 7))
-	// Consecutive inputs land in many different top-6-bit shards.
-	seen := map[uint64]bool{}
-	for i := uint64(0); i < 1000; i++ {
-		seen[Mix(i, 42)>>58] = true
+func TestSumSpreadsHighAndLowBits(t *testing.T) {
+	// The top bits pick a shard, the low bits xsync's tag and bucket.
+	s := NewSeed()
+	hi, lo := map[uint64]bool{}, map[uint64]bool{}
+	for i := range 1000 {
+		h := Sum(s, string(rune('a'+i%26))+string(rune(i)))
+		hi[h>>58] = true
+		lo[h&63] = true
 	}
-	require.Greater(t, len(seen), 60)
+	require.Greater(t, len(hi), 60)
+	require.Greater(t, len(lo), 60)
 }
