@@ -353,8 +353,9 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 // 2·Window; SlidingLog: Window), or, with eviction disabled, until a request
 // comes 2^21 or more sub-windows after the key's newest one; after that
 // Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
-// belong in KeyLimit. A now before 1970 or past 2262-04-11 is an error, and
-// changes nothing.
+// belong in KeyLimit. Setting a limit is activity at now: the key's time
+// moves to now (never backwards). A now before 1970 or past 2262-04-11 is
+// an error, and changes nothing.
 //
 // With SlidingLog the limit must be at most Config.MaxLogLimit. A limit
 // above the one the key's log was allocated for moves the log into a larger
@@ -373,6 +374,10 @@ func (e *Engine) setLimit(what, key string, limit, t int64) error {
 	fresh := e.freshAt(t, limit)
 	r, err := e.tab.LoadOrCreate(h, key, fresh)
 	for err == nil {
+		// Setting a limit at t is activity at t: the key's time moves
+		// there, so that a request at t right after does not find the key
+		// idle for the revive gap and replace it, limit and all.
+		e.geo.Touch(r, t)
 		if e.geo.SetLimit(r, limit) {
 			return nil
 		}

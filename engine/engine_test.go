@@ -234,15 +234,17 @@ func TestPerKeyLimits(t *testing.T) {
 	require.True(t, d.Allowed)
 	require.Equal(t, int64(3), d.Limit)
 
-	// SetLimit keeps the counts: 2 used of a new limit of 4.
-	require.NoError(t, e.SetLimit("free:1", 4))
+	// SetLimit keeps the counts: 2 used of a new limit of 4. (SetLimitAt on
+	// this test's own timeline: SetLimit would be activity at the engine's
+	// clock, years after t0.)
+	require.NoError(t, e.SetLimitAt("free:1", 4, t0))
 	d = e.AllowAt("free:1", 0, t0)
 	require.Equal(t, int64(4), d.Limit)
 	require.Equal(t, int64(2), d.Remaining)
 	require.True(t, e.AllowAt("free:1", 2, t0).Allowed)
 	require.False(t, e.AllowAt("free:1", 1, t0).Allowed)
 	// A limit below what is already used refuses until it decays.
-	require.NoError(t, e.SetLimit("free:1", 1))
+	require.NoError(t, e.SetLimitAt("free:1", 1, t0))
 	require.False(t, e.AllowAt("free:1", 1, t0).Allowed)
 
 	require.ErrorContains(t, e.SetLimit("x", 0), "SetLimit limit = 0, want 1 … 1099511627775")

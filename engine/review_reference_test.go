@@ -415,7 +415,9 @@ func runAdvSetLimit(alg engine.Algorithm, N int, rng *rand.Rand) error {
 				k = &advKey{}
 				r.keys[key] = k
 			}
-			if !k.live { // SetLimit creates the key at the clock's time
+			// SetLimit is activity at the clock's time: it creates the key
+			// there, or moves its time there (never backwards).
+			if !k.live || r.epoch(now) > k.newest {
 				k.live = true
 				k.newest = r.epoch(now)
 			}

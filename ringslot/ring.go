@@ -188,6 +188,40 @@ func (r Ring) Valid() bool { return r.p != nil }
 // Limit returns the ring's own limit (per-key geometries only).
 func (g *Geometry) Limit(r Ring) int64 { return r.word(g.limitAt).Load() }
 
+// Touch moves r's newest time up to t, as a writer at t does before it
+// decides (a counter ring is settled at t's epoch, as Acquire settles it),
+// so that state a caller sets at t (a limit) counts as activity at t. It
+// never moves time backwards. A counter ring t's epoch is reviveGap or more
+// past retires there, as Acquire would: the caller replaces it.
+func (g *Geometry) Touch(r Ring, t int64) {
+	if g.log {
+		r.lock()
+		if l := r.word(logLast).Load(); l >= 0 && t > l {
+			r.word(logLast).Store(t)
+		}
+		r.unlock()
+		return
+	}
+	e0, _ := g.split(t)
+	last := r.word(0)
+	for {
+		l := last.Load()
+		if l < 0 || e0 <= l {
+			return
+		}
+		if e0-l >= reviveGap {
+			if last.CompareAndSwap(l, retiredWord(e0)) {
+				return
+			}
+			continue
+		}
+		if last.CompareAndSwap(l, e0) {
+			g.settle(r, e0)
+			return
+		}
+	}
+}
+
 // SetLimit replaces the ring's own limit (per-key geometries only) and
 // reports whether the ring holds it afterwards: false when r is retired (a
 // new limit stored in it is lost with it), or is a log ring whose capacity
