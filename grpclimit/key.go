@@ -97,7 +97,7 @@ func KeyByIP(ipv6Prefix int) Key {
 		if err != nil {
 			return "", err
 		}
-		return ipKey(a, bits), nil
+		return httplimit.AddrKey(a, bits), nil
 	}}
 }
 
@@ -129,18 +129,6 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 		return netip.Addr{}, status.Error(codes.Internal, "grpclimit: the peer address "+quote(p.Addr.String())+" ("+p.Addr.Network()+") is not an IP address; key calls on this listener by something else")
 	}
 	return a.Unmap().WithZone(""), nil
-}
-
-// ipKey is a's key, as httplimit's: its text, or for IPv6 the text of its
-// first bits bits as a prefix. One allocation: the text is built on the
-// stack.
-func ipKey(a netip.Addr, bits int) string {
-	var buf [64]byte // longest: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 43 bytes
-	if a.Is4() || bits >= 128 {
-		return string(a.AppendTo(buf[:0]))
-	}
-	p, _ := a.Prefix(bits)
-	return string(p.AppendTo(buf[:0]))
 }
 
 // quote bounds and quotes untrusted text for an error message.

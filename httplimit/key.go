@@ -100,8 +100,14 @@ func prefixBits(fn string, b int) (int, error) {
 	return b, nil
 }
 
-// ipKey is a's key: its text, or for IPv6 the text of its first bits
-// bits as a prefix. One allocation: the text is built on the stack.
+// AddrKey is the key KeyByIP and the proxy chains give address a: its
+// text, or for IPv6 the text of its first ipv6Prefix bits as a prefix
+// (an IPv4-mapped address counts as IPv4; a zone is dropped). grpclimit
+// keys peers with it, so both adapters key one client alike. One
+// allocation: the text is built on the stack.
+func AddrKey(a netip.Addr, ipv6Prefix int) string { return ipKey(a, ipv6Prefix) }
+
+// ipKey is AddrKey.
 func ipKey(a netip.Addr, bits int) string {
 	a = a.Unmap().WithZone("")
 	var buf [64]byte // longest: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 43 bytes
