@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/httplimit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -118,8 +118,7 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 // A Client is safe for concurrent use and must not be copied after first
 // use.
 type Client struct {
-	local    Limiter
-	remote   ContextLimiter
+	limiter  httplimit.Backend
 	cfg      clientConfig
 	clk      timers
 	_        [cacheLine]byte
@@ -153,17 +152,11 @@ type ClientStats struct {
 // naming the option.
 func NewClient(l any, opts ...ClientOption) (*Client, error) {
 	c := &Client{cfg: clientConfig{methodCost: map[string]int64{}}, clk: realTimers{}}
-	if v := reflect.ValueOf(l); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
-		return nil, fmt.Errorf("grpclimit: NewClient: nil limiter (%T)", l)
+	b, err := httplimit.NewBackend(l)
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: NewClient: %w", err)
 	}
-	switch l := l.(type) {
-	case Limiter:
-		c.local = l
-	case ContextLimiter:
-		c.remote = l
-	default:
-		return nil, fmt.Errorf("grpclimit: NewClient: %T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter)", l)
-	}
+	c.limiter = b
 	var errs []error
 	for n, o := range opts {
 		if o == nil {
@@ -253,18 +246,13 @@ func (c *Client) cost(method string) int64 {
 func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 	var waited time.Duration
 	for {
-		var d engine.Decision
-		if c.local != nil {
-			d = c.local.AllowN(key, cost)
-		} else {
-			var err error
-			if d, err = c.remote.AllowN(ctx, key, cost); err != nil {
-				c.errs.Add(1)
-				if d.Allowed {
-					return nil
-				}
-				return withRetry(codes.Unavailable, "grpclimit: client-side rate limiter unavailable", d.RetryAfter)
+		d, err := c.limiter.AllowN(ctx, key, cost)
+		if err != nil {
+			c.errs.Add(1)
+			if d.Allowed {
+				return nil
 			}
+			return withRetry(codes.Unavailable, "grpclimit: client-side rate limiter unavailable", d.RetryAfter)
 		}
 		switch d.Reason() {
 		case engine.ReasonOK:

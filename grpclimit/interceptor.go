@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,8 +80,7 @@ const cacheLine = 64
 // as it is received, and a denial's fields go into the trailer metadata
 // (the header has usually been sent by then).
 type Interceptor struct {
-	local     Limiter
-	remote    ContextLimiter
+	limiter   httplimit.Backend
 	cfg       config
 	fields    *httplimit.Fields
 	_         [cacheLine]byte
@@ -119,17 +117,11 @@ type Stats struct {
 // allows; errors of several options are joined.
 func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{cfg: defaultConfig()}
-	if v := reflect.ValueOf(l); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
-		return nil, fmt.Errorf("grpclimit: NewInterceptor: nil limiter (%T)", l)
+	b, err := httplimit.NewBackend(l)
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: NewInterceptor: %w", err)
 	}
-	switch l := l.(type) {
-	case Limiter:
-		i.local = l
-	case ContextLimiter:
-		i.remote = l
-	default:
-		return nil, fmt.Errorf("grpclimit: NewInterceptor: %T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)", l)
-	}
+	i.limiter = b
 	var errs []error
 	for n, o := range opts {
 		if o == nil {
@@ -327,18 +319,13 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 // decide asks the limiter for cost units of key and returns the fields to
 // send (nil for none) and nil to admit, or the denial's status error.
 func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
-	var d engine.Decision
-	if i.local != nil {
-		d = i.local.AllowN(key, cost)
-	} else {
-		var err error
-		if d, err = i.remote.AllowN(ctx, key, cost); err != nil {
-			i.errorsCnt.Add(1)
-			if d.Allowed {
-				return nil, nil
-			}
-			return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
+	d, err := i.limiter.AllowN(ctx, key, cost)
+	if err != nil {
+		i.errorsCnt.Add(1)
+		if d.Allowed {
+			return nil, nil
 		}
+		return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
 	}
 	switch d.Reason() {
 	case engine.ReasonOK:

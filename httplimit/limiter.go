@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -28,6 +29,39 @@ type Limiter interface {
 // context is cancelled) is an error like any other.
 type ContextLimiter interface {
 	AllowN(ctx context.Context, key string, n int64) (engine.Decision, error)
+}
+
+// Backend is a limiter of either shape an adapter accepts, a Limiter or a
+// ContextLimiter, asked through one method. NewMiddleware and grpclimit
+// build theirs with NewBackend. The zero Backend is not usable.
+type Backend struct {
+	local  Limiter
+	remote ContextLimiter
+}
+
+// NewBackend wraps l, a Limiter or a ContextLimiter. Its error says what l
+// is instead, for the caller to prefix with its own name.
+func NewBackend(l any) (Backend, error) {
+	if isNil(l) {
+		return Backend{}, fmt.Errorf("nil limiter (%T)", l)
+	}
+	switch l := l.(type) {
+	case Limiter:
+		return Backend{local: l}, nil
+	case ContextLimiter:
+		return Backend{remote: l}, nil
+	}
+	return Backend{}, fmt.Errorf("%T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)", l)
+}
+
+// AllowN asks the limiter for n units of key; ctx reaches a ContextLimiter
+// only. A Limiter never fails; a ContextLimiter's error comes with its
+// failure policy's Decision (see ContextLimiter).
+func (b Backend) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	if b.local != nil {
+		return b.local.AllowN(key, n), nil
+	}
+	return b.remote.AllowN(ctx, key, n)
 }
 
 // Configured is implemented by limiters that report their configuration,

@@ -60,8 +60,7 @@ const cacheLine = 64
 // WithHeadersBelow leaves the fields out of admitted responses far from
 // the limit.
 type Middleware struct {
-	local     Limiter
-	remote    ContextLimiter
+	limiter   Backend
 	cfg       config
 	fields    Fields
 	_         [cacheLine]byte
@@ -97,17 +96,11 @@ type Stats struct {
 // joined.
 func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
-	if isNil(l) {
-		return nil, fmt.Errorf("httplimit: NewMiddleware: nil limiter (%T)", l)
+	b, err := NewBackend(l)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: NewMiddleware: %w", err)
 	}
-	switch l := l.(type) {
-	case Limiter:
-		m.local = l
-	case ContextLimiter:
-		m.remote = l
-	default:
-		return nil, fmt.Errorf("httplimit: NewMiddleware: %T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)", l)
-	}
+	m.limiter = b
 	var errs []error
 	for i, o := range opts {
 		if o == nil {
@@ -174,10 +167,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 	}
-	var d engine.Decision
-	if m.local != nil {
-		d = m.local.AllowN(key, cost)
-	} else if d, err = m.remote.AllowN(r.Context(), key, cost); err != nil {
+	d, err := m.limiter.AllowN(r.Context(), key, cost)
+	if err != nil {
 		m.limiterFailed(w, r, next, d)
 		return
 	}
