@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ringlimit/ringlimit/internal/clock"
+)
+
+// WaitClock is a Clock that can also wait on its own time. When the
+// engine's Clock implements it (ManualClock does), Wait sleeps through
+// After instead of a time.Timer, so that a test or a simulation that moves
+// the clock also wakes the waiters: ManualClock's Advance and Set end every
+// wait whose end they reach, and ManualClock.Waits counts the pending ones.
+type WaitClock = clock.Waiter
+
+// Errors of Wait, for errors.Is. Each error Wait returns also names the key,
+// n and the limit.
+var (
+	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
+	// n above the key's limit, a Config.KeyLimit result out of range, or
+	// the engine's clock outside 1970 … 2262 (Decision.Reason is
+	// ReasonNever).
+	ErrNeverAdmitted = errors.New("the request can never be admitted")
+	// ErrKeysFull: the key is new and Config.MaxKeys keys are held
+	// (ReasonKeysFull). Wait does not wait for room, which depends on
+	// other keys going idle.
+	ErrKeysFull = errors.New("the key is new and MaxKeys keys are held")
+	// ErrWaitExceedsDeadline: the key's window makes room for n units only
+	// after ctx's deadline, so Wait returned at once rather than sleep in
+	// vain.
+	ErrWaitExceedsDeadline = errors.New("the wait would exceed the context's deadline")
+)
+
+// maxWaitJitter bounds the jitter Wait adds to a RetryAfter: waiters woken
+// by one expiry spread their retries over up to this much (and over at most
+// an eighth of the wait), rather than retrying in one instant.
+const maxWaitJitter = time.Millisecond
+
+// testHookWaitSleep, when a test sets it, runs before each sleep of Wait
+// with the denial and the wait chosen.
+var testHookWaitSleep func(d Decision, wait time.Duration)
+
+// Wait blocks until n units for key are admitted, or ctx is done, or the
+// request can never be admitted. It returns the Decision of its last
+// attempt, and a nil error exactly when that Decision is Allowed.
+//
+//   - n == 0 is admitted at once (it records nothing).
+//   - If ctx is done when Wait is called, it returns ctx.Err() and records
+//     nothing. If ctx is done while it sleeps, it returns ctx.Err() at once,
+//     with the last denial, and releases its timer.
+//   - It returns at once, with an error wrapping ErrNeverAdmitted or
+//     ErrKeysFull, when n can never fit (see the errors), and with
+//     ErrWaitExceedsDeadline when ctx has a deadline that comes before the
+//     denial's RetryAfter ends (measured with time.Until: the deadline is
+//     wall time).
+//
+// Otherwise it sleeps for the denial's RetryAfter plus a small jitter (at
+// most RetryAfter/8 and 1 ms, never less than RetryAfter), then asks again
+// (AllowN on the engine's clock), and repeats: under contention, when
+// others take the room first, it may sleep more than once, but it makes at
+// most one attempt per RetryAfter and never spins. It does not queue: a
+// waiter has no priority over later requests, and a Cancel that frees room
+// does not wake it.
+//
+// Waiting uses the engine's Clock: a WaitClock (ManualClock) when the
+// Clock implements it, so that tests move waiters deterministically by
+// advancing the clock; a time.Timer otherwise (the monotonic and the
+// coarse clock run at the pace of real time).
+func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	waiter, _ := e.clk.(clock.Waiter)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		d := e.AllowN(key, n)
+		switch d.Reason() {
+		case ReasonOK:
+			return d, nil
+		case ReasonNever:
+			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: n must be 0 … the key's limit %d, and the engine's clock inside 1970 … 2262", key, n, ErrNeverAdmitted, d.Limit)
+		case ReasonKeysFull:
+			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d)", key, n, ErrKeysFull, d.Limit)
+		}
+		wait := d.RetryAfter
+		if dl, ok := ctx.Deadline(); ok {
+			left := time.Until(dl)
+			if left < wait {
+				return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: room in %v, the deadline is in %v (limit %d)", key, n, ErrWaitExceedsDeadline, d.RetryAfter, left, d.Limit)
+			}
+			wait += jitter(min(wait, left-wait))
+		} else {
+			wait += jitter(wait)
+		}
+		if testHookWaitSleep != nil {
+			testHookWaitSleep(d, wait)
+		}
+		if waiter != nil {
+			ch, stop := waiter.After(wait)
+			select {
+			case <-ch:
+				stop()
+			case <-ctx.Done():
+				stop()
+				return d, ctx.Err()
+			}
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait) // Go ≥ 1.23: no stale expiry survives Reset
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return d, ctx.Err()
+		}
+	}
+}
+
+// jitter returns a random duration in [0, min(d/8, maxWaitJitter)].
+func jitter(d time.Duration) time.Duration {
+	if j := min(d/8, maxWaitJitter); j > 0 {
+		return rand.N(j + 1)
+	}
+	return 0
+}
