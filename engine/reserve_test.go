@@ -354,6 +354,29 @@ func TestCancelAcrossReclamation(t *testing.T) {
 	}
 }
 
+// A writer far enough ahead to settle (clear) the key's stale slots, but
+// not to retire the ring: the reservation's sub-window has left the window
+// and its slot holds another epoch; Cancel changes nothing.
+func TestCancelAfterSettle(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		e := newEngine(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2, Algorithm: alg, DisableEviction: true})
+		r := e.ReserveAt("k", 3, t0)
+		require.True(t, r.Decision().Allowed)
+		far := t0.Add(time.Duration((1<<20 + 3) * e.Width()))
+		require.True(t, e.AllowAt("k", 4, far).Allowed, "%v", alg)
+		require.False(t, r.Cancel(), "%v", alg)
+		require.Equal(t, int64(0), e.AllowAt("k", 0, far).Remaining, "%v", alg)
+		// And a slot of the same index, one window of slots on: same
+		// index, another tag.
+		e2 := newEngine(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2, Algorithm: alg, DisableEviction: true})
+		r2 := e2.ReserveAt("k", 3, t0)
+		next := t0.Add(time.Duration((int64(e2.Span()) + 1) * e2.Width()))
+		require.True(t, e2.AllowAt("k", 2, next).Allowed, "%v", alg)
+		require.False(t, r2.Cancel(), "%v: the slot holds a newer sub-window", alg)
+		require.Equal(t, int64(2), e2.AllowAt("k", 0, next).Remaining, "%v", alg)
+	}
+}
+
 func TestCancelFollowsAGrownLog(t *testing.T) {
 	clk := engine.NewManualClock(t0)
 	e := newEngine(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: engine.SlidingLog, Clock: clk, PerKeyLimits: true, DisableEviction: true})
@@ -418,4 +441,65 @@ func TestReserveRefusals(t *testing.T) {
 	require.False(t, zero.Cancel())
 	require.False(t, zero.Decision().Allowed)
 	require.Equal(t, int64(0), e.Len(), "refused requests create no key")
+}
+
+// Goroutines reserve and cancel on one key at one instant: whatever the
+// interleaving, the key's count is exactly the units admitted and not
+// cancelled, so it never held more than the limit, and nothing was lost or
+// returned twice.
+func TestReserveCancelConcurrentBurst(t *testing.T) {
+	const goroutines, rounds = 8, 400
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEngine(t, engine.Config{Limit: 25, Window: time.Second, SubWindows: 5, Algorithm: alg, DisableEviction: true})
+			kept := make([]int64, goroutines)
+			errs := make(chan string, goroutines)
+			done := make(chan struct{})
+			for g := range goroutines {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					rng := rand.New(rand.NewPCG(uint64(g), 5))
+					var mine []engine.Reservation
+					returned := map[int]bool{}
+					for range rounds {
+						mine = append(mine, e.ReserveAt("k", 1+rng.Int64N(3), t0))
+						if d := mine[len(mine)-1].Decision(); d.Remaining < 0 || d.Remaining > 25 {
+							errs <- fmt.Sprintf("Remaining %d", d.Remaining)
+							return
+						}
+						if rng.IntN(2) == 0 {
+							i := rng.IntN(len(mine))
+							if mine[i].Cancel() {
+								if !mine[i].Decision().Allowed || returned[i] {
+									errs <- "Cancel returned units it did not hold"
+									return
+								}
+								returned[i] = true
+							}
+						}
+					}
+					for i := range mine {
+						if !returned[i] {
+							kept[g] += mine[i].Units()
+						}
+					}
+				}()
+			}
+			for range goroutines {
+				select {
+				case <-done:
+				case msg := <-errs:
+					t.Fatal(msg)
+				case <-time.After(30 * time.Second):
+					t.Fatal("the burst did not finish")
+				}
+			}
+			var sum int64
+			for _, k := range kept {
+				sum += k
+			}
+			require.LessOrEqual(t, sum, int64(25))
+			require.Equal(t, 25-sum, e.AllowAt("k", 0, t0).Remaining, "the count is the units admitted and not cancelled")
+		})
+	}
 }

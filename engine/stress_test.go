@@ -67,12 +67,12 @@ type stressRun struct {
 	fails   atomic.Int64
 	errMu   sync.Mutex
 	errs    []string
-	recs    [stressKeys][]stressRec // kept across rounds, pruned
+	recs    [stressKeys][]stressRec        // kept across rounds, pruned
 	pending [stressWorkers][]stressPending // worker w's reservations; only w touches them in a round
 	nextID  atomic.Int64
 	stats   struct {
 		decisions, admitted, exactChecks, boundedChecks, farJumps, idleJumps, rounds int64
-		reserved, cancelled, cancelRefused, allowAll                                int64
+		reserved, cancelled, cancelRefused, allowAll                                 int64
 	}
 	decided atomic.Int64
 }
@@ -296,6 +296,9 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 			s.pending[w] = append(s.pending[w], stressPending{r: e.ReserveAt(key, n, time.Unix(0, at)), id: s.nextID.Add(1)})
 			p := &s.pending[w][len(s.pending[w])-1]
 			d := p.r.Decision()
+			if !d.Allowed && rng.IntN(8) > 0 {
+				s.pending[w] = s.pending[w][:len(s.pending[w])-1] // keep a few denied ones to cancel
+			}
 			s.checkDecision(key, n, d)
 			if d.Allowed {
 				eff := p.r.Epoch()

@@ -91,7 +91,7 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 		case ReasonKeysFull:
 			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d)", key, n, ErrKeysFull, d.Limit)
 		}
-		wait := d.RetryAfter
+		wait := max(d.RetryAfter, 1) // a limited denial's is > 0; never a zero sleep, which would spin
 		if dl, ok := ctx.Deadline(); ok {
 			left := time.Until(dl)
 			if left < wait {
