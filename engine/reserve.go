@@ -44,41 +44,41 @@ func (*noCopy) Unlock() {}
 // (with n ≥ 1), Cancel returns the n units.
 //
 // It allocates nothing for a key the engine holds.
-func (e *Engine) ReserveAt(key string, n int64, now time.Time) Reservation {
-	return e.reserve(key, n, clock.UnixNano(now))
+func (e *Engine) ReserveAt(key string, n int64, now time.Time) (r Reservation) {
+	e.reserve(&r, key, n, clock.UnixNano(now))
+	return // a bare return: the Reservation is built in place, not copied
 }
 
 // Reserve is shorthand for ReserveAt(key, n, now) with now from the
 // engine's clock.
-func (e *Engine) Reserve(key string, n int64) Reservation {
-	return e.reserve(key, n, e.now())
+func (e *Engine) Reserve(key string, n int64) (r Reservation) {
+	e.reserve(&r, key, n, e.now())
+	return
 }
 
-// reserve is ReserveAt at t (Unix ns, −1 when out of range). The fast path
-// is fast's, keeping the ring.
-func (e *Engine) reserve(key string, n, t int64) Reservation {
+// reserve is ReserveAt at t (Unix ns, −1 when out of range), into *out,
+// a zero Reservation. The fast path is fast's, keeping the ring.
+func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
+	out.e, out.key = e, key
 	if t >= 0 && n >= 1 {
 		h := e.tab.Hash(key)
 		if r, found := e.tab.Load(h, key); found {
 			if limit := e.ringLimit(r); n <= limit {
 				if res := e.geo.Acquire(r, t, n, limit); !res.Dead {
-					return e.reservation(decision(res, limit), key, n, r, res.Epoch)
+					out.d = decision(res, limit)
+					if res.Allowed {
+						out.ring, out.at, out.n = r, res.Epoch, n
+					}
+					return
 				}
 			}
 		}
 	}
 	d, r, at := e.decideRing(key, n, t)
-	return e.reservation(d, key, n, r, at)
-}
-
-// reservation builds the Reservation of decision d, with units only when d
-// admitted n ≥ 1 units on r at effective epoch at. It returns a composite
-// literal (copylocks accepts a fresh value).
-func (e *Engine) reservation(d Decision, key string, n int64, r ringslot.Ring, at int64) Reservation {
-	if !d.Allowed || n < 1 || !r.Valid() {
-		n = 0
+	out.d = d
+	if d.Allowed && n >= 1 && r.Valid() {
+		out.ring, out.at, out.n = r, at, n
 	}
-	return Reservation{d: d, e: e, key: key, ring: r, at: at, n: n}
 }
 
 // Decision returns the decision the Reservation was made with: Allowed,
@@ -204,7 +204,8 @@ func allowFrom(t int64, reqs []Request, best Decision) (int, Decision) {
 	if q.Engine == nil {
 		return 0, Decision{RetryAfter: Never}
 	}
-	res := q.Engine.reserve(q.Key, q.N, t)
+	var res Reservation
+	q.Engine.reserve(&res, q.Key, q.N, t)
 	if !res.d.Allowed {
 		return 0, res.d
 	}
