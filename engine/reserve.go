@@ -93,6 +93,20 @@ func (r *Reservation) Key() string { return r.key }
 // with n ≥ 1, otherwise 0. Cancel does not change it.
 func (r *Reservation) Units() int64 { return r.n }
 
+// At returns where the units were recorded: the start of the sub-window
+// (FixedWindow: the window) they count in, or with SlidingLog their exact
+// time. It is the caller's now, or the key's newest time when now was
+// older. It is the zero Time when nothing was recorded.
+func (r *Reservation) At() time.Time {
+	if r.n == 0 {
+		return time.Time{}
+	}
+	if r.e.geo.IsLog() {
+		return time.Unix(0, r.at)
+	}
+	return time.Unix(0, r.at*r.e.cfg.width)
+}
+
 // Cancel returns the Reservation's units to the sub-window they were
 // recorded in, and reports whether it did. It returns false, and changes
 // nothing, when:

@@ -30,6 +30,7 @@ func runReserveSteps(t *testing.T, cfg engine.Config, steps []rstep) {
 	cfg.DisableEviction = true
 	e := newEngine(t, cfg)
 	var res []engine.Reservation
+	var newest int64 // the key's newest epoch (SlidingLog: time)
 	for i, s := range steps {
 		now := t0.Add(s.at)
 		switch s.op {
@@ -38,9 +39,27 @@ func runReserveSteps(t *testing.T, cfg engine.Config, steps []rstep) {
 			d := res[len(res)-1].Decision()
 			require.Equal(t, s.ok, d.Allowed, "step %d (t0+%v, reserve %d): %+v", i, s.at, s.n, d)
 			require.Equal(t, s.rem, d.Remaining, "step %d remaining: %+v", i, d)
-			if want := int64(0); s.ok {
-				want = s.n
-				require.Equal(t, want, res[len(res)-1].Units(), "step %d units", i)
+			r := &res[len(res)-1]
+			if s.ok && s.n > 0 {
+				require.Equal(t, s.n, r.Units(), "step %d units", i)
+				// Recorded in now's sub-window, or the key's newest when
+				// now was older (the reference's clamp).
+				w := e.Width()
+				at := max(now.UnixNano()/w, newest) * w
+				if cfg.Algorithm == engine.SlidingLog {
+					at = max(now.UnixNano(), newest)
+				}
+				require.Equal(t, time.Unix(0, at), r.At(), "step %d: At", i)
+			} else {
+				require.Zero(t, r.Units(), "step %d units", i)
+				require.True(t, r.At().IsZero(), "step %d: At", i)
+			}
+			if s.n >= 1 && s.n <= cfg.Limit {
+				if cfg.Algorithm == engine.SlidingLog {
+					newest = max(newest, now.UnixNano())
+				} else {
+					newest = max(newest, now.UnixNano()/e.Width())
+				}
 			}
 		case 'c':
 			got := res[s.n].Cancel()
