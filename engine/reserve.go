@@ -154,10 +154,15 @@ func (e *Engine) cancel(key string, ring ringslot.Ring, at, n int64) bool {
 	// A retired log: either reclaimed (its replacement starts after every
 	// unit of it has left the window, so holds no unit stamped at and
 	// cancels nothing), or grown by SetLimit into a new ring with the same
-	// timestamps. Follow it; a grown ring can itself be grown again.
+	// timestamps. Follow it; a grown ring can itself be grown again. The
+	// lookup takes the key's bucket lock: Grow retires the old ring inside
+	// the table's Swap, before it installs the new one, so a lock-free
+	// Load could still return the ring just retired (found by
+	// TestCancelRacesLogGrowth). Under the lock the table holds the new
+	// ring, or the retired one only if it was reclaimed, not moved.
 	h := e.tab.Hash(key)
 	for {
-		next, found := e.tab.Load(h, key)
+		next, found := e.tab.LoadLocked(h, key)
 		if !found || next == ring {
 			return false
 		}

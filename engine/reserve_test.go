@@ -522,3 +522,74 @@ func TestReserveCancelConcurrentBurst(t *testing.T) {
 		})
 	}
 }
+
+// Adversarial: reserves and cancels on a log key race SetLimit, which moves
+// the log into a larger allocation again and again (retiring the one the
+// reservations point to). The count must come out exact, and every kept
+// reservation must then cancel, wherever its log went.
+func TestCancelRacesLogGrowth(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: engine.SlidingLog, Clock: clk, PerKeyLimits: true, DisableEviction: true, MaxLogLimit: 4096})
+	const goroutines, rounds = 4, 300
+	var mine [goroutines][]engine.Reservation
+	var returned [goroutines]map[int]bool
+	done := make(chan struct{})
+	grown := make(chan int64)
+	go func() {
+		l := int64(4)
+		for {
+			select {
+			case <-done:
+				grown <- l
+				return
+			default:
+			}
+			if l < 4096 {
+				l++
+				if err := e.SetLimit("k", l); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}()
+	fin := make(chan struct{})
+	for g := range goroutines {
+		returned[g] = map[int]bool{}
+		go func() {
+			defer func() { fin <- struct{}{} }()
+			rng := rand.New(rand.NewPCG(uint64(g), 11))
+			for range rounds {
+				mine[g] = append(mine[g], e.ReserveAt("k", 1+rng.Int64N(2), t0))
+				if rng.IntN(2) == 0 {
+					i := rng.IntN(len(mine[g]))
+					if mine[g][i].Cancel() {
+						returned[g][i] = true
+					}
+				}
+			}
+		}()
+	}
+	for range goroutines {
+		<-fin
+	}
+	close(done)
+	limit := <-grown
+	var sum int64
+	for g := range goroutines {
+		for i := range mine[g] {
+			if !returned[g][i] {
+				sum += mine[g][i].Units()
+			}
+		}
+	}
+	require.Positive(t, sum)
+	require.Equal(t, limit-sum, e.AllowAt("k", 0, t0).Remaining, "limit %d, %d units kept", limit, sum)
+	for g := range goroutines {
+		for i := range mine[g] {
+			if !returned[g][i] && mine[g][i].Units() > 0 {
+				require.True(t, mine[g][i].Cancel(), "a kept reservation, still inside the window, cancels")
+			}
+		}
+	}
+	require.Equal(t, limit, e.AllowAt("k", 0, t0).Remaining)
+}
