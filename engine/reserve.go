@@ -21,7 +21,9 @@ import (
 // slice element) and pass a pointer. Cancel and Decision on one Reservation
 // are safe for concurrent use; Cancel returns the units at most once.
 //
-// The zero Reservation is a denied one with nothing to cancel.
+// It keeps the key string it was given (Key), and the key's state, until
+// it is dropped. The zero Reservation is a denied one with nothing to
+// cancel.
 type Reservation struct {
 	_     noCopy
 	d     Decision

@@ -69,7 +69,9 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // Waiting uses the engine's Clock: a WaitClock (ManualClock) when the
 // Clock implements it, so that tests move waiters deterministically by
 // advancing the clock; a time.Timer otherwise (the monotonic and the
-// coarse clock run at the pace of real time).
+// coarse clock run at the pace of real time). With Config.CoarseClock the
+// reading can lag the timer by up to its resolution, so a wake may find
+// the room not yet there and sleep once more, for about that lag.
 func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
