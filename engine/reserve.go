@@ -12,14 +12,16 @@ import (
 // back. When it was Allowed, Cancel returns its units to the sub-window they
 // were recorded in (docs/design.md §3b).
 //
-// A Reservation is a value, so that Reserve and Cancel allocate nothing; it
-// is about 80 bytes. It must not be copied after it is returned (go vet's
-// copylocks check reports copies): a copy is the same claim on the same
-// units, and the engine keeps no state per reservation, so cancelling two
-// copies would return the units twice, and the second return would free
-// units that other requests were admitted into. Keep it in one variable (or
-// slice element) and pass a pointer. Cancel and Decision on one Reservation
-// are safe for concurrent use; Cancel returns the units at most once.
+// A Reservation is a value, so that Reserve and Cancel allocate nothing (88
+// bytes on 64-bit platforms). It must not be copied after it is returned
+// (go vet's copylocks check reports copies): a copy is the same claim on
+// the same units, and the engine keeps no state per reservation, so
+// cancelling two copies would return the units twice, and the second
+// return would free units that other requests were admitted into. Keep it
+// in one variable (or slice element; append moving it is fine, as only the
+// moved value is used afterwards) and pass a pointer. Cancel and Decision
+// on one Reservation are safe for concurrent use; Cancel returns the units
+// at most once.
 //
 // It keeps the key string it was given (Key), and the key's state, until
 // it is dropped. The zero Reservation is a denied one with nothing to

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -593,3 +594,14 @@ func TestCancelRacesLogGrowth(t *testing.T) {
 	}
 	require.Equal(t, limit, e.AllowAt("k", 0, t0).Remaining)
 }
+
+// The Reservation's size, as its doc states (64-bit platforms).
+func TestReservationSize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("64-bit platforms only")
+	}
+	require.Equal(t, uintptr(88), unsafe.Sizeof(engine.Reservation{}))
+}
+
+// ManualClock is a WaitClock.
+var _ engine.WaitClock = (*engine.ManualClock)(nil)

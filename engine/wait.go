@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/ringlimit/ringlimit/internal/clock"
 )
 
 // WaitClock is a Clock that can also wait on its own time. When the
@@ -15,7 +13,14 @@ import (
 // After instead of a time.Timer, so that a test or a simulation that moves
 // the clock also wakes the waiters: ManualClock's Advance and Set end every
 // wait whose end they reach, and ManualClock.Waits counts the pending ones.
-type WaitClock = clock.Waiter
+type WaitClock interface {
+	Clock
+	// After returns a channel that is closed once the clock reads at
+	// least its reading at the call plus d, and a function that releases
+	// the wait early (idempotent; Wait calls it when ctx ends, and after
+	// the channel closed).
+	After(d time.Duration) (ch <-chan struct{}, stop func())
+}
 
 // Errors of Wait, for errors.Is. Each error Wait returns also names the key,
 // n and the limit.
@@ -76,7 +81,7 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	waiter, _ := e.clk.(clock.Waiter)
+	waiter, _ := e.clk.(WaitClock)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

@@ -108,19 +108,6 @@ func (c *Coarse) Stop() {
 	<-c.done
 }
 
-// Waiter is a Clock that can also wait on its own time: Engine.Wait sleeps
-// through it when the engine's Clock implements it, and on a time.Timer
-// otherwise. Manual implements it, so that a test moves a waiter on by
-// moving the clock.
-type Waiter interface {
-	Clock
-	// After returns a channel that is closed once the clock reads at
-	// least its reading at the call plus d, and a function that releases
-	// the wait early; stop is idempotent, and the channel is never closed
-	// after stop returns unless it was closed before.
-	After(d time.Duration) (ch <-chan struct{}, stop func())
-}
-
 // Manual is a clock that only moves when told to. It is safe for concurrent
 // use. Its waits (After) end when Set or Advance moves it to or past their
 // end, never by themselves.
@@ -161,7 +148,10 @@ func (m *Manual) Advance(d time.Duration) {
 	m.fire()
 }
 
-// After implements Waiter. A wait registered while another goroutine moves
+// After returns a channel that is closed once the clock reads at least its
+// reading at the call plus d (at once for d ≤ 0), and a function that
+// releases the wait early; stop is idempotent. It is engine.WaitClock's
+// method. A wait registered while another goroutine moves
 // the clock is not missed: After reads the clock under mu, and a move
 // stores the new reading before it scans the waits under mu, so either
 // After sees the new reading or the scan sees the wait.
