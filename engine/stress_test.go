@@ -256,7 +256,15 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 			at := clk.UnixNano()
 			switch {
 			case op == 199:
-				at = s.keyMax[k].Load() + (1<<21+rng.Int64N(100))*s.width
+				// Past the revive gap (the ring is retired and
+				// replaced), or past settle's lag only (the ring stays
+				// and its stale slots are cleared under pending
+				// reservations).
+				gap := int64(1 << 21)
+				if rng.IntN(2) == 0 {
+					gap = 1 << 20
+				}
+				at = s.keyMax[k].Load() + (gap+rng.Int64N(100))*s.width
 				n = 1
 				far.Add(1)
 			case op < 70:
