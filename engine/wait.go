@@ -63,9 +63,9 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 //     denial's RetryAfter ends (measured with time.Until: the deadline is
 //     wall time).
 //
-// Otherwise it sleeps for the denial's RetryAfter plus a small jitter (at
-// most RetryAfter/8 and 1 ms, never less than RetryAfter), then asks again
-// (AllowN on the engine's clock), and repeats: under contention, when
+// Otherwise it sleeps until the denial's RetryAfter plus a small jitter (at
+// most RetryAfter/8 and 1 ms) has passed since the denial, on the engine's
+// clock, then asks again (AllowN), and repeats: under contention, when
 // others take the room first, it may sleep more than once, but it makes at
 // most one attempt per RetryAfter and never spins. It does not queue: a
 // waiter has no priority over later requests, and a Cancel that frees room
@@ -89,7 +89,15 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 		}
 	}()
 	for {
-		d := e.AllowN(key, n)
+		// AllowN, keeping its time t: the sleep ends RetryAfter after t,
+		// however long the decision and the rest took.
+		t := e.now()
+		var d Decision
+		if res, limit, ok := e.fast(key, n, t, true); ok {
+			d = decision(res, limit)
+		} else {
+			d, _ = e.decideSlow(key, n, t)
+		}
 		switch d.Reason() {
 		case ReasonOK:
 			return d, nil
@@ -110,6 +118,12 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 		}
 		if testHookWaitSleep != nil {
 			testHookWaitSleep(d, wait)
+		}
+		// The time since the decision counts (on the engine's clock:
+		// a ManualClock moved meanwhile shortens the sleep). Not a spin:
+		// the next attempt is still wait after this one's t.
+		if wait -= time.Duration(e.now() - t); wait <= 0 {
+			continue
 		}
 		if waiter != nil {
 			ch, stop := waiter.After(wait)

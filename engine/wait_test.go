@@ -223,3 +223,23 @@ func TestWaitTimer(t *testing.T) {
 	r := recv(t, ch)
 	require.True(t, errors.Is(r.err, context.Canceled), "%v", r.err)
 }
+
+// The sleep counts from the denial, on the engine's clock: a clock moved
+// past the retry instant between the denial and the sleep (here, by the
+// hook that runs in between) leaves nothing to sleep, and the waiter
+// retries at once, once.
+func TestWaitCountsFromTheDenial(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 1, Window: time.Second, Clock: clk, DisableEviction: true})
+	require.True(t, e.AllowN("k", 1).Allowed)
+	sleeps := 0
+	t.Cleanup(engine.SetWaitHook(func(_ engine.Decision, wait time.Duration) {
+		sleeps++
+		clk.Advance(wait)
+	}))
+	d, err := e.Wait(context.Background(), "k", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, 1, sleeps)
+	require.Equal(t, 0, clk.Waits(), "no wait was registered")
+}
