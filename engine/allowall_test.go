@@ -82,3 +82,51 @@ func TestAllowAllEdges(t *testing.T) {
 	require.Equal(t, int64(0), d.Remaining)
 	require.Equal(t, int64(3), a.AllowAt("k", 0, t0).Remaining)
 }
+
+// Goroutines race AllowAll over two engines at one instant: every engine
+// must hold exactly the units of the calls that were admitted (a refused
+// call leaves nothing behind), and a sequential top-up afterwards reaches
+// the tighter limit exactly (nothing was lost either).
+func TestAllowAllConcurrent(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			a := newEngine(t, engine.Config{Limit: 50, Window: time.Second, Algorithm: alg, DisableEviction: true})
+			b := newEngine(t, engine.Config{Limit: 30, Window: time.Minute, Algorithm: alg, DisableEviction: true})
+			reqs := []engine.Request{{Engine: a, Key: "k", N: 1}, {Engine: b, Key: "k", N: 1}}
+			const goroutines, calls = 8, 40
+			admitted := make(chan int, goroutines)
+			for range goroutines {
+				go func() {
+					k := 0
+					for range calls {
+						if i, _ := engine.AllowAll(t0, reqs...); i < 0 {
+							k++
+						}
+					}
+					admitted <- k
+				}()
+			}
+			total := 0
+			for range goroutines {
+				select {
+				case k := <-admitted:
+					total += k
+				case <-time.After(30 * time.Second):
+					t.Fatal("AllowAll did not return")
+				}
+			}
+			require.Equal(t, int64(50-total), a.AllowAt("k", 0, t0).Remaining, "a holds the admitted calls' units only")
+			require.Equal(t, int64(30-total), b.AllowAt("k", 0, t0).Remaining, "b holds the admitted calls' units only")
+			for {
+				i, _ := engine.AllowAll(t0, reqs...)
+				if i >= 0 {
+					require.Equal(t, 1, i, "b, the tighter limit, refuses")
+					break
+				}
+				total++
+			}
+			require.Equal(t, 30, total)
+			require.Equal(t, int64(20), a.AllowAt("k", 0, t0).Remaining)
+		})
+	}
+}
