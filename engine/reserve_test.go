@@ -223,10 +223,33 @@ func (r *refLimiter) reserve(key string, n int64, now time.Time) (engine.Decisio
 }
 
 // rop is a step of a reserve/cancel script: cancel > 0 cancels reservation
-// cancel−1 (modulo the count so far); otherwise it reserves n of key.
+// cancel−1 (modulo the count so far); otherwise, with all set, it is
+// AllowAll of n of key and 1 of all; otherwise it reserves n of key.
 type rop struct {
 	op
 	cancel int
+	all    string
+}
+
+// allowAll is AllowAll in the reference: reserve in order, and on a denial
+// cancel the earlier ones; the least Remaining when all are admitted.
+func (r *refLimiter) allowAll(now time.Time, keys []string, ns []int64) (int, engine.Decision) {
+	var held []refRes
+	best := engine.Decision{Allowed: true, Remaining: -1}
+	for i, k := range keys {
+		d, rr := r.reserve(k, ns[i], now)
+		if !d.Allowed {
+			for _, h := range held {
+				r.cancel(h)
+			}
+			return i, d
+		}
+		held = append(held, rr)
+		if best.Remaining < 0 || d.Remaining < best.Remaining {
+			best = d
+		}
+	}
+	return -1, best
 }
 
 // runReserveScript replays ops through ReserveAt/Cancel and the reference,
@@ -249,6 +272,14 @@ func runReserveScript(t testing.TB, cfg engine.Config, ops []rop) {
 			g, w := got[j].Cancel(), ref.cancel(want[j])
 			if g != w {
 				t.Fatalf("step %d: Cancel of #%d (%q at t0%+v): got %v, want %v", i, j, want[j].key, now.Sub(t0), g, w)
+			}
+			continue
+		}
+		if o.all != "" {
+			gi, gd := engine.AllowAll(now, engine.Request{Engine: e, Key: o.key, N: o.n}, engine.Request{Engine: e, Key: o.all, N: 1})
+			wi, wd := ref.allowAll(now, []string{o.key, o.all}, []int64{o.n, 1})
+			if gi != wi || gd != wd {
+				t.Fatalf("step %d: AllowAll(t0%+v, %q×%d, %q×1)\n got %d %+v\nwant %d %+v", i, now.Sub(t0), o.key, o.n, o.all, gi, gd, wi, wd)
 			}
 			continue
 		}
@@ -287,7 +318,9 @@ func TestReserveCancelMatchesReference(t *testing.T) {
 					var ops []rop
 					for _, o := range randomScript(rng, cfg, steps) {
 						ro := rop{op: o}
-						if rng.IntN(3) == 0 {
+						if rng.IntN(6) == 0 {
+							ro.all = []string{"a", "b", "", "tenant-42"}[rng.IntN(4)]
+						} else if rng.IntN(3) == 0 {
 							ro.cancel = 1 + rng.IntN(steps)
 							if rng.IntN(2) == 0 {
 								ro.cancel = 1 << 30 // the newest ones, mostly: (1<<30 − 1) mod count
