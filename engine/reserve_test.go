@@ -335,8 +335,9 @@ func TestReserveCancelMatchesReference(t *testing.T) {
 	}
 }
 
-// FuzzReserveCancel is FuzzOperations with cancels: every third byte pair
-// whose first byte is odd cancels an earlier reservation.
+// FuzzReserveCancel is FuzzOperations with cancels and AllowAll: a byte
+// pair whose first byte is odd cancels an earlier reservation (at every
+// third step) or is an AllowAll with a second key (at the step before).
 func FuzzReserveCancel(f *testing.F) {
 	f.Add(uint8(0), uint8(3), []byte{9, 1, 3, 0, 13, 1, 9, 200, 7, 3, 17, 64})
 	f.Add(uint8(3), uint8(7), []byte{21, 0, 1, 5, 21, 140, 3, 0, 41, 2, 5, 1})
@@ -357,6 +358,9 @@ func FuzzReserveCancel(f *testing.F) {
 				o.cancel = int(b) + 1
 			} else {
 				o.key, o.n = string(rune('a'+a%3)), int64(a>>2)%(cfg.Limit+3)-1
+				if a%2 == 1 && len(ops)%3 == 1 {
+					o.all = string(rune('a' + b%3))
+				}
 			}
 			switch {
 			case b < 128:
