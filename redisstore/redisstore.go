@@ -183,9 +183,12 @@ type Limiter struct {
 	width    int64 // sub-window width, ns
 	span     int
 	weighted bool
-	args     []any // limit, w µs, span, weighted, ttl ms (after n)
+	maxLimit int64  // the largest limit a key may have: MaxLimit, or the weighted exactness bound
+	geo      string // the geometry suffix of every Redis key (see Key)
+	args     []any  // w µs, span, weighted, ttl ms (after n and limit)
 	local    *engine.Engine
 	hyb      *hybrid
+	batch    *batcher
 
 	closeOnce sync.Once
 	closeErr  error
@@ -197,14 +200,33 @@ type Limiter struct {
 var script = redis.NewScript(luaSource)
 
 // New returns a Limiter for cfg on client. cfg is validated as engine.New
-// validates it, and further: Algorithm must not be SlidingLog, KeyLimit and
-// PerKeyLimits are not supported, the sub-window width must be a whole
-// number of microseconds (Redis TIME's resolution), Window plus two
-// sub-windows must be below 2^53 ns (about 104 days), and with
-// SlidingWindow Limit × sub-window width (ns) must be below 2^53 (so the
-// weighted comparison is exact in Lua's doubles; e.g. Limit < 9,007,199 at a
-// 1 s sub-window). Clock, CoarseClock, Shards, MaxKeys and DisableEviction
-// are ignored: time is Redis TIME and keys expire by TTL.
+// validates it, and further: Algorithm must not be SlidingLog, the
+// sub-window width must be a whole number of microseconds (Redis TIME's
+// resolution), Window plus two sub-windows must be below 2^53 ns (about
+// 104 days), and with SlidingWindow Limit × sub-window width (ns) must be
+// below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
+// Limit < 9,007,199 at a 1 s sub-window). Clock, CoarseClock, Shards,
+// MaxKeys, DisableEviction and SweepInterval are ignored: time is Redis
+// TIME and keys expire by TTL.
+//
+// Config.KeyLimit gives each key its own limit, and unlike the engine's
+// (called when a key's state is created) it is called on every decision,
+// so a change of its answer (httplimit.Policies.Swap, for example) applies
+// from the next decision, with the counts kept. It must be cheap and safe
+// for concurrent use. A result of 0 means Config.Limit; a result outside
+// 1 … MaxLimit, or, with SlidingWindow, above the Limit × width bound
+// above, refuses that request with RetryAfter engine.Never, as the engine
+// does. Config.PerKeyLimits alone (the engine's SetLimit) is refused:
+// redisstore has no SetLimit; use KeyLimit. KeyLimit cannot be combined
+// with WithHybrid (New refuses it): a replica's local allowance is sized
+// against one limit.
+//
+// If the client lets a round trip to a stalled server last forever (a
+// *redis.Client or *redis.ClusterClient with ReadTimeout < 0 and no
+// ContextTimeoutEnabled), New passes ErrUnboundedRoundTrip to the OnError
+// hook, once: every decision still returns by its caller's deadline, but
+// the stalled round trip keeps one of the limiter's two senders and its
+// connection until the server answers, and Close waits for it.
 func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -216,10 +238,13 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 		}
 	}
 	if cfg.Algorithm == engine.SlidingLog {
-		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound")
+		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound (see the README's table of what each store supports)")
 	}
-	if cfg.KeyLimit != nil || cfg.PerKeyLimits {
-		return nil, errors.New("redisstore: Config.KeyLimit and Config.PerKeyLimits are not supported: use one Limiter per limit")
+	if cfg.PerKeyLimits && cfg.KeyLimit == nil {
+		return nil, errors.New("redisstore: Config.PerKeyLimits without Config.KeyLimit: redisstore has no SetLimit; give per-key limits with Config.KeyLimit, which is asked on every decision")
+	}
+	if cfg.KeyLimit != nil && o.hybrid {
+		return nil, errors.New("redisstore: Config.KeyLimit cannot be combined with WithHybrid: the local allowance (maxLocal) is sized against one limit; use a plain limiter for per-key limits")
 	}
 	vc := cfg
 	vc.Clock, vc.CoarseClock = nil, 0
@@ -243,15 +268,30 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if err := l.checkBounds(); err != nil {
 		return nil, err
 	}
+	l.maxLimit = engine.MaxLimit
+	if l.weighted {
+		l.maxLimit = min(l.maxLimit, (MaxExact-1)/l.width)
+	}
+	l.geo = fmt.Sprintf(":w%dn%d", l.width/1000, l.span)
 	ttl := (int64(cfg.Window) + l.width + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	w := "0"
 	if l.weighted {
 		w = "1"
 	}
-	l.args = []any{cfg.Limit, l.width / 1000, l.span, w, ttl}
+	l.args = []any{l.width / 1000, l.span, w, ttl}
+	l.batch = &batcher{l: l}
 	if o.policy == FallbackLocal {
 		lc := cfg
 		lc.Limit = max(1, int64(math.Floor(o.share*float64(cfg.Limit))))
+		if kl := cfg.KeyLimit; kl != nil {
+			lc.KeyLimit = func(key string) int64 {
+				v := kl(key)
+				if v < 1 || v > engine.MaxLimit {
+					return v // 0: the share of Config.Limit; else refused, as by the limiter
+				}
+				return max(1, int64(math.Floor(o.share*float64(v))))
+			}
+		}
 		lc.Clock, lc.CoarseClock, lc.DisableEviction = nil, 0, false
 		if l.local, err = engine.New(lc); err != nil {
 			return nil, fmt.Errorf("redisstore: the fallback engine: %w", err)
@@ -263,7 +303,28 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 			return nil, err
 		}
 	}
+	if unboundedReads(client) {
+		l.report(ErrUnboundedRoundTrip)
+	}
 	return l, nil
+}
+
+// ErrUnboundedRoundTrip is passed to the OnError hook by New when the
+// client's options let a round trip to a stalled server last forever (see
+// New).
+var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has ReadTimeout < 0 and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
+
+// unboundedReads reports whether client's options let a read wait forever.
+func unboundedReads(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		return o.ReadTimeout < 0 && !o.ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		o := c.Options()
+		return o.ReadTimeout < 0 && !o.ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (l *Limiter) checkBounds() error {
@@ -285,7 +346,9 @@ func (l *Limiter) checkBounds() error {
 //
 // A plain limiter has nothing to flush: Close stops the fallback engine's
 // sweeper (that engine still decides after Close, without reclaiming idle
-// keys).
+// keys) and waits for the round trips in flight to come back (bounded by
+// the client's ReadTimeout, or by the callers' deadlines with
+// ContextTimeoutEnabled; see ErrUnboundedRoundTrip).
 //
 // A hybrid limiter, from the moment Close is called, decides no more
 // locally: every later decision is exact, one script call as in the plain
@@ -310,6 +373,7 @@ func (l *Limiter) Close() error {
 		if l.local != nil {
 			_ = l.local.Close()
 		}
+		l.batch.wait()
 	})
 	return l.closeErr
 }
@@ -329,13 +393,29 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-// Key returns the Redis key holding user key k's counters: the prefix, then
-// the escaped key inside one hash tag. Escaping maps '\' to "\\", '{' to
-// "\(" and '}' to "\)", so the tag always ends at the closing brace added
-// here and distinct user keys stay distinct.
+// Key returns the Redis key holding user key k's state: the prefix, the
+// escaped key inside one hash tag, and the geometry,
+//
+//	<prefix>{<escaped k>}:w<sub-window width in µs>n<N>
+//
+// for example "ringlimit:{tenant-7}:w100000n10" for a 1 s window in 10
+// sub-windows (FixedWindow: N = 0 and the width is the window). Escaping
+// maps '\' to "\\", '{' to "\(" and '}' to "\)", so the tag always ends at
+// the closing brace added here, distinct user keys stay distinct, and the
+// geometry, outside the tag, never moves the key to another Cluster slot.
+//
+// The geometry in the name means that limiters whose sub-windows differ
+// never read each other's counters: a deploy that changes Window,
+// SubWindows or moves to or from FixedWindow starts every key afresh in a
+// new Redis key, and the old keys expire one Window plus one sub-window
+// after their last write. SlidingWindow and SlidingWindowStrict with the
+// same Window and N share keys on purpose: they store the same counts
+// (units per sub-window) and differ only in how they read them. The limit
+// is not in the name: a limit change (Config.Limit, KeyLimit) keeps the
+// counts.
 func (l *Limiter) Key(k string) string {
 	var b strings.Builder
-	b.Grow(len(l.opts.prefix) + len(k) + 2)
+	b.Grow(len(l.opts.prefix) + len(k) + 2 + len(l.geo))
 	b.WriteString(l.opts.prefix)
 	b.WriteByte('{')
 	for i := 0; i < len(k); i++ {
@@ -351,6 +431,7 @@ func (l *Limiter) Key(k string) string {
 		}
 	}
 	b.WriteByte('}')
+	b.WriteString(l.geo)
 	return b.String()
 }
 
@@ -362,8 +443,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 
 // AllowN decides whether n units for key fit now (Redis TIME), and records
 // them if they do, with the engine's rules: n == 0 is allowed and records
-// nothing; n < 0 and n > Limit are refused with RetryAfter engine.Never.
-// The error is nil exactly when the Decision is a real one.
+// nothing. The error is nil exactly when the Decision is a real one.
+//
+// A request that can never be admitted is refused at once, without a round
+// trip and with a nil error: n < 0, n above the key's limit, or a KeyLimit
+// result out of range (see New). Its Decision is {Allowed: false, Limit:
+// the key's limit, Remaining: 0, RetryAfter: engine.Never}: Reason() is
+// ReasonNever, as from the engine, but Remaining is 0 because the key's
+// count was not read (the engine reports the key's real remaining).
 //
 // When Redis cannot be asked (see Policy), the failure is counted in
 // Stats().Failures and passed to the OnError hook, and AllowN returns the
@@ -373,22 +460,49 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // FallbackLocal: the local engine's). A hybrid limiter in its failure state
 // answers the same way, without a round trip.
 //
+// AllowN returns by ctx's deadline (plus the scheduling delay), whatever
+// the client's options: the round trip runs on one of the limiter's
+// senders, and a caller whose context ends first gets the policy's answer
+// with an error wrapping ErrUnavailable and ctx's error (for example
+// context.DeadlineExceeded). If its request had not been sent yet, it is
+// never sent and Redis counts nothing for it; if it had, Redis may count
+// it. Calls made while a round trip is in flight go to Redis together, as
+// one pipeline, when a sender is free; a lone call is sent at once.
+//
 // When ctx is already done (cancelled, or its deadline has passed) before
 // the call, AllowN asks nothing and returns a zero Decision (Allowed false,
 // Limit set) with ctx's error, which does not wrap ErrUnavailable.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	limit, ok := l.limitOf(key)
 	if err := ctxDone(ctx); err != nil {
-		return engine.Decision{Limit: l.cfg.Limit}, err
+		return engine.Decision{Limit: limit}, err
+	}
+	if !ok || n < 0 || n > limit {
+		return engine.Decision{Limit: limit, RetryAfter: engine.Never}, nil
 	}
 	if l.hyb != nil {
 		return l.hybridAllow(ctx, key, n)
 	}
-	d, _, err := l.eval(ctx, key, n, 0)
+	d, _, err := l.batch.do(ctx, key, n, limit, 0)
 	if err != nil {
-		return l.fail(ctx, key, n, err)
+		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return d, nil
+}
+
+// limitOf returns key's limit and whether it is usable: Config.Limit, or
+// KeyLimit's answer (0 meaning Config.Limit) if it is in 1 … l.maxLimit.
+// An unusable answer is returned as it is, for the refusal's Decision.
+func (l *Limiter) limitOf(key string) (int64, bool) {
+	if l.cfg.KeyLimit == nil {
+		return l.cfg.Limit, true
+	}
+	v := l.cfg.KeyLimit(key)
+	if v == 0 {
+		return l.cfg.Limit, true
+	}
+	return v, v >= 1 && v <= l.maxLimit
 }
 
 // ctxDone is ctx.Err(), and DeadlineExceeded once the deadline has passed
@@ -404,28 +518,40 @@ func ctxDone(ctx context.Context) error {
 	return nil
 }
 
-// eval runs the script for one decision and returns its decision and the
-// Redis time it used. reserve is the units this replica admitted locally
-// and has not recorded yet (hybrid mode): the check counts them, the write
-// does not add them, and the returned Remaining does not subtract them.
+// eval runs the script for one decision on the caller's goroutine and
+// returns its decision and the Redis time it used. reserve is the units
+// this replica admitted locally and has not recorded yet (hybrid mode):
+// the check counts them, the write does not add them, and the returned
+// Remaining does not subtract them. Decisions go through the batcher
+// (batcher.do), which runs this for a lone call; tests call it directly.
 func (l *Limiter) eval(ctx context.Context, key string, n, reserve int64) (engine.Decision, time.Time, error) {
+	limit, _ := l.limitOf(key)
+	return l.evalOne(ctx, l.client, key, n, limit, reserve)
+}
+
+func (l *Limiter) evalOne(ctx context.Context, c redis.Scripter, key string, n, limit, reserve int64) (engine.Decision, time.Time, error) {
 	keys := []string{l.Key(key)}
-	args := make([]any, 0, 9)
-	args = append(args, n)
-	args = append(args, l.args...)
-	args = append(args, "0", reserve, 0)
-	res, err := script.EvalSha(ctx, l.client, keys, args...).Result()
+	args := l.callArgs(n, limit, reserve)
+	res, err := script.EvalSha(ctx, c, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Only an explicit NOSCRIPT: the script did not run, so nothing
 		// was counted. EVAL loads it and runs it, once. A timeout is
 		// never retried: the call may already have counted.
 		l.noscript.Add(1)
-		res, err = script.Eval(ctx, l.client, keys, args...).Result()
+		res, err = script.Eval(ctx, c, keys, args...).Result()
 	}
 	if err != nil {
 		return engine.Decision{}, time.Time{}, err
 	}
-	return parse(res, l.cfg.Limit)
+	return parse(res, limit)
+}
+
+// callArgs is a decision's ARGV (see luaSource).
+func (l *Limiter) callArgs(n, limit, reserve int64) []any {
+	args := make([]any, 0, 9)
+	args = append(args, n, limit)
+	args = append(args, l.args...)
+	return append(args, "0", reserve, 0)
 }
 
 func parse(res any, limit int64) (engine.Decision, time.Time, error) {
@@ -449,17 +575,18 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 }
 
 // fail counts a failed round trip for a decision, reports it, and answers
-// with the failure policy. When ctx is done by now, the error wraps its
-// error too (a client without ContextTimeoutEnabled reports a deadline as a
-// network timeout, or not at all).
-func (l *Limiter) fail(ctx context.Context, key string, n int64, err error) (engine.Decision, error) {
+// with the failure policy. It is the one place a failed decision becomes
+// a policy answer. When ctx is done by now, the error wraps its error too
+// (a client without ContextTimeoutEnabled reports a deadline as a network
+// timeout, or not at all).
+func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
 	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w (%w)", err, cerr)
 	}
 	l.failures.Add(1)
 	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
 	l.fallbacks.Add(1)
-	return l.policy(key, n), unavailable(key, err)
+	return l.policy(key, n, limit), unavailable(key, err)
 }
 
 // report passes a failed round trip to the OnError hook, if any.
@@ -469,9 +596,9 @@ func (l *Limiter) report(err error) {
 	}
 }
 
-// policy is the failure policy's Decision for n units of key.
-func (l *Limiter) policy(key string, n int64) engine.Decision {
-	limit := l.cfg.Limit
+// policy is the failure policy's Decision for n units of key, whose limit
+// is limit.
+func (l *Limiter) policy(key string, n, limit int64) engine.Decision {
 	if n < 0 || n > limit {
 		return engine.Decision{Limit: limit, RetryAfter: engine.Never}
 	}

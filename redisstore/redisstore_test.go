@@ -40,7 +40,7 @@ func TestConfigErrors(t *testing.T) {
 		{engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4}, "microseconds"},
 		{engine.Config{Limit: 1e8, Window: 10 * time.Second, SubWindows: 10}, "2^53"},
 		{engine.Config{Limit: 1, Window: 200 * 24 * time.Hour, SubWindows: 10}, "2^53"},
-		{engine.Config{Limit: 1, Window: time.Second, KeyLimit: func(string) int64 { return 1 }}, "KeyLimit"},
+		{engine.Config{Limit: 1, Window: time.Second, PerKeyLimits: true}, "PerKeyLimits"},
 	} {
 		_, err := New(c, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -279,11 +279,12 @@ func TestBraces(t *testing.T) {
 			t.Fatalf("keys %q and %q share the Redis key %q", o, k, rk)
 		}
 		seen[rk] = k
-		// The tag is everything between the first '{' and the next '}'.
+		// The tag is everything between the first '{' and the next '}',
+		// and only the geometry follows it.
 		i := strings.IndexByte(rk, '{')
 		j := strings.IndexByte(rk[i+1:], '}')
-		if i+1+j != len(rk)-1 {
-			t.Fatalf("key %q: Redis key %q: the hash tag does not end at the last byte", k, rk)
+		if i+1+j != len(rk)-1-len(":w10000000n6") || !strings.HasSuffix(rk, "}:w10000000n6") {
+			t.Fatalf("key %q: Redis key %q: the hash tag does not end just before the geometry", k, rk)
 		}
 	}
 	for _, k := range keys {

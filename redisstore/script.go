@@ -1,11 +1,11 @@
 package redisstore
 
-// luaSource is the decision script. KEYS[1] is the key's hash (one hash tag,
-// so one slot); KEYS[2], given only with a hybrid flush's batch, is the
-// batch's deduplication key (same hash tag). ARGV:
+// luaSource is the decision script. KEYS[1] is the key's state (one hash
+// tag, so one slot); KEYS[2], given only with a hybrid flush's batch, is
+// the batch's deduplication key (same hash tag). ARGV:
 //
 //	1 n         units asked for (a flush: units to add)
-//	2 limit
+//	2 limit     the key's limit for this call (Config.Limit, or KeyLimit's)
 //	3 w         the sub-window width, µs
 //	4 span      N for the sliding algorithms, 0 for FixedWindow
 //	5 weighted  1 or 0
@@ -20,11 +20,17 @@ package redisstore
 //	            is the estimate, as for a pull. KEYS[2] expires 2 × ttl after
 //	            the replica's last batch on the key.
 //
-// The hash holds field "l", the newest epoch the key has seen, and one field
-// per epoch in l−span … l holding that sub-window's count (fields named by
-// the epoch, in decimal). Time is Redis TIME, in µs: below 2^53 until the
-// year 2255, so every quantity is an exact integer in Lua's doubles under
-// the bounds New enforces (see checkBounds).
+// The state is one string, read with one GET and written whole with one
+// SET … PX ttl: span+2 little-endian IEEE doubles (Lua's struct library,
+// format "<d…d"), the newest epoch l the key has seen and then the counts
+// of epochs l−span … l. Every value is an integer below 2^53, so a double
+// holds it exactly. A value of any other length (another client's value
+// at our key) is answered with a WRONGTYPE error and left alone. A
+// decision is thus TIME, GET and, when it admits, SET: three redis.calls.
+//
+// Time is Redis TIME, in µs: below 2^53 until the year 2255, so every
+// quantity is an exact integer in Lua's doubles under the bounds New
+// enforces (see checkBounds).
 //
 // Replies {allowed, remaining, retryAfterNs (−1 = Never), sec, usec}: the
 // last two are the time the script decided at: the hybrid mode's
@@ -37,8 +43,7 @@ local limit = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
 local span = tonumber(ARGV[4])
 local weighted = ARGV[5] == '1'
-local ttl = tonumber(ARGV[6])
-local force = ARGV[7] == '1' -- hybrid flush: add n without the check
+local force = ARGV[7] == '1'
 local reserve = tonumber(ARGV[8] or '0')
 local seq = tonumber(ARGV[9] or '0')
 if force and n >= 1 and KEYS[2] then
@@ -53,23 +58,37 @@ local function idiv(x, y)
   while (q + 1) * y <= x do q = q + 1 end
   return q
 end
-local function f(e) return string.format('%d', e) end
 
 local tm = redis.call('TIME')
 local sec, usec = tonumber(tm[1]), tonumber(tm[2])
 local t = sec * 1000000 + usec
 local e0 = idiv(t, w)
 local off = t - e0 * w
-local l = tonumber(redis.call('HGET', key, 'l') or '-1')
+
+-- c[0..span]: the counts of epochs e-span .. e
+local fmt = '<' .. string.rep('d', span + 2)
+local raw = redis.call('GET', key)
+local c = {}
+local l = -1
+if raw then
+  if #raw ~= 8 * (span + 2) then
+    return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter geometry state')
+  end
+  local v = {struct.unpack(fmt, raw)}
+  l = v[1]
+  for k = 0, span do c[k] = v[k + 2] end
+else
+  for k = 0, span do c[k] = 0 end
+end
 local e = e0
 if e0 < l then e, off = l, 0 end
+if e > l and l >= 0 then
+  local d = e - l -- shift the ring to end at e; ascending k reads ahead of what it writes
+  for k = 0, span do
+    if k + d <= span then c[k] = c[k + d] else c[k] = 0 end
+  end
+end
 
--- counts c[0..span] of epochs e-span .. e
-local fields = {}
-for k = 0, span do fields[k + 1] = f(e - span + k) end
-local vals = redis.call('HMGET', key, unpack(fields))
-local c = {}
-for k = 0, span do c[k] = tonumber(vals[k + 1] or '0') or 0 end
 local cur = c[span]
 local full, old = 0, 0
 for k = 0, span - 1 do full = full + c[k] end
@@ -128,17 +147,11 @@ if n >= 1 and (force or n <= limit) then
   if not force and not fits(cur + full, old, need) then
     return {0, remaining(cur + full, old), retryAfter(), sec, usec}
   end
-  if e > l then
-    if l >= 0 then
-      local lo = l - span
-      local hi = math.min(l, e - span - 1)
-      for k = lo, hi do redis.call('HDEL', key, f(k)) end
-    end
-    redis.call('HSET', key, 'l', f(e))
-  end
-  redis.call('HINCRBY', key, f(e), n)
-  redis.call('PEXPIRE', key, ttl)
-  if force and KEYS[2] then redis.call('SET', KEYS[2], f(seq), 'PX', 2 * ttl) end
+  c[span] = cur + n
+  local out = {e}
+  for k = 0, span do out[k + 2] = c[k] end
+  redis.call('SET', key, struct.pack(fmt, unpack(out)), 'PX', ARGV[6])
+  if force and KEYS[2] then redis.call('SET', KEYS[2], string.format('%d', seq), 'PX', 2 * tonumber(ARGV[6])) end
   return {1, remaining(cur + n + full, old), 0, sec, usec}
 end
 -- a peek: n = 0, n < 0 or n > limit; records nothing
