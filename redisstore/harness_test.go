@@ -201,14 +201,15 @@ func storedUnits(tb testing.TB, c redis.UniversalClient, l *Limiter, keys ...str
 }
 
 // decodeState reads a key's packed state (see luaSource): the newest
-// epoch, then the span+1 counts, each a little-endian float64 holding an
-// exact integer.
+// epoch l, and the ring of counts of epochs l−span … l, checking that the
+// header's mid and old agree with the tail.
 func decodeState(tb testing.TB, raw string, span int) (newest int64, counts []int64) {
 	tb.Helper()
-	if len(raw) != 8*(span+2) {
-		tb.Fatalf("state of %d bytes, want %d", len(raw), 8*(span+2))
+	tail := max(0, span-1)
+	if len(raw) != 8*(4+tail) {
+		tb.Fatalf("state of %d bytes, want %d", len(raw), 8*(4+tail))
 	}
-	vals := make([]int64, span+2)
+	vals := make([]int64, 4+tail)
 	for i := range vals {
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[8*i : 8*i+8])))
 		if f != math.Trunc(f) || f < 0 || f >= 1<<53 {
@@ -216,7 +217,23 @@ func decodeState(tb testing.TB, raw string, span int) (newest int64, counts []in
 		}
 		vals[i] = int64(f)
 	}
-	return vals[0], vals[1:]
+	l, cur, mid, old := vals[0], vals[1], vals[2], vals[3]
+	counts = make([]int64, span+1)
+	counts[span] = cur
+	if span > 0 {
+		counts[0] = old
+	} else if old != 0 || mid != 0 {
+		tb.Fatalf("FixedWindow state with mid %d, old %d", mid, old)
+	}
+	var sum int64
+	for k := 1; k < span; k++ {
+		counts[k] = vals[3+k]
+		sum += counts[k]
+	}
+	if sum != mid {
+		tb.Fatalf("state: mid %d, but the tail sums to %d", mid, sum)
+	}
+	return l, counts
 }
 
 // staleDeadline is a context whose deadline has passed but whose timer has

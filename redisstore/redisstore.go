@@ -185,7 +185,7 @@ type Limiter struct {
 	weighted bool
 	maxLimit int64  // the largest limit a key may have: MaxLimit, or the weighted exactness bound
 	geo      string // the geometry suffix of every Redis key (see Key)
-	args     []any  // w µs, span, weighted, ttl ms (after n and limit)
+	args     []any  // w µs, span, weighted, ttl ms, fmt (after n and limit; see luaSource)
 	local    *engine.Engine
 	hyb      *hybrid
 	batch    *batcher
@@ -278,7 +278,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if l.weighted {
 		w = "1"
 	}
-	l.args = []any{l.width / 1000, l.span, w, ttl}
+	l.args = []any{l.width / 1000, l.span, w, ttl, "<" + strings.Repeat("d", 4+max(0, l.span-1))}
 	l.batch = &batcher{l: l}
 	if o.policy == FallbackLocal {
 		lc := cfg
@@ -551,15 +551,18 @@ func (l *Limiter) callArgs(n, limit, reserve int64) []any {
 	args := make([]any, 0, 9)
 	args = append(args, n, limit)
 	args = append(args, l.args...)
-	return append(args, "0", reserve, 0)
+	if reserve != 0 {
+		args = append(args, "0", reserve)
+	}
+	return args
 }
 
 func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	a, ok := res.([]any)
-	if !ok || len(a) != 5 {
+	if !ok || len(a) != 4 {
 		return engine.Decision{}, time.Time{}, fmt.Errorf("redisstore: unexpected script reply %v", res)
 	}
-	var v [5]int64
+	var v [4]int64
 	for i := range a {
 		x, ok := a[i].(int64)
 		if !ok {
@@ -571,7 +574,7 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	if v[2] < 0 {
 		d.RetryAfter = engine.Never
 	}
-	return d, time.Unix(v[3], v[4]*1000), nil
+	return d, time.UnixMicro(v[3]), nil
 }
 
 // fail counts a failed round trip for a decision, reports it, and answers

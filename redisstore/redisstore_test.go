@@ -143,6 +143,7 @@ func TestMatchesReference(t *testing.T) {
 			if admitted == 0 || denied == 0 {
 				t.Fatalf("the script did not exercise both outcomes: %d admitted, %d denied", admitted, denied)
 			}
+			storedUnits(t, c, l, keys...) // the packed state decodes, and its header agrees with its tail
 		})
 	}
 }

@@ -10,110 +10,165 @@ package redisstore
 //	4 span      N for the sliding algorithms, 0 for FixedWindow
 //	5 weighted  1 or 0
 //	6 ttl       ms
-//	7 force     1: a hybrid flush, add n without the check; 0: decide
-//	8 reserve   units the caller admitted locally and has not recorded yet:
+//	7 fmt       the state's struct format, "<" and 4+max(0, span−1) "d"
+//	            (computed once by New rather than by every call)
+//	8 force     1: a hybrid flush, add n without the check; absent or 0:
+//	            decide
+//	9 reserve   units the caller admitted locally and has not recorded yet:
 //	            the check counts them as present in the current sub-window,
-//	            and they are not added (a hybrid limiter's exact decision)
-//	9 seq       with KEYS[2]: the batch's sequence number. A batch whose
+//	            and they are not added (a hybrid limiter's exact decision);
+//	            absent: 0
+//	10 seq      with KEYS[2]: the batch's sequence number. A batch whose
 //	            seq is at most the one KEYS[2] holds was applied already (a
 //	            resend, or a client retry): it adds nothing, and the reply
 //	            is the estimate, as for a pull. KEYS[2] expires 2 × ttl after
 //	            the replica's last batch on the key.
 //
+// A plain decision sends the first seven only: each argument costs the
+// server time.
+//
 // The state is one string, read with one GET and written whole with one
-// SET … PX ttl: span+2 little-endian IEEE doubles (Lua's struct library,
-// format "<d…d"), the newest epoch l the key has seen and then the counts
-// of epochs l−span … l. Every value is an integer below 2^53, so a double
-// holds it exactly. A value of any other length (another client's value
-// at our key) is answered with a WRONGTYPE error and left alone. A
-// decision is thus TIME, GET and, when it admits, SET: three redis.calls.
+// SET … PX ttl: little-endian IEEE doubles (Lua's struct library), every
+// one an integer below 2^53, so exact. With c_x the count of epoch x and l
+// the newest epoch the key has seen, the layout is
+//
+//	l, c_l, mid, old, c_{l−span+1} … c_{l−1}
+//
+// where old = c_{l−span} and mid = c_{l−span+1} + … + c_{l−1} (for span 0,
+// FixedWindow: old = mid = 0 and no tail). The header of four is what a
+// decision in the key's newest sub-window (the common case) needs: it
+// unpacks those four, and an admission writes a new header followed by the
+// old tail, bytes unchanged (a GET then a SET of the whole value, both
+// inside one script, so nothing runs between them). Only a decision that moves the key to a newer
+// sub-window, or a denial (for RetryAfter), unpacks the whole ring. A value
+// of any other length (another client's value at our key) is answered with
+// a WRONGTYPE error and left alone. A decision is thus TIME, GET and, when
+// it admits, SET: three redis.calls.
+//
+// The script is written for the server's time per call (issue 12's target
+// is redis_rate's): no closure is created on the path that admits, and the
+// helpers needed only to deny (RetryAfter) are defined only then.
 //
 // Time is Redis TIME, in µs: below 2^53 until the year 2255, so every
 // quantity is an exact integer in Lua's doubles under the bounds New
 // enforces (see checkBounds).
 //
-// Replies {allowed, remaining, retryAfterNs (−1 = Never), sec, usec}: the
-// last two are the time the script decided at: the hybrid mode's
+// Replies {allowed, remaining, retryAfterNs (−1 = Never), t}: t is the
+// time the script decided at, Redis TIME in µs: the hybrid mode's
 // observation time, and for tests and debugging.
 const luaSource = `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+if redis.replicate_commands then redis.replicate_commands() end
+local floor = math.floor
 local key = KEYS[1]
 local n = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
 local span = tonumber(ARGV[4])
 local weighted = ARGV[5] == '1'
-local force = ARGV[7] == '1'
-local reserve = tonumber(ARGV[8] or '0')
-local seq = tonumber(ARGV[9] or '0')
+local fmt = ARGV[7]
+local force = ARGV[8] == '1'
+local reserve = tonumber(ARGV[9] or '0')
 if force and n >= 1 and KEYS[2] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if seq <= last then n = 0 end -- applied already: answer as a pull
+  if tonumber(ARGV[10]) <= last then n = 0 end -- applied already: answer as a pull
 end
 local need = n + reserve
 
+local tm = redis.call('TIME')
+local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local e0 = floor(t / w) -- exact: corrected below
+while e0 * w > t do e0 = e0 - 1 end
+while (e0 + 1) * w <= t do e0 = e0 + 1 end
+local off = t - e0 * w
+
+-- the header: l, cur = c_l, mid, o0 = c_(l-span); after a move to a newer
+-- epoch, of e instead of l, with r[0..span] the ring c_(e-span) .. c_e.
+local raw = redis.call('GET', key)
+local e, l, cur, mid, o0 = e0, -1, 0, 0, 0
+local r -- set when the whole ring is unpacked (below, and for a denial)
+if raw then
+  if #raw ~= 8 * (4 + math.max(0, span - 1)) then
+    return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter geometry state')
+  end
+  l, cur, mid, o0 = struct.unpack('<dddd', raw)
+  if e0 < l then
+    e, off = l, 0
+  elseif e0 > l then
+    local v = {struct.unpack(fmt, raw)}
+    r = {[0] = v[4]}
+    for k = 1, span - 1 do r[k] = v[k + 4] end
+    r[span] = v[2]
+    local d = e0 - l -- ascending k reads ahead of what it writes
+    for k = 0, span do
+      if k + d <= span then r[k] = r[k + d] else r[k] = 0 end
+    end
+  end
+else
+  r = {}
+  for k = 0, span do r[k] = 0 end
+end
+if r then
+  cur, mid, o0 = r[span], 0, 0
+  if span > 0 then o0 = r[0] end
+  for k = 1, span - 1 do mid = mid + r[k] end
+end
+local full, old = mid + o0, 0
+if weighted then full, old = mid, o0 end
+
+-- fits: cur + full + need + the weighted part of old ≤ limit, exactly;
+-- the weighted part is old·(w−off)/w, compared as old·(w−off) ≤ room·w.
+local room = limit - cur - full - need
+local fits = room >= 0 and (old <= room or (weighted and old * (w - off) <= room * w))
+
+-- used: the units the estimate counts, before this request; the weighted
+-- part of the oldest sub-window is rounded up, so that Remaining never
+-- promises a unit that would be refused.
+local used = cur + full + old
+if weighted and old > 0 and off > 0 then
+  local x = old * (w - off)
+  local q = floor(x / w)
+  while q * w > x do q = q - 1 end
+  while (q + 1) * w <= x do q = q + 1 end
+  if q * w ~= x then q = q + 1 end
+  used = cur + full + q
+end
+
+if n >= 1 and (force or (n <= limit and fits)) then
+  local v
+  if r then
+    local out = {e, cur + n, mid, o0}
+    for k = 1, span - 1 do out[k + 4] = r[k] end
+    v = struct.pack(fmt, unpack(out))
+  else
+    v = struct.pack('<dddd', e, cur + n, mid, o0) .. string.sub(raw, 33)
+  end
+  redis.call('SET', key, v, 'PX', ARGV[6])
+  if force and KEYS[2] then redis.call('SET', KEYS[2], ARGV[10], 'PX', 2 * tonumber(ARGV[6])) end
+  used = used + n
+  if used >= limit then return {1, 0, 0, t} end
+  return {1, limit - used, 0, t}
+end
+local rem = 0
+if used < limit then rem = limit - used end
+if n == 0 then return {1, rem, 0, t} end
+if n < 0 or n > limit then return {0, rem, -1, t} end
+
+-- A denial: the least wait after which need fits, as the engine computes
+-- it (RetryAfter), or -1 for Never.
 local function idiv(x, y)
-  local q = math.floor(x / y)
+  local q = floor(x / y)
   while q * y > x do q = q - 1 end
   while (q + 1) * y <= x do q = q + 1 end
   return q
 end
-
-local tm = redis.call('TIME')
-local sec, usec = tonumber(tm[1]), tonumber(tm[2])
-local t = sec * 1000000 + usec
-local e0 = idiv(t, w)
-local off = t - e0 * w
-
--- c[0..span]: the counts of epochs e-span .. e
-local fmt = '<' .. string.rep('d', span + 2)
-local raw = redis.call('GET', key)
-local c = {}
-local l = -1
-if raw then
-  if #raw ~= 8 * (span + 2) then
-    return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter geometry state')
-  end
-  local v = {struct.unpack(fmt, raw)}
-  l = v[1]
-  for k = 0, span do c[k] = v[k + 2] end
-else
-  for k = 0, span do c[k] = 0 end
-end
-local e = e0
-if e0 < l then e, off = l, 0 end
-if e > l and l >= 0 then
-  local d = e - l -- shift the ring to end at e; ascending k reads ahead of what it writes
-  for k = 0, span do
-    if k + d <= span then c[k] = c[k + d] else c[k] = 0 end
-  end
-end
-
-local cur = c[span]
-local full, old = 0, 0
-for k = 0, span - 1 do full = full + c[k] end
-if weighted and span > 0 then full = full - c[0]; old = c[0] end
-
 local wn = w * 1000   -- ns
 local offn = off * 1000
-
-local function fits(fl, o, m)
-  local room = limit - fl - m
-  if room < 0 then return false end
-  if o <= room then return true end
-  if not weighted then return false end
-  return o * (w - off) <= room * w
-end
-local function remaining(fl, o)
-  local used = fl + o
-  if weighted and o > 0 and off > 0 then
-    local x = o * (w - off)
-    local q = idiv(x, w)
-    if q * w ~= x then q = q + 1 end
-    used = fl + q
-  end
-  if used >= limit then return 0 end
-  return limit - used
+local c = r
+if not c then -- the ring of l-span .. l, which is e's (e == l here)
+  local v = {struct.unpack(fmt, raw)}
+  c = {[0] = v[4]}
+  for k = 1, span - 1 do c[k] = v[k + 4] end
+  c[span] = v[2]
 end
 local function retryAfter()
   local fl, o = cur + full, old
@@ -129,12 +184,12 @@ local function retryAfter()
         x = x + 1
       end
     end
-    local room = limit - fl - need
-    if room >= 0 then
-      if o <= room then
+    local rm = limit - fl - need
+    if rm >= 0 then
+      if o <= rm then
         if j > 0 then return j * wn - offn end
       else
-        local rp = wn - idiv(room * wn, o)
+        local rp = wn - idiv(rm * wn, o)
         if j == 0 and rp < offn then rp = offn end
         if rp < wn then return j * wn + rp - offn end
       end
@@ -142,22 +197,5 @@ local function retryAfter()
   end
   return -1
 end
-
-if n >= 1 and (force or n <= limit) then
-  if not force and not fits(cur + full, old, need) then
-    return {0, remaining(cur + full, old), retryAfter(), sec, usec}
-  end
-  c[span] = cur + n
-  local out = {e}
-  for k = 0, span do out[k + 2] = c[k] end
-  redis.call('SET', key, struct.pack(fmt, unpack(out)), 'PX', ARGV[6])
-  if force and KEYS[2] then redis.call('SET', KEYS[2], string.format('%d', seq), 'PX', 2 * tonumber(ARGV[6])) end
-  return {1, remaining(cur + n + full, old), 0, sec, usec}
-end
--- a peek: n = 0, n < 0 or n > limit; records nothing
-local rem = remaining(cur + full, old)
-if n == 0 then return {1, rem, 0, sec, usec} end
-if n < 0 then return {0, rem, -1, sec, usec} end
-if fits(cur + full, old, n) then return {1, rem, 0, sec, usec} end
-return {0, rem, -1, sec, usec}
+return {0, rem, retryAfter(), t}
 `
