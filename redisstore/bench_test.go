@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -15,8 +16,10 @@ import (
 )
 
 // BenchmarkVsRedisRate runs one redis-server and, on it, go-redis/redis_rate
-// (GCRA, the baseline) and redisstore side by side (and redisstore's hybrid
-// mode, on 9 hot keys), at 1 and 64 concurrent callers, over 1,000 keys
+// (GCRA, the baseline) and redisstore side by side (with a context that
+// never ends, as redis_rate's calls here; with a 1 s deadline, which takes
+// the sender handoff; and the hybrid mode on 9 hot keys), at 1 and 64
+// concurrent callers, over 1,000 keys
 // whose limit is high enough that nearly every decision admits. Each
 // sub-benchmark reports, besides sec/op:
 //
@@ -61,6 +64,18 @@ func BenchmarkVsRedisRate(b *testing.B) {
 		}},
 		{"redisstore", func(key string) error {
 			d, err := l.AllowN(ctx, key, 1)
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("redisstore denied %q: %+v", key, d)
+			}
+			return err
+		}},
+		{"redisstore-deadline", func(key string) error {
+			// A caller whose context has a deadline hands its call to a
+			// sender goroutine and waits on its own channel, so that it
+			// returns by the deadline: the cost of that handoff.
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			d, err := l.AllowN(dctx, key, 1)
 			if err == nil && !d.Allowed {
 				err = fmt.Errorf("redisstore denied %q: %+v", key, d)
 			}

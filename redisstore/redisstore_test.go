@@ -95,13 +95,18 @@ func TestSharedLimit(t *testing.T) {
 func TestMatchesReference(t *testing.T) {
 	s := startRedis(t)
 	c := s.client()
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
-		t.Run(alg.String(), func(t *testing.T) {
-			cfg := engine.Config{Limit: 12, Window: 240 * time.Millisecond, SubWindows: 4, Algorithm: alg}
+	for _, tc := range []struct {
+		alg engine.Algorithm
+		n   int
+	}{{engine.SlidingWindow, 4}, {engine.SlidingWindowStrict, 4}, {engine.FixedWindow, 0}, {engine.SlidingWindow, 1}, {engine.SlidingWindowStrict, 2}} {
+		alg := tc.alg
+		t.Run(fmt.Sprintf("%v/N=%d", alg, tc.n), func(t *testing.T) {
+			t.Parallel()
+			cfg := engine.Config{Limit: 12, Window: 60 * time.Millisecond * time.Duration(tc.n), SubWindows: tc.n, Algorithm: alg}
 			if alg == engine.FixedWindow {
 				cfg.Window = 80 * time.Millisecond
 			}
-			l := mustNew(t, c, cfg, WithPrefix("ref:"+alg.String()+":"))
+			l := mustNew(t, c, cfg, WithPrefix(fmt.Sprintf("ref:%v:%d:", alg, tc.n)))
 			rc := cfg
 			rc.DisableEviction = true
 			ref, err := engine.New(rc)
@@ -109,7 +114,7 @@ func TestMatchesReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ref.Close()
-			rng := rand.New(rand.NewPCG(uint64(alg), 7))
+			rng := rand.New(rand.NewPCG(uint64(alg), uint64(tc.n)))
 			keys := []string{"a", "b{c}"}
 			denied, admitted := 0, 0
 			for i := range 400 {

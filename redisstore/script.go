@@ -46,8 +46,10 @@ package redisstore
 // it admits, SET: three redis.calls.
 //
 // The script is written for the server's time per call (issue 12's target
-// is redis_rate's): no closure is created on the path that admits, and the
-// helpers needed only to deny (RetryAfter) are defined only then.
+// is redis_rate's): no closure is created on the path that admits, the
+// whole state is unpacked into one table that is shifted in place and
+// packed again, and the helpers needed only to deny (RetryAfter) are
+// defined only then.
 //
 // Time is Redis TIME, in µs: below 2^53 until the year 2255, so every
 // quantity is an exact integer in Lua's doubles under the bounds New
@@ -57,7 +59,7 @@ package redisstore
 // time the script decided at, Redis TIME in µs: the hybrid mode's
 // observation time, and for tests and debugging.
 const luaSource = `
-if redis.replicate_commands then redis.replicate_commands() end
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end -- Redis 7 has only effects replication
 local floor = math.floor
 local key = KEYS[1]
 local n = tonumber(ARGV[1])
@@ -67,7 +69,8 @@ local span = tonumber(ARGV[4])
 local weighted = ARGV[5] == '1'
 local fmt = ARGV[7]
 local force = ARGV[8] == '1'
-local reserve = tonumber(ARGV[9] or '0')
+local reserve = 0
+if ARGV[9] then reserve = tonumber(ARGV[9]) end
 if force and n >= 1 and KEYS[2] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0')
   if tonumber(ARGV[10]) <= last then n = 0 end -- applied already: answer as a pull
@@ -81,36 +84,34 @@ while e0 * w > t do e0 = e0 - 1 end
 while (e0 + 1) * w <= t do e0 = e0 + 1 end
 local off = t - e0 * w
 
--- the header: l, cur = c_l, mid, o0 = c_(l-span); after a move to a newer
--- epoch, of e instead of l, with r[0..span] the ring c_(e-span) .. c_e.
+-- the header: l, cur = c_l, mid, o0 = c_(l-span). v, once the whole state
+-- is unpacked, has the same layout, with the ring but its newest count in
+-- v[4 .. span+3] (v[4 + k] = c_(l-span+k)); after a move to a newer epoch
+-- it holds e's ring and header instead.
 local raw = redis.call('GET', key)
 local e, l, cur, mid, o0 = e0, -1, 0, 0, 0
-local r -- set when the whole ring is unpacked (below, and for a denial)
+local v
 if raw then
-  if #raw ~= 8 * (4 + math.max(0, span - 1)) then
+  if #raw ~= 8 * (#fmt - 1) then
     return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter geometry state')
   end
   l, cur, mid, o0 = struct.unpack('<dddd', raw)
   if e0 < l then
     e, off = l, 0
   elseif e0 > l then
-    local v = {struct.unpack(fmt, raw)}
-    r = {[0] = v[4]}
-    for k = 1, span - 1 do r[k] = v[k + 4] end
-    r[span] = v[2]
+    v = {struct.unpack(fmt, raw)}
     local d = e0 - l -- ascending k reads ahead of what it writes
-    for k = 0, span do
-      if k + d <= span then r[k] = r[k + d] else r[k] = 0 end
+    for k = 0, span - 1 do
+      local j = k + d
+      if j < span then v[4 + k] = v[4 + j] elseif j == span then v[4 + k] = cur else v[4 + k] = 0 end
     end
+    cur, mid = 0, 0
+    for k = 5, span + 3 do mid = mid + v[k] end
+    if span > 0 then o0 = v[4] else o0 = 0 end
   end
 else
-  r = {}
-  for k = 0, span do r[k] = 0 end
-end
-if r then
-  cur, mid, o0 = r[span], 0, 0
-  if span > 0 then o0 = r[0] end
-  for k = 1, span - 1 do mid = mid + r[k] end
+  v = {0, 0, 0, 0}
+  for k = 5, span + 3 do v[k] = 0 end
 end
 local full, old = mid + o0, 0
 if weighted then full, old = mid, o0 end
@@ -134,15 +135,14 @@ if weighted and old > 0 and off > 0 then
 end
 
 if n >= 1 and (force or (n <= limit and fits)) then
-  local v
-  if r then
-    local out = {e, cur + n, mid, o0}
-    for k = 1, span - 1 do out[k + 4] = r[k] end
-    v = struct.pack(fmt, unpack(out))
+  local state
+  if v then
+    v[1], v[2], v[3], v[4] = e, cur + n, mid, o0
+    state = struct.pack(fmt, unpack(v, 1, #fmt - 1))
   else
-    v = struct.pack('<dddd', e, cur + n, mid, o0) .. string.sub(raw, 33)
+    state = struct.pack('<dddd', e, cur + n, mid, o0) .. string.sub(raw, 33)
   end
-  redis.call('SET', key, v, 'PX', ARGV[6])
+  redis.call('SET', key, state, 'PX', ARGV[6])
   if force and KEYS[2] then redis.call('SET', KEYS[2], ARGV[10], 'PX', 2 * tonumber(ARGV[6])) end
   used = used + n
   if used >= limit then return {1, 0, 0, t} end
@@ -163,12 +163,11 @@ local function idiv(x, y)
 end
 local wn = w * 1000   -- ns
 local offn = off * 1000
-local c = r
-if not c then -- the ring of l-span .. l, which is e's (e == l here)
-  local v = {struct.unpack(fmt, raw)}
-  c = {[0] = v[4]}
-  for k = 1, span - 1 do c[k] = v[k + 4] end
-  c[span] = v[2]
+if not v then v = {struct.unpack(fmt, raw)} end -- e == l: the stored ring is e's
+local function c(k) -- the count of epoch e-span+k
+  if k == span then return cur end
+  if k < span then return v[4 + k] end
+  return 0
 end
 local function retryAfter()
   local fl, o = cur + full, old
@@ -177,10 +176,10 @@ local function retryAfter()
     if j > 0 then
       if weighted then
         x = x + 1
-        o = c[x] or 0
+        o = c(x)
         fl = fl - o
       else
-        fl = fl - (c[x] or 0)
+        fl = fl - c(x)
         x = x + 1
       end
     end
