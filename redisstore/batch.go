@@ -47,15 +47,18 @@ type result struct {
 	err error
 }
 
-// batcher sends decisions to Redis. A caller queues its call and waits on
-// its own channel and on its context, so that it returns by its deadline
-// whatever the client does. Senders are goroutines started by the calls
-// (at most maxSenders at a time): each takes every queued call (up to
-// maxBatch), sends them as one round trip (a lone call as one EVALSHA,
-// several as one pipeline), hands each reply to its own call by index,
-// and ends when the queue is empty. A lone caller thus waits for nothing
-// but its own round trip, and callers that arrive while both senders are
-// busy share the next one.
+// batcher sends decisions to Redis, at most maxSenders round trips at a
+// time. A caller that can keep its own deadline (its context can never
+// end, or the client enforces context deadlines) and finds a sender's slot
+// free makes its own round trip, one EVALSHA. Any other caller queues its
+// call and waits on its own channel and on its context, so that it returns
+// by its deadline whatever the client does; if a slot is free it starts a
+// sender goroutine. A sender takes every queued call (up to maxBatch),
+// sends them as one round trip (a lone call as one EVALSHA, several as one
+// pipeline), hands each reply to its own call by index, and ends when the
+// queue is empty. A lone caller thus waits for nothing but its own round
+// trip, and callers that arrive while both slots are busy share the next
+// one.
 type batcher struct {
 	l       *Limiter
 	mu      sync.Mutex // guards the fields below
@@ -74,11 +77,22 @@ var (
 // do decides n units of key (limit, reserve: see luaSource) by a round
 // trip, and returns by ctx's end.
 func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (engine.Decision, time.Time, error) {
-	c := &call{key: key, n: n, limit: limit, reserve: reserve, done: make(chan result, 1)}
-	if dl, ok := ctx.Deadline(); ok {
-		c.deadline = dl
-	}
+	dl, hasDeadline := ctx.Deadline()
+	// A caller whose context can never end has no deadline to keep, and
+	// one whose client enforces context deadlines (ContextTimeoutEnabled)
+	// keeps its own: such a caller, when a sender's slot is free, makes
+	// its own round trip, sparing two goroutine handoffs.
+	inline := ctx.Done() == nil || hasDeadline && b.l.ctxTimeouts
 	b.mu.Lock()
+	if inline && b.senders < maxSenders {
+		b.senders++
+		b.mu.Unlock()
+		b.rounds.Add(1)
+		d, at, err := b.l.evalOne(ctx, b.l.client, key, n, limit, reserve)
+		b.handOn()
+		return d, at, err
+	}
+	c := &call{key: key, n: n, limit: limit, reserve: reserve, deadline: dl, done: make(chan result, 1)}
 	b.queue = append(b.queue, c)
 	start := b.senders < maxSenders
 	if start {
@@ -86,15 +100,6 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 	}
 	b.mu.Unlock()
 	if start {
-		if ctx.Done() == nil {
-			// A context that can never end has no deadline to keep: this
-			// caller is the sender, for one round trip (its own call and
-			// any queued before it), which spares it two goroutine
-			// handoffs. It then hands the sender's slot on.
-			b.round()
-			r := <-c.done // sent in this round: the reply is there
-			return r.d, r.at, r.err
-		}
 		go b.run()
 	}
 	select {
@@ -115,25 +120,24 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 	return engine.Decision{}, time.Time{}, fmt.Errorf("%w: %w", errNotAnswered, ctx.Err())
 }
 
-// run is a sender goroutine: rounds until the queue is empty.
-func (b *batcher) run() {
-	for b.take() {
+// handOn is called by a caller that made its own round trip in a sender's
+// slot: it passes the slot to a sender goroutine if calls are queued, or
+// gives it up.
+func (b *batcher) handOn() {
+	b.mu.Lock()
+	more := len(b.queue) > 0
+	if !more {
+		b.release()
+	}
+	b.mu.Unlock()
+	if more {
+		go b.run()
 	}
 }
 
-// round is one round trip by a caller that holds a sender's slot, which
-// it then passes to a sender goroutine if calls are queued, or gives up.
-func (b *batcher) round() {
-	if b.take() {
-		b.mu.Lock()
-		more := len(b.queue) > 0
-		if !more {
-			b.release()
-		}
-		b.mu.Unlock()
-		if more {
-			go b.run()
-		}
+// run is a sender goroutine: rounds until the queue is empty.
+func (b *batcher) run() {
+	for b.take() {
 	}
 }
 

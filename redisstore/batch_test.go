@@ -15,17 +15,39 @@ import (
 )
 
 // Issue 12: a decision returns by its caller's deadline whatever the
-// client's options. With go-redis's defaults (ReadTimeout 3 s, no
+// client's options. With go-redis's defaults (ReadTimeout 5 s, no
 // ContextTimeoutEnabled) and a stalled server (SIGSTOP), callers with a
 // 20 ms deadline get the policy's answer, with an error wrapping
 // ErrUnavailable and context.DeadlineExceeded, within a few ms of it. The
 // bound asserted is generous (the test is not a timing benchmark); the
 // figures are logged.
 func TestDeadlineStalledServer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  redis.Options
+	}{
+		{"defaults", redis.Options{}},
+		{"ContextTimeoutEnabled", redis.Options{ContextTimeoutEnabled: true}}, // callers make their own round trips
+		{"no ReadTimeout", redis.Options{ReadTimeout: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testDeadlineStalled(t, tc.opt) })
+	}
+}
+
+func testDeadlineStalled(t *testing.T, opt redis.Options) {
 	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr()}) // the defaults
+	opt.Addr = s.addr()
+	c := redis.NewClient(&opt)
 	defer c.Close()
-	l := mustNew(t, c, engine.Config{Limit: 100, Window: time.Minute})
+	var warned atomic.Bool
+	l := mustNew(t, c, engine.Config{Limit: 100, Window: time.Minute}, WithOnError(func(err error) {
+		if errors.Is(err, ErrUnboundedRoundTrip) {
+			warned.Store(true)
+		}
+	}))
+	if warned.Load() != (opt.ReadTimeout < 0) {
+		t.Fatalf("ReadTimeout %v: warned %v", opt.ReadTimeout, warned.Load())
+	}
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +83,7 @@ func TestDeadlineStalledServer(t *testing.T) {
 	for _, d := range took {
 		worst = max(worst, d)
 	}
-	t.Logf("20 ms deadline, stalled server, default client options: %d callers returned in %v (the slowest)", callers, worst)
+	t.Logf("20 ms deadline, stalled server: %d callers returned in %v (the slowest)", callers, worst)
 	if worst > 200*time.Millisecond {
 		t.Fatalf("a caller took %v with a 20 ms deadline", worst)
 	}

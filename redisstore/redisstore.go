@@ -189,6 +189,10 @@ type Limiter struct {
 	local    *engine.Engine
 	hyb      *hybrid
 	batch    *batcher
+	// ctxTimeouts: the client enforces context deadlines on its reads
+	// (ContextTimeoutEnabled), so a caller with a deadline may make its
+	// own round trip.
+	ctxTimeouts bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -222,9 +226,9 @@ var script = redis.NewScript(luaSource)
 // against one limit.
 //
 // If the client lets a round trip to a stalled server last forever (a
-// *redis.Client or *redis.ClusterClient with ReadTimeout < 0 and no
-// ContextTimeoutEnabled), New passes ErrUnboundedRoundTrip to the OnError
-// hook, once: every decision still returns by its caller's deadline, but
+// *redis.Client or *redis.ClusterClient given ReadTimeout −1 or −2, no
+// read deadline, and no ContextTimeoutEnabled), New passes
+// ErrUnboundedRoundTrip to the OnError hook, once: every decision still returns by its caller's deadline, but
 // the stalled round trip keeps one of the limiter's two senders and its
 // connection until the server answers, and Close waits for it.
 func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limiter, error) {
@@ -280,6 +284,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	}
 	l.args = []any{l.width / 1000, l.span, w, ttl, "<" + strings.Repeat("d", 4+max(0, l.span-1))}
 	l.batch = &batcher{l: l}
+	l.ctxTimeouts = contextTimeouts(client)
 	if o.policy == FallbackLocal {
 		lc := cfg
 		lc.Limit = max(1, int64(math.Floor(o.share*float64(cfg.Limit))))
@@ -312,17 +317,28 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 // ErrUnboundedRoundTrip is passed to the OnError hook by New when the
 // client's options let a round trip to a stalled server last forever (see
 // New).
-var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has ReadTimeout < 0 and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
+var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 or -2) and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
+
+// contextTimeouts reports whether client enforces context deadlines.
+func contextTimeouts(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
 
 // unboundedReads reports whether client's options let a read wait forever.
 func unboundedReads(client redis.UniversalClient) bool {
 	switch c := client.(type) {
-	case *redis.Client:
+	case *redis.Client: // Options() is normalised: ReadTimeout 0 or −1 is no read deadline
 		o := c.Options()
-		return o.ReadTimeout < 0 && !o.ContextTimeoutEnabled
+		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		o := c.Options()
-		return o.ReadTimeout < 0 && !o.ContextTimeoutEnabled
+		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
 	}
 	return false
 }
