@@ -141,7 +141,12 @@ func TestMatchesReference(t *testing.T) {
 				} else if !got.Allowed {
 					denied++
 				}
-				if rng.IntN(3) == 0 {
+				switch {
+				case rng.IntN(60) == 0:
+					// Idle for longer than the window: the state's ring
+					// moves by more than N+1 sub-windows at once.
+					time.Sleep(cfg.Window + 2*cfg.Window/time.Duration(max(1, tc.n)))
+				case rng.IntN(3) == 0:
 					time.Sleep(time.Duration(rng.IntN(15000)) * time.Microsecond)
 				}
 			}
@@ -354,5 +359,26 @@ func TestCluster(t *testing.T) {
 	}
 	if len(slots) < 200 || l.Stats().Failures != 0 {
 		t.Fatalf("%d slots, stats %+v", len(slots), l.Stats())
+	}
+	// Concurrent callers: their calls share pipelines, which the cluster
+	// client splits by node; each caller's own key counts exactly.
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := range 32 {
+		wg.Go(func() {
+			key := fmt.Sprintf("conc-%d", i)
+			for j := range 5 {
+				d, err := l.AllowN(ctx, key, 1)
+				if err != nil || d.Allowed != (j < 3) || d.Remaining != int64(max(0, 2-j)) {
+					errs <- fmt.Errorf("key %q step %d: %+v %v", key, j, d, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
