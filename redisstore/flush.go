@@ -320,7 +320,7 @@ func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushIt
 	if it.seq != 0 {
 		keys = append(keys, rk+":f:"+h.rid)
 	}
-	args := make([]any, 0, 10)
+	args := make([]any, 0, 9)
 	args = append(args, it.n, l.cfg.Limit)
 	args = append(args, l.args...)
 	args = append(args, "1", 0, it.seq)

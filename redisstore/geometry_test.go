@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -132,5 +133,53 @@ func TestLimitChangeKeepsCounts(t *testing.T) {
 	}
 	if got := storedUnits(t, c, a, "k"); got != 10 {
 		t.Fatalf("stored %d, want 10", got)
+	}
+}
+
+// The packed ring moving by every distance: 0, 1 … N and more than N
+// sub-windows between two decisions on a key, for each algorithm, every
+// decision (admission, denial, RetryAfter, Remaining) compared with the
+// engine at the Redis time the script used, and the stored state checked
+// (mid agrees with the ring).
+func TestRingMoves(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			const n = 5
+			cfg := engine.Config{Limit: 9, Window: 50 * time.Millisecond, SubWindows: n, Algorithm: alg}
+			width := cfg.Window / n
+			l := mustNew(t, c, cfg, WithPrefix("moves:"+alg.String()+":"))
+			rc := cfg
+			rc.DisableEviction = true
+			ref, err := engine.New(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			rng := rand.New(rand.NewPCG(3, uint64(alg)))
+			moved := map[int]bool{}
+			for i := range 160 {
+				gap := rng.IntN(n + 3) // sub-windows to wait: 0 … N+2
+				if rng.IntN(2) == 0 {
+					gap = 0
+				}
+				time.Sleep(time.Duration(gap) * width)
+				moved[gap] = true
+				k := int64(1 + rng.IntN(4))
+				got, at, err := l.eval(ctx, "k", k, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := ref.AllowAt("k", k, at); got != want {
+					t.Fatalf("step %d (after %d sub-windows) n %d at %v: redis %+v, engine %+v", i, gap, k, at.Format(time.RFC3339Nano), got, want)
+				}
+				storedUnits(t, c, l, "k")
+			}
+			if len(moved) < n+3 {
+				t.Fatalf("gaps covered: %v", moved)
+			}
+		})
 	}
 }

@@ -202,14 +202,13 @@ func storedUnits(tb testing.TB, c redis.UniversalClient, l *Limiter, keys ...str
 
 // decodeState reads a key's packed state (see luaSource): the newest
 // epoch l, and the ring of counts of epochs l−span … l, checking that the
-// header's mid and old agree with the tail.
+// header's mid agrees with the ring.
 func decodeState(tb testing.TB, raw string, span int) (newest int64, counts []int64) {
 	tb.Helper()
-	tail := max(0, span-1)
-	if len(raw) != 8*(4+tail) {
-		tb.Fatalf("state of %d bytes, want %d", len(raw), 8*(4+tail))
+	if len(raw) != 8*(span+3) {
+		tb.Fatalf("state of %d bytes, want %d", len(raw), 8*(span+3))
 	}
-	vals := make([]int64, 4+tail)
+	vals := make([]int64, span+3)
 	for i := range vals {
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[8*i : 8*i+8])))
 		if f != math.Trunc(f) || f < 0 || f >= 1<<53 {
@@ -217,23 +216,15 @@ func decodeState(tb testing.TB, raw string, span int) (newest int64, counts []in
 		}
 		vals[i] = int64(f)
 	}
-	l, cur, mid, old := vals[0], vals[1], vals[2], vals[3]
-	counts = make([]int64, span+1)
-	counts[span] = cur
-	if span > 0 {
-		counts[0] = old
-	} else if old != 0 || mid != 0 {
-		tb.Fatalf("FixedWindow state with mid %d, old %d", mid, old)
-	}
-	var sum int64
+	counts = vals[2:]
+	var mid int64
 	for k := 1; k < span; k++ {
-		counts[k] = vals[3+k]
-		sum += counts[k]
+		mid += counts[k]
 	}
-	if sum != mid {
-		tb.Fatalf("state: mid %d, but the tail sums to %d", mid, sum)
+	if mid != vals[1] {
+		tb.Fatalf("state: mid %d, but the ring between its ends sums to %d", vals[1], mid)
 	}
-	return l, counts
+	return vals[0], counts
 }
 
 // staleDeadline is a context whose deadline has passed but whose timer has

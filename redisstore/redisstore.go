@@ -185,7 +185,7 @@ type Limiter struct {
 	weighted bool
 	maxLimit int64  // the largest limit a key may have: MaxLimit, or the weighted exactness bound
 	geo      string // the geometry suffix of every Redis key (see Key)
-	args     []any  // w µs, span, weighted, ttl ms, fmt (after n and limit; see luaSource)
+	args     []any  // w µs, span, weighted, ttl ms (after n and limit; see luaSource)
 	local    *engine.Engine
 	hyb      *hybrid
 	batch    *batcher
@@ -282,7 +282,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if l.weighted {
 		w = "1"
 	}
-	l.args = []any{l.width / 1000, l.span, w, ttl, "<" + strings.Repeat("d", 4+max(0, l.span-1))}
+	l.args = []any{l.width / 1000, l.span, w, ttl}
 	l.batch = &batcher{l: l}
 	l.ctxTimeouts = contextTimeouts(client)
 	if o.policy == FallbackLocal {
@@ -564,7 +564,7 @@ func (l *Limiter) evalOne(ctx context.Context, c redis.Scripter, key string, n, 
 
 // callArgs is a decision's ARGV (see luaSource).
 func (l *Limiter) callArgs(n, limit, reserve int64) []any {
-	args := make([]any, 0, 9)
+	args := make([]any, 0, 8)
 	args = append(args, n, limit)
 	args = append(args, l.args...)
 	if reserve != 0 {

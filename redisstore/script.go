@@ -10,46 +10,45 @@ package redisstore
 //	4 span      N for the sliding algorithms, 0 for FixedWindow
 //	5 weighted  1 or 0
 //	6 ttl       ms
-//	7 fmt       the state's struct format, "<" and 4+max(0, span−1) "d"
-//	            (computed once by New rather than by every call)
-//	8 force     1: a hybrid flush, add n without the check; absent or 0:
+//	7 force     1: a hybrid flush, add n without the check; absent or 0:
 //	            decide
-//	9 reserve   units the caller admitted locally and has not recorded yet:
+//	8 reserve   units the caller admitted locally and has not recorded yet:
 //	            the check counts them as present in the current sub-window,
 //	            and they are not added (a hybrid limiter's exact decision);
 //	            absent: 0
-//	10 seq      with KEYS[2]: the batch's sequence number. A batch whose
+//	9 seq       with KEYS[2]: the batch's sequence number. A batch whose
 //	            seq is at most the one KEYS[2] holds was applied already (a
 //	            resend, or a client retry): it adds nothing, and the reply
 //	            is the estimate, as for a pull. KEYS[2] expires 2 × ttl after
 //	            the replica's last batch on the key.
 //
-// A plain decision sends the first seven only: each argument costs the
+// A plain decision sends the first six only: each argument costs the
 // server time.
 //
 // The state is one string, read with one GET and written whole with one
-// SET … PX ttl: little-endian IEEE doubles (Lua's struct library), every
-// one an integer below 2^53, so exact. With c_x the count of epoch x and l
-// the newest epoch the key has seen, the layout is
+// SET … PX ttl: span+3 little-endian IEEE doubles, every one an integer
+// below 2^53, so exact. With c_x the count of epoch x and l the newest
+// epoch the key has seen, the layout is
 //
-//	l, c_l, mid, old, c_{l−span+1} … c_{l−1}
+//	l, mid, c_(l−span), c_(l−span+1), …, c_l
 //
-// where old = c_{l−span} and mid = c_{l−span+1} + … + c_{l−1} (for span 0,
-// FixedWindow: old = mid = 0 and no tail). The header of four is what a
-// decision in the key's newest sub-window (the common case) needs: it
-// unpacks those four, and an admission writes a new header followed by the
-// old tail, bytes unchanged (a GET then a SET of the whole value, both
-// inside one script, so nothing runs between them). Only a decision that moves the key to a newer
-// sub-window, or a denial (for RetryAfter), unpacks the whole ring. A value
-// of any other length (another client's value at our key) is answered with
-// a WRONGTYPE error and left alone. A decision is thus TIME, GET and, when
+// where mid = c_(l−span+1) + … + c_(l−1) (FixedWindow, span 0: mid = 0 and
+// the ring is c_l alone). A decision reads l, mid, the oldest count and
+// the newest (three struct.unpack calls on fixed offsets, whatever N is),
+// and updates mid when the ring moves. An admission writes the state back
+// with string operations on the bytes read: in l's sub-window (the common
+// case) only the last eight bytes change; when the ring moves by d ≤ span
+// sub-windows, the new state is the new header, the bytes of c_(l−span+d) …
+// c_l, d−1 zeros and n; when it moves by more, the header, zeros and n.
+// Only a denial reads more of the ring, for RetryAfter. A value of any
+// other length (another client's value at our key) is answered with a
+// WRONGTYPE error and left alone. A decision is thus TIME, GET and, when
 // it admits, SET: three redis.calls.
 //
 // The script is written for the server's time per call (issue 12's target
-// is redis_rate's): no closure is created on the path that admits, the
-// whole state is unpacked into one table that is shifted in place and
-// packed again, and the helpers needed only to deny (RetryAfter) are
-// defined only then.
+// is redis_rate's): no closure is created on the path that admits, its cost
+// does not grow with N, and the helpers needed only to deny (RetryAfter)
+// are defined only then.
 //
 // Time is Redis TIME, in µs: below 2^53 until the year 2255, so every
 // quantity is an exact integer in Lua's doubles under the bounds New
@@ -67,13 +66,12 @@ local limit = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
 local span = tonumber(ARGV[4])
 local weighted = ARGV[5] == '1'
-local fmt = ARGV[7]
-local force = ARGV[8] == '1'
+local force = ARGV[7] == '1'
 local reserve = 0
-if ARGV[9] then reserve = tonumber(ARGV[9]) end
+if ARGV[8] then reserve = tonumber(ARGV[8]) end
 if force and n >= 1 and KEYS[2] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if tonumber(ARGV[10]) <= last then n = 0 end -- applied already: answer as a pull
+  if tonumber(ARGV[9]) <= last then n = 0 end -- applied already: answer as a pull
 end
 local need = n + reserve
 
@@ -84,35 +82,40 @@ while e0 * w > t do e0 = e0 - 1 end
 while (e0 + 1) * w <= t do e0 = e0 + 1 end
 local off = t - e0 * w
 
--- the header: l, cur = c_l, mid, o0 = c_(l-span). v, once the whole state
--- is unpacked, has the same layout, with the ring but its newest count in
--- v[4 .. span+3] (v[4 + k] = c_(l-span+k)); after a move to a newer epoch
--- it holds e's ring and header instead.
+-- The state: l and mid, then the ring c_(l-span) .. c_l, so that c_(l-span+k)
+-- is at byte 17 + 8k. d is how far e is past l: 0 in l's sub-window (or
+-- clamped to it), 1 … span when part of the ring moves out, and more than
+-- span (or a new key) when all of it does.
 local raw = redis.call('GET', key)
 local e, l, cur, mid, o0 = e0, -1, 0, 0, 0
-local v
+local cur0 = 0 -- c_l as stored
+local d = span + 1
 if raw then
-  if #raw ~= 8 * (#fmt - 1) then
+  if #raw ~= 8 * (span + 3) then
     return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter geometry state')
   end
-  l, cur, mid, o0 = struct.unpack('<dddd', raw)
-  if e0 < l then
-    e, off = l, 0
-  elseif e0 > l then
-    v = {struct.unpack(fmt, raw)}
-    local d = e0 - l -- ascending k reads ahead of what it writes
-    for k = 0, span - 1 do
-      local j = k + d
-      if j < span then v[4 + k] = v[4 + j] elseif j == span then v[4 + k] = cur else v[4 + k] = 0 end
+  l, mid, o0 = struct.unpack('<ddd', raw)
+  cur = struct.unpack('<d', raw, 8 * span + 17)
+  cur0 = cur
+  if span == 0 then o0 = 0 end -- the ring's one count is cur
+  if e0 <= l then
+    d = 0
+    if e0 < l then e, off = l, 0 end
+  elseif e0 - l <= span then
+    -- c'_k = c_(k+d): old' = c_d, mid' = c_(d+1) + … + c_span (c_span = cur)
+    d = e0 - l
+    local gone = 0 -- c_1 + … + c_d
+    if d == 1 then
+      gone = struct.unpack('<d', raw, 25)
+    else
+      local x = {struct.unpack(string.rep('d', d), raw, 25)}
+      for k = 1, d do gone = gone + x[k] end
     end
-    cur, mid = 0, 0
-    for k = 5, span + 3 do mid = mid + v[k] end
-    if span > 0 then o0 = v[4] else o0 = 0 end
+    o0 = struct.unpack('<d', raw, 17 + 8 * d)
+    mid, cur = mid + cur - gone, 0
   end
-else
-  v = {0, 0, 0, 0}
-  for k = 5, span + 3 do v[k] = 0 end
 end
+if d > span then cur, mid, o0 = 0, 0, 0 end
 local full, old = mid + o0, 0
 if weighted then full, old = mid, o0 end
 
@@ -136,14 +139,15 @@ end
 
 if n >= 1 and (force or (n <= limit and fits)) then
   local state
-  if v then
-    v[1], v[2], v[3], v[4] = e, cur + n, mid, o0
-    state = struct.pack(fmt, unpack(v, 1, #fmt - 1))
+  if d == 0 then -- only c_l changes
+    state = string.sub(raw, 1, 8 * span + 16) .. struct.pack('<d', cur + n)
+  elseif d <= span then -- the ring moves by d: c_d .. c_l, d-1 zeros, n
+    state = struct.pack('<dd', e, mid) .. string.sub(raw, 17 + 8 * d) .. string.rep('\0', 8 * (d - 1)) .. struct.pack('<d', n)
   else
-    state = struct.pack('<dddd', e, cur + n, mid, o0) .. string.sub(raw, 33)
+    state = struct.pack('<dd', e, 0) .. string.rep('\0', 8 * span) .. struct.pack('<d', n)
   end
   redis.call('SET', key, state, 'PX', ARGV[6])
-  if force and KEYS[2] then redis.call('SET', KEYS[2], ARGV[10], 'PX', 2 * tonumber(ARGV[6])) end
+  if force and KEYS[2] then redis.call('SET', KEYS[2], ARGV[9], 'PX', 2 * tonumber(ARGV[6])) end
   used = used + n
   if used >= limit then return {1, 0, 0, t} end
   return {1, limit - used, 0, t}
@@ -163,11 +167,12 @@ local function idiv(x, y)
 end
 local wn = w * 1000   -- ns
 local offn = off * 1000
-if not v then v = {struct.unpack(fmt, raw)} end -- e == l: the stored ring is e's
-local function c(k) -- the count of epoch e-span+k
+local function c(k) -- the count of epoch e-span+k: c_(l-span+k+d) in raw
   if k == span then return cur end
-  if k < span then return v[4 + k] end
-  return 0
+  local j = k + d
+  if j > span then return 0 end
+  if j == span then return cur0 end
+  return struct.unpack('<d', raw, 17 + 8 * j)
 end
 local function retryAfter()
   local fl, o = cur + full, old
