@@ -238,21 +238,17 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 	if len(missing) > 0 {
-		// Those calls did not run: load the script once and send them
-		// again, as one pipeline. Nothing else is ever resent.
+		// Those calls did not run: send them again, once, as one pipeline
+		// of EVAL, which carries the script and so cannot meet NOSCRIPT
+		// (a SCRIPT FLUSH between a load and an EVALSHA could). Nothing
+		// else is ever resent.
 		l.noscript.Add(1)
-		if err := script.Load(ctx, l.client).Err(); err != nil {
-			for _, i := range missing {
-				cmds[i].SetErr(fmt.Errorf("redisstore: loading the script after NOSCRIPT: %w", err))
-			}
-		} else {
-			pipe := l.client.Pipeline()
-			for _, i := range missing {
-				c := live[i]
-				cmds[i] = script.EvalSha(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
-			}
-			_, _ = pipe.Exec(ctx)
+		pipe := l.client.Pipeline()
+		for _, i := range missing {
+			c := live[i]
+			cmds[i] = script.Eval(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
 		}
+		_, _ = pipe.Exec(ctx)
 	}
 	for i, c := range live {
 		res, err := cmds[i].Result()

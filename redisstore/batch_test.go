@@ -282,3 +282,69 @@ func TestCutDuringBatch(t *testing.T) {
 		t.Fatalf("no cut happened: %d cuts, %d failures", p.cuts.Load(), failed.Load())
 	}
 }
+
+// SCRIPT FLUSH while concurrent callers' calls share pipelines: the calls
+// that met NOSCRIPT did not run and are sent again, once; no other call is
+// resent. Every caller's answers stay its own key's exact count, and Redis
+// holds exactly the units admitted.
+func TestScriptFlushDuringBatches(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	const callers = 24
+	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	stop := make(chan struct{})
+	flushes := 0
+	var admitted atomic.Int64
+	keys := make([]string, callers)
+	for i := range callers {
+		keys[i] = fmt.Sprintf("c%d", i)
+		wg.Go(func() {
+			used := int64(0)
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := int64(1 + j%2)
+				d, err := l.AllowN(ctx, keys[i], n)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if used+n > 1000 {
+					return
+				}
+				used += n
+				admitted.Add(n)
+				if !d.Allowed || d.Remaining != 1000-used {
+					errs <- fmt.Errorf("caller %d step %d: %+v, want Remaining %d", i, j, d, 1000-used)
+					return
+				}
+			}
+		})
+	}
+	for range 10 {
+		time.Sleep(5 * time.Millisecond)
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		flushes++
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	t.Logf("%d script flushes: %d NOSCRIPT reloads, %d pipelines, stats %+v", flushes, st.NoScript, l.batch.piped.Load(), st)
+	if st.NoScript == 0 || st.Failures != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := storedUnits(t, c, l, keys...); got != admitted.Load() {
+		t.Fatalf("Redis holds %d units, %d were admitted", got, admitted.Load())
+	}
+}

@@ -138,8 +138,10 @@ func unavailable(key string, cause error) error {
 }
 
 // Stats counts a Limiter's outcomes. Each decision is counted in exactly
-// one of RedisDecisions, LocalDecisions and FallbackDecisions (a call whose
-// context was already done when it was made is in none).
+// one of RedisDecisions, LocalDecisions and FallbackDecisions, except a
+// call whose context was already done when it was made and a request
+// refused without a round trip (n < 0, n above the key's limit, a refused
+// KeyLimit answer), which are in none.
 type Stats struct {
 	// RedisDecisions: decisions answered by a script call. That is every
 	// decision of a plain limiter. For a hybrid limiter it is the exact
