@@ -4,10 +4,13 @@
 // request, with Redis TIME as the one time source.
 //
 // Every request runs one script (EVALSHA, with EVAL on an explicit NOSCRIPT)
-// that reads the key's N+1 sub-window counters, decides with the engine's
-// exact integer comparison, and adds n if it fits, all in one atomic step.
-// A key's counters live in one hash whose name carries a hash tag built from
-// the escaped user key, so a request touches one Cluster slot.
+// that reads the key's state (its N+1 sub-window counts, packed in one
+// string), decides with the engine's exact integer comparison, and adds n
+// if it fits, all in one atomic step. The key's name carries the escaped
+// user key in one hash tag, so a request touches one Cluster slot, and the
+// window's geometry after it, so limiters of different geometries never
+// share counters (see Limiter.Key). Concurrent calls share round trips as
+// pipelines, and every call returns by its context's deadline.
 //
 // The script reads TIME and then writes, which needs effects replication
 // (the default since Redis 5, the only mode since Redis 7); on older
@@ -106,7 +109,10 @@ func WithFallbackLocal(share float64) Option {
 // exact decision (one call per flush, however many keys it carried). It
 // runs before the policy decides, must be safe for concurrent use and
 // should not block. Decisions answered by the policy while a hybrid limiter
-// is in its failure state make no round trip and do not call it.
+// is in its failure state make no round trip and do not call it. New also
+// passes it ErrUnboundedRoundTrip, once, when the client's options let a
+// round trip last forever (see New); that is a warning, not a failure, and
+// is not counted in Stats.
 func WithOnError(f func(error)) Option {
 	return func(o *options) error { o.onError = f; return nil }
 }
