@@ -231,22 +231,32 @@ func (b *batcher) send(batch []*call) {
 		cmds[i] = script.EvalSha(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
-	var missing []int
-	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			missing = append(missing, i)
+	// The calls that met NOSCRIPT did not run: send them again, as one
+	// pipeline whose first command is an EVAL, which loads the script, and
+	// the others EVALSHA (one script body on the wire, not one per call).
+	// Those that still meet NOSCRIPT (another node of a cluster, or a
+	// SCRIPT FLUSH in between) go once more, all as EVAL, which cannot
+	// meet it. Nothing else is ever resent.
+	for round := 0; round < 2; round++ {
+		var missing []int
+		for i, cmd := range cmds {
+			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				missing = append(missing, i)
+			}
 		}
-	}
-	if len(missing) > 0 {
-		// Those calls did not run: send them again, once, as one pipeline
-		// of EVAL, which carries the script and so cannot meet NOSCRIPT
-		// (a SCRIPT FLUSH between a load and an EVALSHA could). Nothing
-		// else is ever resent.
+		if len(missing) == 0 {
+			break
+		}
 		l.noscript.Add(1)
 		pipe := l.client.Pipeline()
-		for _, i := range missing {
+		for j, i := range missing {
 			c := live[i]
-			cmds[i] = script.Eval(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
+			keys, args := []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)
+			if j == 0 || round == 1 {
+				cmds[i] = script.Eval(ctx, pipe, keys, args...)
+			} else {
+				cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
+			}
 		}
 		_, _ = pipe.Exec(ctx)
 	}

@@ -361,7 +361,18 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("%d slots, stats %+v", len(slots), l.Stats())
 	}
 	// Concurrent callers: their calls share pipelines, which the cluster
-	// client splits by node; each caller's own key counts exactly.
+	// client splits by node; each caller's own key counts exactly. Every
+	// node has lost the script first: a pipeline's EVAL reaches one node,
+	// and the calls on the others go again as EVAL.
+	for _, s := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		err := c.ScriptFlush(ctx).Err()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := l.Stats().NoScript
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	for i := range 32 {
@@ -380,5 +391,8 @@ func TestCluster(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	if st := l.Stats(); st.NoScript == before || st.Failures != 0 {
+		t.Fatalf("after SCRIPT FLUSH on every node: stats %+v (NoScript before %d)", st, before)
 	}
 }
