@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -346,5 +347,52 @@ func TestScriptFlushDuringBatches(t *testing.T) {
 	}
 	if got := storedUnits(t, c, l, keys...); got != admitted.Load() {
 		t.Fatalf("Redis holds %d units, %d were admitted", got, admitted.Load())
+	}
+}
+
+// Close waits for the round trips in flight, also those whose callers gave
+// up at their deadlines, and no sender is left after it.
+func TestCloseWaitsForSenders(t *testing.T) {
+	s := startRedis(t)
+	p := startProxy(t, s.addr())
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, engine.Config{Limit: 100, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	const delay = 150 * time.Millisecond
+	p.delay.Store(int64(delay))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+			defer cancel()
+			if _, err := l.AllowN(dctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("want a deadline error, got %v", err)
+			}
+		})
+	}
+	wg.Wait() // every caller has returned; their round trips are still out
+	start := time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if took < delay/2 {
+		t.Fatalf("Close returned after %v, before the round trips in flight (%v) came back", took, delay)
+	}
+	for start := time.Now(); strings.Contains(stacks(), "redisstore.(*batcher)"); time.Sleep(time.Millisecond) {
+		if time.Since(start) > time.Second {
+			t.Fatalf("senders left after Close:\n%s", stacks())
+		}
+	}
+	// Decisions still work after Close.
+	p.delay.Store(0)
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
 	}
 }
