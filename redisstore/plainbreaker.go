@@ -1,0 +1,182 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The plain limiter's circuit breaker: after a failed round trip, every
+// decision is the failure policy's, answered at once, until a background
+// probe shows that Redis can decide again. Without it, each decision during
+// an outage pays go-redis's retries and backoff (100 ms and more with the
+// default options) before the policy answers.
+const (
+	// DefaultBreakerMin and DefaultBreakerMax are the breaker's waits
+	// before its first probe and between later ones (see WithBreaker).
+	DefaultBreakerMin = 10 * time.Millisecond
+	DefaultBreakerMax = 500 * time.Millisecond
+	// probeTimeout is one probe's deadline. A server that does not run the
+	// script within it is not fit to decide; go-redis enforces it only for
+	// dials, retry backoff and, with ContextTimeoutEnabled, reads.
+	probeTimeout = 500 * time.Millisecond
+)
+
+// WithBreaker sets the plain limiter's circuit breaker, on by default with
+// DefaultBreakerMin and DefaultBreakerMax (10 ms, 500 ms). A round trip
+// that fails opens it (see below for which failures do); while it is open,
+// AllowN answers by the failure policy at once, with an error wrapping
+// ErrUnavailable and the cause, makes no round trip and does not call the
+// OnError hook. A background probe runs the script on a key of its own in
+// the failed key's hash tag (so on the same Cluster node), adding one unit
+// there: it proves that Redis can run the script and write, which a PING
+// does not (a server loading its data, a replica after a failover). It runs
+// minWait after the failure, then at doubling intervals up to maxWait; each
+// failed probe counts in Stats().Failures and is passed to the OnError
+// hook, and the first probe that succeeds closes the breaker. So decisions
+// return to Redis within about maxWait (plus one probe) of the server's
+// return.
+//
+// Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns the
+// breaker off: every decision tries Redis. The hybrid mode has its own
+// failure state (see WithHybrid), and New refuses WithBreaker with it.
+//
+// What opens it: a connection error, a timeout of the client's own, any
+// error reply (LOADING, READONLY, BUSY, OOM, a script error, ...) except
+// WRONGTYPE (another client's value at one key fails that key alone), and a
+// deadline of the caller's that passed during the call when no round trip
+// has succeeded since the call was sent (the server answered nobody in that
+// time; if it answered others, the deadline was this caller's alone). A
+// caller's cancellation never opens it.
+//
+// The breaker is one per Limiter: in a Cluster, one node down answers
+// every key by the policy while the breaker is open, then each probe that
+// finds the failed key's node up lets decisions try again.
+func WithBreaker(minWait, maxWait time.Duration) Option {
+	return func(o *options) error {
+		if minWait == 0 && maxWait == 0 {
+			o.brSet, o.brMin, o.brMax = true, 0, 0
+			return nil
+		}
+		if minWait < time.Millisecond || maxWait < minWait || maxWait > time.Minute {
+			return fmt.Errorf("redisstore: WithBreaker(%v, %v): want 1ms ≤ minWait ≤ maxWait ≤ 1m, or (0, 0) for no breaker", minWait, maxWait)
+		}
+		o.brSet, o.brMin, o.brMax = true, minWait, maxWait
+		return nil
+	}
+}
+
+// startBreaker sets up the plain mode's breaker (its goroutine starts with
+// the first trip).
+func (l *Limiter) startBreaker() {
+	l.bg, l.bgCancel = context.WithCancel(context.Background())
+	l.br = newBreaker(l.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
+}
+
+// breakerErr is nil when a decision may go to Redis, else the error for a
+// policy answer. After Close it is always nil: no prober would close it.
+func (l *Limiter) breakerErr() error {
+	if l.br == nil || l.closed.Load() {
+		return nil
+	}
+	return l.br.err()
+}
+
+// since is the Limiter's monotonic clock, for comparing a call's send time
+// with the last reply's.
+func (l *Limiter) since() int64 { return int64(time.Since(l.born)) }
+
+// answered records that a round trip succeeded now. lastOK only moves
+// forward (a CAS on the larger value), so that a reply is never hidden by
+// an older one stored after it.
+func (l *Limiter) answered() {
+	if l.br == nil {
+		return
+	}
+	now := l.since()
+	for {
+		old := l.lastOK.Load()
+		if now <= old || l.lastOK.CompareAndSwap(old, now) {
+			return
+		}
+	}
+}
+
+// tripOn opens the breaker, if there is one, after a decision's round trip
+// sent at sent failed with err (see WithBreaker for which failures do).
+func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64) {
+	if l.br == nil || l.closed.Load() || keyError(err) {
+		return
+	}
+	if cerr := ctxDone(ctx); cerr != nil {
+		if errors.Is(cerr, context.Canceled) {
+			return // the caller gave up: nothing is known about Redis
+		}
+		if l.lastOK.Load() >= sent {
+			return // the caller's deadline, and Redis answered someone while this call waited
+		}
+	}
+	l.probeKey.Store(&key)
+	if l.br.trip(fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", key, err)) {
+		l.breakerOpens.Add(1)
+	}
+}
+
+// probe is the plain breaker's probe: the script on the probe key, within
+// probeTimeout. Its failure is counted and reported.
+func (l *Limiter) probe(abort <-chan struct{}) error {
+	select {
+	case <-abort:
+		return errAborted
+	default:
+	}
+	var key string
+	if p := l.probeKey.Load(); p != nil {
+		key = *p
+	}
+	ctx, cancel := context.WithTimeout(l.bg, probeTimeout)
+	defer cancel()
+	err := l.probeCall(ctx, key)
+	if err == nil {
+		l.answered()
+		return nil
+	}
+	if l.bg.Err() != nil {
+		return errAborted // Close: not Redis's failure
+	}
+	l.failures.Add(1)
+	l.report(fmt.Errorf("redisstore: breaker probe: %w", err))
+	return fmt.Errorf("the breaker is open, no round trip made; its last probe failed: %w", err)
+}
+
+// probeName returns the Redis key a probe writes to for user key k: the
+// key's own name and ":probe", in its hash tag, so no user key's name.
+func (l *Limiter) probeName(k string) string { return l.Key(k) + ":probe" }
+
+// probeCall runs the script as a hybrid flush does with no batch key: add
+// one unit, unchecked, to the probe key (which expires as any key does),
+// so that the server must run the script and write. An explicit NOSCRIPT
+// loads it (the script did not run).
+func (l *Limiter) probeCall(ctx context.Context, key string) error {
+	keys := []string{l.probeName(key)}
+	args := make([]any, 0, 9)
+	args = append(args, 1)
+	args = append(args, l.args...)
+	args = append(args, "1", 0, 0)
+	res, err := script.EvalSha(ctx, l.client, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		l.noscript.Add(1)
+		res, err = script.Eval(ctx, l.client, keys, args...).Result()
+	}
+	if err != nil {
+		return err
+	}
+	_, _, err = parse(res, l.cfg.Limit)
+	return err
+}
+
+// errBreakerHybrid is New's error for WithBreaker with WithHybrid.
+var errBreakerHybrid = errors.New("redisstore: WithBreaker applies to the plain mode; the hybrid mode has its own failure state (see WithHybrid)")
