@@ -395,3 +395,38 @@ func TestWithBreakerErrors(t *testing.T) {
 		_ = l.Close()
 	}
 }
+
+// Close while a probe waits for a stalled server: Close cancels it and
+// returns once go-redis gives the probe up (here the client's 300 ms
+// ReadTimeout), and no goroutine is left.
+func TestBreakerCloseDuringStalledProbe(t *testing.T) {
+	s := startRedis(t)
+	l, err := New(s.client(), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	s.signal(syscall.SIGSTOP)
+	defer s.signal(syscall.SIGCONT)
+	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || l.br.err() == nil {
+		t.Fatalf("the stall did not open the breaker: %v", err)
+	}
+	for start := time.Now(); !strings.Contains(stacks(), "(*Limiter).probeCall"); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("no probe in flight")
+		}
+	}
+	done := make(chan error)
+	go func() { done <- l.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close did not return:\n%s", stacks())
+	}
+	noneLeft(t)
+}
