@@ -430,3 +430,40 @@ func TestBreakerCloseDuringStalledProbe(t *testing.T) {
 	}
 	noneLeft(t)
 }
+
+// A server that answers PING but cannot write (maxmemory reached, with
+// noeviction): the decision's OOM opens the breaker, a probe (which
+// writes) keeps it open while PING still answers, and once memory is
+// available again the probe closes it.
+func TestBreakerOOM(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, withManual())
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "OOM") || l.br.err() == nil {
+		t.Fatalf("out of memory: %v (breaker %v)", err, l.br.err())
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	if l.br.probeOnce() {
+		t.Fatal("a probe closed the breaker on a server that cannot write")
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !l.br.probeOnce() {
+		t.Fatalf("no recovery: %v", l.br.err())
+	}
+	if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed || d.Remaining != 8 {
+		t.Fatalf("%+v %v", d, err)
+	}
+}

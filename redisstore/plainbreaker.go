@@ -33,7 +33,7 @@ const (
 // OnError hook. A background probe runs the script on a key of its own in
 // the failed key's hash tag (so on the same Cluster node), adding one unit
 // there: it proves that Redis can run the script and write, which a PING
-// does not (a server loading its data, a replica after a failover). It runs
+// does not (a replica after a failover, a server out of memory). It runs
 // minWait after the failure, then at doubling intervals up to maxWait; each
 // failed probe counts in Stats().Failures and is passed to the OnError
 // hook, and the first probe that succeeds closes the breaker. So decisions
