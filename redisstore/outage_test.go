@@ -129,6 +129,22 @@ func TestBreakerWhatTrips(t *testing.T) {
 	if st := l.Stats(); st.BreakerOpens != 0 || l.br.err() != nil {
 		t.Fatalf("a caller's cancellation opened the breaker: %+v", st)
 	}
+	// Unless the error shows Redis failing whatever the context: a
+	// refused connection, an error reply.
+	reply := c.Do(ctx, "NOSUCHCOMMAND").Err() // an error reply
+	if reply == nil {
+		t.Fatal("no error reply")
+	}
+	for _, err := range []error{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), reply} {
+		l.tripOn(cctx, "k", err, 2000)
+		if l.br.err() == nil {
+			t.Fatalf("%v with a cancelled context did not open the breaker", err)
+		}
+		if !l.br.probeOnce() {
+			t.Fatal("the probe did not close the breaker")
+		}
+	}
+	l.lastOK.Store(1000) // the probes' replies moved it
 	dctx, dcancel := context.WithTimeout(ctx, time.Nanosecond)
 	defer dcancel()
 	<-dctx.Done()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,7 +51,8 @@ const (
 // deadline of the caller's that passed during the call when no round trip
 // has succeeded since the call was sent (the server answered nobody in that
 // time; if it answered others, the deadline was this caller's alone). A
-// caller's cancellation never opens it.
+// caller's cancellation never opens it, unless the error itself shows
+// Redis failing (an error reply, a refused connection).
 //
 // The breaker is one per Limiter: in a Cluster, one node down answers
 // every key by the policy while the breaker is open, then each probe that
@@ -111,7 +113,7 @@ func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64)
 	if l.br == nil || l.closed.Load() || keyError(err) {
 		return
 	}
-	if cerr := ctxDone(ctx); cerr != nil {
+	if cerr := ctxDone(ctx); cerr != nil && !provesDown(err) {
 		if errors.Is(cerr, context.Canceled) {
 			return // the caller gave up: nothing is known about Redis
 		}
@@ -123,6 +125,14 @@ func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64)
 	if l.br.trip(fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", key, err)) {
 		l.breakerOpens.Add(1)
 	}
+}
+
+// provesDown reports whether err shows Redis failing whatever the caller's
+// context: an error reply, or a refused connection. Other errors with the
+// caller's context done may be the caller's doing.
+func provesDown(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // probe is the plain breaker's probe: the script on the probe key, within
