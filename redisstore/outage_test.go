@@ -483,3 +483,82 @@ func TestBreakerOOM(t *testing.T) {
 		t.Fatalf("%+v %v", d, err)
 	}
 }
+
+// With a ClusterClient the breakers are per master node: one node killed
+// opens its own breaker, and keys on the other nodes keep being decided
+// by Redis. After the node's restart (same port and cluster config, no
+// data), one probe closes its breaker.
+func TestBreakerClusterNode(t *testing.T) {
+	nodes := startCluster(t)
+	var addrs []string
+	for _, s := range nodes {
+		addrs = append(addrs, s.addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+	defer cc.Close()
+	var hook hookCounter
+	l := mustNew(t, cc, engine.Config{Limit: 10, Window: time.Minute}, withManual(), hook.opt())
+	owner := func(key string) string {
+		c, err := cc.MasterForKey(ctx, l.Key(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	// Two keys on different nodes; kill the first one's node.
+	down, up := "a", ""
+	for i := range 100 {
+		if k := fmt.Sprint("b", i); owner(k) != owner(down) {
+			up = k
+			break
+		}
+	}
+	if up == "" {
+		t.Fatal("no key on another node")
+	}
+	for _, k := range []string{down, up} {
+		if _, err := l.AllowN(ctx, k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dead *server
+	for _, s := range nodes {
+		if s.addr() == owner(down) {
+			dead = s
+		}
+	}
+	dead.kill()
+	if _, err := l.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("the dead node's key: %v", err)
+	}
+	for i := range 20 {
+		if _, err := l.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "breaker is open") {
+			t.Fatalf("the dead node's key, decision %d: %v", i, err)
+		}
+		if d, err := l.AllowN(ctx, up, 0); err != nil || !d.Allowed {
+			t.Fatalf("a live node's key while another node is down: %+v %v", d, err)
+		}
+	}
+	if st := l.Stats(); st.Failures != 1 || st.BreakerOpens != 1 || st.RedisDecisions != 22 || hook.n.Load() != 1 {
+		t.Fatalf("%+v", st)
+	}
+	pb := l.breakerFor(ctx, down, false)
+	if pb == nil || l.breakerFor(ctx, up, false) != nil {
+		t.Fatal("the breakers are not per node")
+	}
+	if pb.probeOnce() {
+		t.Fatal("a probe closed the dead node's breaker")
+	}
+	// The restarted node answers PING at once but CLUSTERDOWN to scripts
+	// until it has rejoined: the probes fail until then.
+	dead.start()
+	for start := time.Now(); !pb.probeOnce(); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("no recovery after the node's restart: %v", pb.err())
+		}
+	}
+	t.Logf("probes that failed after the restart: %d", l.Stats().Failures-2)
+	if d, err := l.AllowN(ctx, down, 1); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,9 +55,10 @@ const (
 // caller's cancellation never opens it, unless the error itself shows
 // Redis failing (an error reply, a refused connection).
 //
-// The breaker is one per Limiter: in a Cluster, one node down answers
-// every key by the policy while the breaker is open, then each probe that
-// finds the failed key's node up lets decisions try again.
+// With a ClusterClient there is one breaker per master node (by the
+// address that owns the key's slot, looked up per decision in the client's
+// cached slot map): one node down leaves the others' keys to Redis. With
+// any other client (a Ring included) there is one breaker per Limiter.
 func WithBreaker(minWait, maxWait time.Duration) Option {
 	return func(o *options) error {
 		if minWait == 0 && maxWait == 0 {
@@ -71,20 +73,92 @@ func WithBreaker(minWait, maxWait time.Duration) Option {
 	}
 }
 
-// startBreaker sets up the plain mode's breaker (its goroutine starts with
-// the first trip).
-func (l *Limiter) startBreaker() {
-	l.bg, l.bgCancel = context.WithCancel(context.Background())
-	l.br = newBreaker(l.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
+// plainBreaker is one breaker of the plain mode, with the key its probe
+// writes near: the Limiter's only one, or with a ClusterClient one per
+// master node.
+type plainBreaker struct {
+	*breaker
+	l   *Limiter
+	key atomic.Pointer[string] // the user key whose failure last tripped it
 }
 
-// breakerErr is nil when a decision may go to Redis, else the error for a
-// policy answer. After Close it is always nil: no prober would close it.
-func (l *Limiter) breakerErr() error {
-	if l.br == nil || l.closed.Load() {
+func (l *Limiter) newPlainBreaker() *plainBreaker {
+	pb := &plainBreaker{l: l}
+	pb.breaker = newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
+	return pb
+}
+
+// startBreaker sets up the plain mode's breaker (its goroutine starts with
+// the first trip). With a ClusterClient, breakers are per master node and
+// made at their node's first failure.
+func (l *Limiter) startBreaker() {
+	l.bg, l.bgCancel = context.WithCancel(context.Background())
+	if cc, ok := l.client.(*redis.ClusterClient); ok {
+		l.cluster = cc
+		return
+	}
+	l.br = l.newPlainBreaker()
+}
+
+// breakerFor returns the breaker that guards key: the Limiter's one, or
+// the one of the master node that owns key's slot (address "" when the
+// ClusterClient cannot say), made if create and none exists yet. It
+// returns nil when there is none, or after Close.
+func (l *Limiter) breakerFor(ctx context.Context, key string, create bool) *plainBreaker {
+	if l.cluster == nil {
+		return l.br
+	}
+	if !create && l.nodeCount.Load() == 0 {
+		return nil // no node has failed yet: no lookup
+	}
+	var addr string
+	if c, err := l.cluster.MasterForKey(ctx, l.Key(key)); err == nil {
+		addr = c.Options().Addr
+	}
+	if v, ok := l.nodes.Load(addr); ok {
+		return v.(*plainBreaker)
+	}
+	if !create {
 		return nil
 	}
-	return l.br.err()
+	l.nodeMu.Lock()
+	defer l.nodeMu.Unlock()
+	if l.closed.Load() {
+		return nil // Close stops every breaker made before it, under nodeMu
+	}
+	v, loaded := l.nodes.LoadOrStore(addr, l.newPlainBreaker())
+	if !loaded {
+		l.nodeCount.Add(1)
+	}
+	return v.(*plainBreaker)
+}
+
+// stopBreakers turns the breakers off and waits for their probers (Close).
+func (l *Limiter) stopBreakers() {
+	l.nodeMu.Lock()
+	l.closed.Store(true)
+	l.nodeMu.Unlock()
+	l.bgCancel()
+	if l.br != nil {
+		l.br.stop()
+	}
+	l.nodes.Range(func(_, v any) bool {
+		v.(*plainBreaker).stop()
+		return true
+	})
+}
+
+// breakerErr is nil when a decision for key may go to Redis, else the
+// error for a policy answer. After Close it is always nil: no prober would
+// close a breaker.
+func (l *Limiter) breakerErr(ctx context.Context, key string) error {
+	if l.bg == nil || l.closed.Load() {
+		return nil
+	}
+	if pb := l.breakerFor(ctx, key, false); pb != nil {
+		return pb.err()
+	}
+	return nil
 }
 
 // since is the Limiter's monotonic clock, for comparing a call's send time
@@ -95,7 +169,7 @@ func (l *Limiter) since() int64 { return int64(time.Since(l.born)) }
 // forward (a CAS on the larger value), so that a reply is never hidden by
 // an older one stored after it.
 func (l *Limiter) answered() {
-	if l.br == nil {
+	if l.bg == nil {
 		return
 	}
 	now := l.since()
@@ -107,10 +181,11 @@ func (l *Limiter) answered() {
 	}
 }
 
-// tripOn opens the breaker, if there is one, after a decision's round trip
-// sent at sent failed with err (see WithBreaker for which failures do).
+// tripOn opens key's breaker, if there is one, after a decision's round
+// trip sent at sent failed with err (see WithBreaker for which failures
+// do).
 func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64) {
-	if l.br == nil || l.closed.Load() || keyError(err) {
+	if l.bg == nil || l.closed.Load() || keyError(err) {
 		return
 	}
 	if cerr := ctxDone(ctx); cerr != nil && !provesDown(err) {
@@ -121,8 +196,12 @@ func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64)
 			return // the caller's deadline, and Redis answered someone while this call waited
 		}
 	}
-	l.probeKey.Store(&key)
-	if l.br.trip(fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", key, err)) {
+	pb := l.breakerFor(ctx, key, true)
+	if pb == nil {
+		return
+	}
+	pb.key.Store(&key)
+	if pb.trip(fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", key, err)) {
 		l.breakerOpens.Add(1)
 	}
 }
@@ -135,16 +214,18 @@ func provesDown(err error) bool {
 	return errors.As(err, &re) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// probe is the plain breaker's probe: the script on the probe key, within
-// probeTimeout. Its failure is counted and reported.
-func (l *Limiter) probe(abort <-chan struct{}) error {
+// probe is a plain breaker's probe: the script on the probe key of the
+// key that last tripped it, within probeTimeout. Its failure is counted and
+// reported.
+func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	select {
 	case <-abort:
 		return errAborted
 	default:
 	}
+	l := pb.l
 	var key string
-	if p := l.probeKey.Load(); p != nil {
+	if p := pb.key.Load(); p != nil {
 		key = *p
 	}
 	ctx, cancel := context.WithTimeout(l.bg, probeTimeout)

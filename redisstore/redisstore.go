@@ -199,14 +199,20 @@ type Limiter struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// The plain mode's breaker (plainbreaker.go); br is nil without one.
-	br       *breaker
-	bg       context.Context // a probe's parent, cancelled by Close
-	bgCancel context.CancelFunc
-	born     time.Time              // the origin of since()
-	lastOK   atomic.Int64           // since() at the latest successful round trip
-	probeKey atomic.Pointer[string] // the user key whose failure tripped the breaker
-	closed   atomic.Bool            // Close was called: the breaker is off
+	// The plain mode's breakers (plainbreaker.go): bg is nil without them;
+	// br is the one breaker, or with a ClusterClient nodes holds one per
+	// master address, made under nodeMu.
+	br        *plainBreaker
+	cluster   *redis.ClusterClient
+	nodes     sync.Map     // string → *plainBreaker
+	nodeCount atomic.Int32 // breakers in nodes
+	nodeMu    sync.Mutex
+	bg        context.Context // a probe's parent, cancelled by Close
+	bgCancel  context.CancelFunc
+	born      time.Time              // the origin of since()
+	lastOK    atomic.Int64           // since() at the latest successful round trip
+	probeKey  atomic.Pointer[string] // the user key whose failure tripped the breaker
+	closed    atomic.Bool            // Close was called: the breaker is off
 
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
@@ -330,10 +336,8 @@ func (l *Limiter) checkBounds() error {
 // recorded; they are also in Stats().LostUnits.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
-		if l.br != nil {
-			l.closed.Store(true)
-			l.bgCancel()
-			l.br.stop()
+		if l.bg != nil {
+			l.stopBreakers()
 		}
 		if l.hyb != nil {
 			l.closeErr = l.hyb.close()
@@ -416,7 +420,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 	if l.hyb != nil {
 		return l.hybridAllow(ctx, key, n)
 	}
-	if err := l.breakerErr(); err != nil {
+	if err := l.breakerErr(ctx, key); err != nil {
 		l.fallbacks.Add(1)
 		return l.policy(key, n), err
 	}
