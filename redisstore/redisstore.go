@@ -209,10 +209,9 @@ type Limiter struct {
 	nodeMu    sync.Mutex
 	bg        context.Context // a probe's parent, cancelled by Close
 	bgCancel  context.CancelFunc
-	born      time.Time              // the origin of since()
-	lastOK    atomic.Int64           // since() at the latest successful round trip
-	probeKey  atomic.Pointer[string] // the user key whose failure tripped the breaker
-	closed    atomic.Bool            // Close was called: the breaker is off
+	born      time.Time    // the origin of since()
+	lastOK    atomic.Int64 // since() at the latest successful round trip
+	closed    atomic.Bool  // Close was called: the breakers are off
 
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
