@@ -561,4 +561,50 @@ func TestBreakerClusterNode(t *testing.T) {
 	if d, err := l.AllowN(ctx, down, 1); err != nil || !d.Allowed {
 		t.Fatalf("%+v %v", d, err)
 	}
+
+	// Close with a node's prober running: it ends, nothing is left.
+	l2, err := New(cc, engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.kill()
+	if _, err := l2.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatal(err)
+	}
+	for start := time.Now(); l2.Stats().Failures < 3; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no probes: %+v", l2.Stats())
+		}
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	noneLeft(t)
+}
+
+// Close racing decisions that fail and trip the breaker: no prober
+// survives Close, whichever comes first.
+func TestBreakerCloseRace(t *testing.T) {
+	s := startRedis(t)
+	c := s.client()
+	s.kill()
+	for range 20 {
+		l, err := New(c, engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				for range 5 {
+					if _, err := l.AllowN(ctx, fmt.Sprint("k", i), 1); !errors.Is(err, ErrUnavailable) {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Go(func() { _ = l.Close() })
+		wg.Wait()
+	}
+	noneLeft(t)
 }
