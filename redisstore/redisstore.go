@@ -132,9 +132,9 @@ func WithPrefix(p string) Option {
 // made by the failure policy rather than by Redis: Redis could not be asked
 // (a connection error, a timeout, the caller's context done during the
 // call, a script error), or the breaker is open (WithBreaker), or a hybrid
-// limiter is in its failure state. The
-// error wraps the cause too, so errors.Is also matches, for example,
-// context.DeadlineExceeded. Close wraps it when units could not be recorded.
+// limiter is in its failure state. The error wraps the cause too, so
+// errors.Is also matches, for example, context.DeadlineExceeded. Close
+// wraps it when units could not be recorded.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
 
 // unavailable wraps cause as a policy answer's error.
@@ -160,8 +160,9 @@ type Stats struct {
 	FallbackDecisions uint64
 	// Failures: round trips to Redis that failed, each passed to the
 	// OnError hook once: a decision's script call, a breaker probe, a
-	// hybrid flush, probe or last flush at Close (one per flush, however many keys it
-	// carried, also when only some keys failed with WRONGTYPE).
+	// hybrid flush, probe or last flush at Close (one per flush, however
+	// many keys it carried, also when only some keys failed with
+	// WRONGTYPE).
 	Failures uint64
 	// NoScript: times the script was missing from Redis's cache (NOSCRIPT:
 	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
