@@ -224,7 +224,9 @@ func TestCutDuringBatch(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
 	defer c.Close()
 	const callers = 32
-	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	// No breaker: this test is about which caller a reply reaches, and
+	// each failed call is followed at once by a peek that must reach Redis.
+	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithBreaker(0, 0))
 	p.delay.Store(int64(time.Millisecond))
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)

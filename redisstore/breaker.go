@@ -15,8 +15,8 @@ import (
 // particular not the absence of work, does.
 //
 // The hybrid mode uses it with a probe that resends the batches its failed
-// flush left unconfirmed. It depends only on a probe function, so that the
-// plain mode can use it too.
+// flush left unconfirmed; the plain mode with a probe that runs the script
+// (plainbreaker.go). It depends only on the probe function.
 //
 // The zero value is not usable; use newBreaker. It is safe for concurrent
 // use. Its goroutine is started by trip and ends on a successful probe or

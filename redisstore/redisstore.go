@@ -77,6 +77,9 @@ type options struct {
 	interval time.Duration
 	maxLocal int64
 	manual   bool // tests: no background flusher or prober; the test drives them
+
+	brSet        bool // WithBreaker was given
+	brMin, brMax time.Duration
 }
 
 // WithPolicy sets the failure policy: FailClosed (the default) or FailOpen.
@@ -105,14 +108,15 @@ func WithFallbackLocal(share float64) Option {
 }
 
 // WithOnError sets a hook called once with every failed round trip to
-// Redis: a decision's script call, or a hybrid limiter's flush, probe or
-// exact decision (one call per flush, however many keys it carried). It
-// runs before the policy decides, must be safe for concurrent use and
-// should not block. Decisions answered by the policy while a hybrid limiter
-// is in its failure state make no round trip and do not call it. New also
-// passes it ErrUnboundedRoundTrip, once, when the client's options let a
-// round trip last forever (see New); that is a warning, not a failure, and
-// is not counted in Stats.
+// Redis: a decision's script call, a breaker's probe, or a hybrid limiter's
+// flush, probe or exact decision (one call per flush, however many keys it
+// carried). It runs before the policy decides, must be safe for concurrent
+// use and should not block. Decisions answered by the policy while the
+// breaker is open (WithBreaker) or a hybrid limiter is in its failure state
+// make no round trip and do not call it. New also passes it
+// ErrUnboundedRoundTrip, once, when the client's options let a round trip
+// last forever (see New); that is a warning, not a failure, and is not
+// counted in Stats.
 func WithOnError(f func(error)) Option {
 	return func(o *options) error { o.onError = f; return nil }
 }
@@ -133,9 +137,10 @@ func WithPrefix(p string) Option {
 // ErrUnavailable is wrapped by the error AllowN returns with a decision
 // made by the failure policy rather than by Redis: Redis could not be asked
 // (a connection error, a timeout, the caller's context done during the
-// call, a script error), or a hybrid limiter is in its failure state. The
-// error wraps the cause too, so errors.Is also matches, for example,
-// context.DeadlineExceeded. Close wraps it when units could not be recorded.
+// call, a script error), or the breaker is open (WithBreaker), or a hybrid
+// limiter is in its failure state. The error wraps the cause too, so
+// errors.Is also matches, for example, context.DeadlineExceeded. Close
+// wraps it when units could not be recorded.
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
 
 // unavailable wraps cause as a policy answer's error.
@@ -162,9 +167,10 @@ type Stats struct {
 	// returned with an error wrapping ErrUnavailable.
 	FallbackDecisions uint64
 	// Failures: round trips to Redis that failed, each passed to the
-	// OnError hook once: a decision's script call, a hybrid flush, probe
-	// or last flush at Close (one per flush, however many keys it
-	// carried, also when only some keys failed with WRONGTYPE).
+	// OnError hook once: a decision's script call, a breaker probe, a
+	// hybrid flush, probe or last flush at Close (one per flush, however
+	// many keys it carried, also when only some keys failed with
+	// WRONGTYPE).
 	Failures uint64
 	// NoScript: times the script was missing from Redis's cache (NOSCRIPT:
 	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
@@ -180,6 +186,10 @@ type Stats struct {
 	// a key Redis answered WRONGTYPE for (another client wrote there), or
 	// the units Close could not record.
 	LostUnits uint64
+	// BreakerOpens: times the breaker opened after a failed round trip
+	// (see WithBreaker), or a hybrid limiter entered its failure state.
+	// The decisions answered while it was open are in FallbackDecisions.
+	BreakerOpens uint64
 }
 
 // Limiter is a rate limiter whose state lives in Redis. It is safe for
@@ -205,8 +215,22 @@ type Limiter struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// The plain mode's breakers (plainbreaker.go): bg is nil without them;
+	// br is the one breaker, or with a ClusterClient nodes holds one per
+	// master address, made under nodeMu.
+	br        *plainBreaker
+	cluster   *redis.ClusterClient
+	nodes     sync.Map     // string → *plainBreaker
+	nodeCount atomic.Int32 // breakers in nodes
+	nodeMu    sync.Mutex
+	bg        context.Context // a probe's parent, cancelled by Close
+	bgCancel  context.CancelFunc
+	born      time.Time    // the origin of since()
+	lastOK    atomic.Int64 // since() at the latest successful round trip
+	closed    atomic.Bool  // Close was called: the breakers are off
+
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
-	flushes, slowFlushes, lostUnits                               atomic.Uint64
+	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
 }
 
 var script = redis.NewScript(luaSource)
@@ -243,11 +267,14 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	o := options{prefix: "ringlimit:"}
+	o := options{prefix: "ringlimit:", brMin: DefaultBreakerMin, brMax: DefaultBreakerMax}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
+	}
+	if o.hybrid && o.brSet {
+		return nil, errBreakerHybrid
 	}
 	if cfg.Algorithm == engine.SlidingLog {
 		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound (see the README's table of what each store supports)")
@@ -267,7 +294,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	}
 	_ = e.Close()
 
-	l := &Limiter{client: client, cfg: cfg, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow}
+	l := &Limiter{client: client, cfg: cfg, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
 	n := cfg.SubWindows
 	if n == 0 {
 		n = engine.DefaultSubWindows
@@ -315,6 +342,8 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 			_ = l.Close()
 			return nil, err
 		}
+	} else if o.brMax > 0 {
+		l.startBreaker()
 	}
 	if unboundedReads(client) {
 		l.report(ErrUnboundedRoundTrip)
@@ -368,11 +397,14 @@ func (l *Limiter) checkBounds() error {
 // Decisions keep working after Close (see below). Close is idempotent:
 // later and concurrent calls wait for the first and return its result.
 //
-// A plain limiter has nothing to flush: Close stops the fallback engine's
-// sweeper (that engine still decides after Close, without reclaiming idle
-// keys) and waits for the round trips in flight to come back (bounded by
-// the client's ReadTimeout, or by the callers' deadlines with
-// ContextTimeoutEnabled; see ErrUnboundedRoundTrip).
+// A plain limiter has nothing to flush: Close turns its breaker off (every
+// later decision tries Redis), stops its prober and waits for it, stops the
+// fallback engine's sweeper (that engine still decides after Close, without
+// reclaiming idle keys), and waits for the round trips in flight to come
+// back. A round trip (a decision's or a probe's) on a stalled server is
+// bounded by the client's ReadTimeout (5 s by default in go-redis v9), or
+// by its context's deadline with ContextTimeoutEnabled; see
+// ErrUnboundedRoundTrip.
 //
 // A hybrid limiter, from the moment Close is called, decides no more
 // locally: every later decision is exact, one script call as in the plain
@@ -391,6 +423,9 @@ func (l *Limiter) checkBounds() error {
 // recorded; they are also in Stats().LostUnits.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
+		if l.bg != nil {
+			l.stopBreakers()
+		}
 		if l.hyb != nil {
 			l.closeErr = l.hyb.close()
 		}
@@ -414,6 +449,7 @@ func (l *Limiter) Stats() Stats {
 		Flushes:           l.flushes.Load(),
 		SlowFlushes:       l.slowFlushes.Load(),
 		LostUnits:         l.lostUnits.Load(),
+		BreakerOpens:      l.breakerOpens.Load(),
 	}
 }
 
@@ -481,8 +517,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // failure policy's Decision with a non-nil error that wraps ErrUnavailable
 // and the cause: test it with errors.Is(err, ErrUnavailable), and treat the
 // Decision as the policy's (FailClosed: denied; FailOpen: admitted;
-// FallbackLocal: the local engine's). A hybrid limiter in its failure state
-// answers the same way, without a round trip.
+// FallbackLocal: the local engine's). While the breaker is open (see
+// WithBreaker, on by default), and while a hybrid limiter is in its failure
+// state, AllowN answers the same way at once, without a round trip.
 //
 // AllowN returns by ctx's deadline (plus the scheduling delay), whatever
 // the client's options: the round trip runs on one of the limiter's
@@ -507,10 +544,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 	if l.hyb != nil {
 		return l.hybridAllow(ctx, key, n)
 	}
+	if err := l.breakerErr(ctx, key); err != nil {
+		l.fallbacks.Add(1)
+		return l.policy(key, n, limit), err
+	}
+	sent := l.since()
 	d, _, err := l.batch.do(ctx, key, n, limit, 0)
 	if err != nil {
-		return l.fail(ctx, key, n, limit, err)
+		return l.fail(ctx, key, n, limit, err, sent)
 	}
+	l.answered()
 	l.redisDecisions.Add(1)
 	return d, nil
 }
@@ -601,12 +644,14 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	return d, time.UnixMicro(v[3]), nil
 }
 
-// fail counts a failed round trip for a decision, reports it, and answers
-// with the failure policy. It is the one place a failed decision becomes
-// a policy answer. When ctx is done by now, the error wraps its error too
-// (a client without ContextTimeoutEnabled reports a deadline as a network
-// timeout, or not at all).
-func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
+// fail counts a failed round trip for a decision sent at sent (since()),
+// reports it, opens the plain mode's breaker if the failure says so, and
+// answers with the failure policy. It is the one place a failed decision
+// becomes a policy answer. When ctx is done by now, the error wraps its
+// error too (a client without ContextTimeoutEnabled reports a deadline as a
+// network timeout, or not at all).
+func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error, sent int64) (engine.Decision, error) {
+	l.tripOn(ctx, key, err, sent)
 	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w (%w)", err, cerr)
 	}

@@ -162,15 +162,16 @@ func TestMatchesReference(t *testing.T) {
 // each of its answers comes with an error wrapping ErrUnavailable; every
 // failure is counted and reported once; restarted on the same port, each
 // limiter answers from Redis again (through NOSCRIPT: the new server has no
-// script).
+// script). The breaker is off, so that every decision tries Redis (the
+// breaker's own tests are in outage_test.go).
 func TestServerKilled(t *testing.T) {
 	s := startRedis(t)
 	cfg := engine.Config{Limit: 10, Window: time.Minute}
 	var hookCalls atomic.Int64
-	hook := WithOnError(func(error) { hookCalls.Add(1) })
-	closed := mustNew(t, s.client(), cfg, hook)
-	open := mustNew(t, s.client(), cfg, hook, WithPolicy(FailOpen))
-	local := mustNew(t, s.client(), cfg, hook, WithFallbackLocal(0.5))
+	hook, off := WithOnError(func(error) { hookCalls.Add(1) }), WithBreaker(0, 0)
+	closed := mustNew(t, s.client(), cfg, hook, off)
+	open := mustNew(t, s.client(), cfg, hook, off, WithPolicy(FailOpen))
+	local := mustNew(t, s.client(), cfg, hook, off, WithFallbackLocal(0.5))
 	for _, l := range []*Limiter{closed, open, local} {
 		if ok, err := l.Allow(ctx, "k"); !ok || err != nil {
 			t.Fatalf("before the kill: %v %v", ok, err)
