@@ -69,6 +69,22 @@ type batcher struct {
 	idle    []chan struct{} // closed when senders drops to 0 (Close waits on one)
 }
 
+// judgedError is a failed round trip's error once the sender has judged it
+// for the breaker (tripOn), before the next round trip could start, so
+// that fail does not judge it again.
+type judgedError struct{ err error }
+
+func (j *judgedError) Error() string { return j.err.Error() }
+func (j *judgedError) Unwrap() error { return j.err }
+
+// heldError is a queued call's result when the breaker opened before a
+// sender took it: the call was never sent, and err is the breaker's error
+// for a policy answer (it wraps ErrUnavailable).
+type heldError struct{ err error }
+
+func (h *heldError) Error() string { return h.err.Error() }
+func (h *heldError) Unwrap() error { return h.err }
+
 var (
 	errAbandoned   = errors.New("redisstore: the caller's context ended before its call was sent (Redis counted nothing)")
 	errNotAnswered = errors.New("redisstore: the caller's context ended before Redis replied (Redis may have counted the call)")
@@ -88,7 +104,15 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 		b.senders++
 		b.mu.Unlock()
 		b.rounds.Add(1)
+		sentAt := b.l.since()
 		d, at, err := b.l.evalOne(ctx, b.l.client, key, n, limit, reserve)
+		if err != nil {
+			// Judge the failure for the breaker before the slot passes
+			// on, so that calls queued behind this one are held, not
+			// sent into the outage (see send).
+			b.l.tripOn(ctx, key, err, sentAt)
+			err = &judgedError{err}
+		}
 		b.handOn()
 		return d, at, err
 	}
@@ -200,6 +224,13 @@ func (b *batcher) send(batch []*call) {
 		if !c.state.CompareAndSwap(queued, sent) {
 			continue // abandoned: never sent
 		}
+		// A call queued before the breaker opened (while the round trips
+		// that opened it hung) is not sent into the outage: its caller
+		// gets the policy's answer now, as it would have at AllowN's entry.
+		if err := b.l.breakerErr(context.Background(), c.key); err != nil {
+			c.done <- result{err: &heldError{err}}
+			continue
+		}
 		live = append(live, c)
 		if c.deadline.IsZero() {
 			bounded = false
@@ -218,9 +249,14 @@ func (b *batcher) send(batch []*call) {
 	}
 	l := b.l
 	b.rounds.Add(1)
+	sentAt := l.since()
 	if len(live) == 1 {
 		c := live[0]
 		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
+		if err != nil {
+			l.tripOn(ctx, c.key, err, sentAt)
+			err = &judgedError{err}
+		}
 		c.done <- result{d, at, err}
 		return
 	}
@@ -264,7 +300,8 @@ func (b *batcher) send(batch []*call) {
 		res, err := cmds[i].Result()
 		var r result
 		if err != nil {
-			r.err = err
+			l.tripOn(ctx, c.key, err, sentAt)
+			r.err = &judgedError{err}
 		} else {
 			r.d, r.at, r.err = parse(res, c.limit)
 		}

@@ -145,6 +145,7 @@ func TestBreakerWhatTrips(t *testing.T) {
 		}
 	}
 	l.lastOK.Store(1000) // the probes' replies moved it
+	g := int64(deadlineGrace)
 	dctx, dcancel := context.WithTimeout(ctx, time.Nanosecond)
 	defer dcancel()
 	<-dctx.Done()
@@ -156,17 +157,23 @@ func TestBreakerWhatTrips(t *testing.T) {
 	if l.br.err() != nil {
 		t.Fatal("a passed deadline (timer not fired) opened the breaker although Redis answered during the call")
 	}
-	l.tripOn(dctx, "k", timeout, 1001)
+	l.tripOn(dctx, "k", timeout, 1000+g)
+	if l.br.err() != nil {
+		t.Fatal("a deadline opened the breaker although Redis answered deadlineGrace before the send")
+	}
+	l.tripOn(dctx, "k", timeout, 1001+g)
 	if l.br.err() == nil {
-		t.Fatal("a deadline with no reply since the send did not open the breaker")
+		t.Fatal("a deadline with no reply since deadlineGrace before the send did not open the breaker")
 	}
 	if !l.br.probeOnce() {
 		t.Fatal("the probe (200 ms behind the proxy, within its 500 ms) did not close the breaker")
 	}
 
 	// For real: every reply held 200 ms, a 20 ms deadline, nothing
-	// answered meanwhile: it opens.
+	// answered meanwhile nor in the deadlineGrace before (the last reply,
+	// the probe's, is moved back past it): it opens.
 	opens := l.Stats().BreakerOpens
+	l.lastOK.Store(l.since() - 2*g)
 	tctx, tcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer tcancel()
 	if _, err := l.AllowN(tctx, "k", 1); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {

@@ -25,6 +25,12 @@ const (
 	// script within it is not fit to decide; go-redis enforces it only for
 	// dials, retry backoff and, with ContextTimeoutEnabled, reads.
 	probeTimeout = 500 * time.Millisecond
+	// deadlineGrace: a caller's deadline that passes during its call opens
+	// the breaker only when no round trip has succeeded since deadlineGrace
+	// before the call was sent. A server slower than a caller's deadline
+	// (a latency spike, callers with budgets of a few ms) is not an outage
+	// while it answers others; a stalled one answers nobody.
+	deadlineGrace = 100 * time.Millisecond
 )
 
 // WithBreaker sets the plain limiter's circuit breaker, on by default with
@@ -50,8 +56,9 @@ const (
 // error reply (LOADING, READONLY, BUSY, OOM, a script error, ...) except
 // WRONGTYPE (another client's value at one key fails that key alone), and a
 // deadline of the caller's that passed during the call when no round trip
-// has succeeded since the call was sent (the server answered nobody in that
-// time; if it answered others, the deadline was this caller's alone). A
+// has succeeded since 100 ms before the call was sent (the server answered
+// nobody in that time; if it answered others, the server is slower than
+// this caller's deadline, not down). A
 // caller's cancellation never opens it, unless the error itself shows
 // Redis failing (an error reply, a refused connection).
 //
@@ -192,8 +199,8 @@ func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64)
 		if errors.Is(cerr, context.Canceled) {
 			return // the caller gave up: nothing is known about Redis
 		}
-		if l.lastOK.Load() >= sent {
-			return // the caller's deadline, and Redis answered someone while this call waited
+		if l.lastOK.Load() >= sent-int64(deadlineGrace) {
+			return // the caller's deadline, and Redis answered someone lately: a slow reply, not an outage
 		}
 	}
 	pb := l.breakerFor(ctx, key, true)

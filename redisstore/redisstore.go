@@ -551,6 +551,11 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 	sent := l.since()
 	d, _, err := l.batch.do(ctx, key, n, limit, 0)
 	if err != nil {
+		var held *heldError
+		if errors.As(err, &held) {
+			l.fallbacks.Add(1)
+			return l.policy(key, n, limit), held.err
+		}
 		return l.fail(ctx, key, n, limit, err, sent)
 	}
 	l.answered()
@@ -651,7 +656,12 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 // error too (a client without ContextTimeoutEnabled reports a deadline as a
 // network timeout, or not at all).
 func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error, sent int64) (engine.Decision, error) {
-	l.tripOn(ctx, key, err, sent)
+	var judged *judgedError
+	if errors.As(err, &judged) {
+		err = judged.err // the sender judged it for the breaker already
+	} else {
+		l.tripOn(ctx, key, err, sent)
+	}
 	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w (%w)", err, cerr)
 	}
