@@ -1,0 +1,581 @@
+package engine
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/ringslot"
+)
+
+// The self-audit (Config.Audit) shadows the decisions of sampled keys with
+// an exact sliding log and counts where the engine's algorithm and the
+// exact log disagree. It has two halves:
+//
+//   - On the decision path, a sampled key's decision is appended to a
+//     bounded lock-free buffer (auditRing): one CAS on its tail, no lock,
+//     no allocation. A decision that finds the buffer full is counted in
+//     dropped, and the window after it is quarantined (dropUntil).
+//   - Off the decision path, a drain (Engine.Audit, and the engine's
+//     background goroutine every AuditDrainInterval) takes the buffered
+//     decisions under the auditor's mutex, sorts them by time and replays
+//     them into one exact log per key (shadowKey).
+//
+// An unsampled key pays only Engine.sampled: a multiply, a shift, a
+// compare and a branch that goes the same way for every one of its
+// decisions.
+
+// AuditDrainInterval is how often the engine's background goroutine drains
+// the audit buffer into the shadow logs when Config.Audit is set.
+const AuditDrainInterval = 25 * time.Millisecond // AuditBuffer per 25 ms: 655,360 sampled decisions per second by default
+
+// auditMul spreads the key hash before the sampling compare, so that which
+// keys are sampled does not follow the low bits the shards and the map's
+// buckets use: an odd constant (2^64/φ), so the product is a bijection.
+const auditMul = 0x9e3779b97f4a7c15
+
+// auditThreshold maps a share in (0, 1] to the bound that (h·auditMul)>>1 is
+// compared with: share·2^63, so 1 samples every key.
+func auditThreshold(share float64) uint64 {
+	if share >= 1 {
+		return 1 << 63
+	}
+	return uint64(math.Ldexp(share, 63))
+}
+
+// sampled reports whether the key of hash h is audited. With Config.Audit
+// 0, auditBelow is 0 and no key is. This is the one branch an unsampled
+// key pays; it goes the same way for every decision of a key.
+func (e *Engine) sampled(h uint64) bool { return (h*auditMul)>>1 < e.auditBelow }
+
+// acquireAudited is fast's decision for a sampled key: always Acquire,
+// whose Result carries the effective epoch, and the decision buffered for
+// the audit at its effective time.
+//
+//go:noinline
+func (e *Engine) acquireAudited(r ringslot.Ring, key string, n, t, limit int64) (ringslot.Result, int64, bool) {
+	res := e.geo.Acquire(r, t, n, limit)
+	if !res.Dead {
+		e.audit.record(key, e.effective(t, res.Epoch), n, limit, res.Allowed)
+	}
+	return res, limit, !res.Dead
+}
+
+// effective is the time a decision at t was made at, given its Result's
+// Epoch: t, or the start of the key's newest sub-window when t was older
+// (SlidingLog: the key's newest time), as AllowAt documents.
+func (e *Engine) effective(t, epoch int64) int64 {
+	if e.cfg.Algorithm == SlidingLog {
+		return epoch
+	}
+	if epoch == e.geo.EpochOf(t) {
+		return t
+	}
+	return epoch * e.cfg.width
+}
+
+// Audited reports whether key's decisions are shadowed by the self-audit
+// (Config.Audit): a fixed property of the key for this engine (its hash is
+// seeded per engine). It is false for every key when Audit is 0.
+func (e *Engine) Audited(key string) bool { return e.sampled(e.tab.Hash(key)) }
+
+// The kinds of audit events.
+const (
+	evAdmit   uint8 = iota // n units admitted at t
+	evDeny                 // n units refused at t
+	evUnadmit              // n units admitted at ref returned at t (a cancelled reservation)
+)
+
+// auditEvent is one sampled decision, as the buffer holds it.
+type auditEvent struct {
+	key   string
+	t     int64 // the decision's time (Unix ns); an unadmit's own time
+	ref   int64 // evUnadmit: the time of the admission it takes back
+	n     int64
+	limit int64 // the key's limit the engine decided with
+	kind  uint8
+}
+
+// cacheLine pads the buffer's tail away from the fields around it: writers
+// of sampled keys CAS it from every core.
+const cacheLine = 64
+
+// auditRing is a bounded multi-producer, single-consumer queue (Vyukov's
+// bounded MPMC queue with one consumer). Cell i of lap k holds sequence
+// number i+k·len while free for position i+k·len, and position+1 once its
+// event is written.
+//
+// Invariant: a writer owns a cell from its successful CAS of tail (from p
+// to p+1, made only while the cell's seq equals p) until it stores seq =
+// p+1; the consumer owns it from loading seq == p+1 until it stores seq =
+// p+len. Those stores and loads are the only synchronisation: the event's
+// plain fields are written before the releasing store and read after the
+// acquiring load, so each side sees the other's writes whole. A cell whose
+// writer has claimed it but not finished stops the consumer there; the
+// events behind it wait for the next drain, never skipped.
+type auditRing struct {
+	_     [cacheLine]byte
+	tail  atomic.Uint64 // the next position a writer claims
+	_     [cacheLine - 8]byte
+	head  uint64 // the next position the consumer reads; under auditor.mu
+	mask  uint64
+	cells []auditCell
+}
+
+type auditCell struct {
+	seq atomic.Uint64
+	ev  auditEvent
+}
+
+func newAuditRing(size int) *auditRing {
+	r := &auditRing{mask: uint64(size - 1), cells: make([]auditCell, size)}
+	for i := range r.cells {
+		r.cells[i].seq.Store(uint64(i))
+	}
+	return r
+}
+
+// push appends ev, or reports false when the buffer is full. Lock-free: a
+// failed CAS means another writer claimed the position.
+func (r *auditRing) push(ev auditEvent) bool {
+	pos := r.tail.Load()
+	for {
+		c := &r.cells[pos&r.mask]
+		switch d := int64(c.seq.Load() - pos); {
+		case d == 0:
+			if r.tail.CompareAndSwap(pos, pos+1) {
+				c.ev = ev
+				c.seq.Store(pos + 1) // publishes ev to the consumer
+				return true
+			}
+			pos = r.tail.Load()
+		case d < 0:
+			// The cell still holds an event of the previous lap, or its
+			// writer has not finished: the buffer is full.
+			return false
+		default:
+			pos = r.tail.Load() // another writer took pos meanwhile
+		}
+	}
+}
+
+// pop takes the next event, or reports false when none is ready. Consumer
+// only (under auditor.mu).
+func (r *auditRing) pop() (auditEvent, bool) {
+	c := &r.cells[r.head&r.mask]
+	if c.seq.Load() != r.head+1 {
+		return auditEvent{}, false
+	}
+	ev := c.ev
+	c.ev = auditEvent{}              // no reference to the key is kept
+	c.seq.Store(r.head + r.mask + 1) // frees the cell for the next lap
+	r.head++
+	return ev, true
+}
+
+// auditEntry is one admitted decision in a key's exact log: n units at the
+// effective time t; ref is the decision's own time, which an unadmit names.
+type auditEntry struct{ t, ref, n int64 }
+
+// shadowKey is the exact sliding log of one sampled key: its admitted
+// units whose effective time is inside (newest − W, newest], oldest first,
+// with their sum. It holds at most the admitted decisions of one window:
+// fewer than 2·L entries for SlidingWindow, at most L for Strict and the
+// log, 2·L for Fixed (n ≥ 1 each), and never more than AuditMaxEntries
+// over all keys.
+type shadowKey struct {
+	log    []auditEntry
+	head   int   // log[:head] has left the window
+	sum    int64 // Σ n of log[head:]
+	newest int64 // the newest effective time of any of the key's decisions
+	// trustAfter: decisions before it are replayed but not judged, because
+	// the log may miss units admitted before the key got its shadow (see
+	// auditor.watermark).
+	trustAfter int64
+}
+
+// expire drops the entries at or before cut.
+func (k *shadowKey) expire(cut int64) (dropped int) {
+	for k.head < len(k.log) && k.log[k.head].t <= cut {
+		k.sum -= k.log[k.head].n
+		k.head++
+		dropped++
+	}
+	if k.head > 32 && k.head*2 > len(k.log) {
+		k.log = k.log[:copy(k.log, k.log[k.head:])]
+		k.head = 0
+	}
+	return dropped
+}
+
+// unadmit takes n units of the admission made at ref back: from the newest
+// live entry with that time, never below zero. It returns the units
+// removed: 0 when that admission has left the window (or was never in the
+// log).
+func (k *shadowKey) unadmit(ref, n int64) int64 {
+	for i := len(k.log) - 1; i >= k.head && n > 0; i-- {
+		if en := &k.log[i]; en.ref == ref && en.n > 0 {
+			d := min(n, en.n)
+			en.n -= d
+			k.sum -= d
+			return d
+		}
+	}
+	return 0
+}
+
+// AuditReport is what Engine.Audit returns: the self-audit's counts since
+// the engine started, over the decisions of sampled keys (Config.Audit).
+//
+// Each sampled decision with 1 ≤ n ≤ the key's limit is replayed, in time
+// order, into an exact sliding log of the units the ENGINE admitted for that
+// key. At the decision's time t (the engine's effective time: the
+// request's, or the start of the key's newest sub-window if that is later;
+// and the key's newest decision time, if that is later still: time never
+// runs backwards for a key), with C the exact units admitted in (t − W, t]
+// and L the limit the engine decided with:
+//
+//   - a false admit is an admission with C + n > L;
+//   - a false deny is a denial with C + n ≤ L.
+//
+// So these count the engine's errors against what it actually admitted, not
+// disagreement with a separate exact limiter (whose admissions would
+// diverge). SlidingWindow makes both, bounded: a window never holds 2·L,
+// and for smooth traffic about (1 + 1/N)·L. Strict makes no false admits
+// and may deny up to a sub-window's worth early; SlidingLog makes neither
+// when a key's decisions are not concurrent (under contention any algorithm
+// may deny falsely, never admit falsely); FixedWindow makes false admits
+// across its boundaries (up to 2·L). Peeks (n = 0), n outside 1 … limit,
+// refused times and MaxKeys refusals are not decisions about the window and
+// are not audited.
+//
+// Fields are read under the auditor's lock after a drain, so one report is
+// consistent: Decisions = Admits + Denies = Judged + Unjudged. Counts are
+// cumulative; subtract two reports for a rate.
+type AuditReport struct {
+	// Share is Config.Audit; 0 means the audit is off and the report empty.
+	Share float64
+	// Decisions shadowed: Admits + Denies.
+	Decisions, Admits, Denies int64
+	// Judged decisions were compared with a complete log; Unjudged ones
+	// were replayed but not judged, because units of their window may be
+	// missing from the log: a buffered decision was dropped within one
+	// window before them, or their key was not shadowed (a cap) within one
+	// window before it got its log.
+	Judged, Unjudged int64
+	// FalseAdmits and FalseDenies, among the judged decisions.
+	FalseAdmits, FalseDenies int64
+	// WorstWindow is the largest exact count of admitted units in one
+	// window (t − W, t], over the judged admissions of every key, as a
+	// multiple of the limit in force at t: ≤ 1 for Strict and SlidingLog,
+	// < 2 for SlidingWindow, ≤ 2 for FixedWindow (more if SetLimit lowered
+	// a limit below what the window already held). WorstKey is that key.
+	WorstWindow float64
+	WorstKey    string
+	// Unadmits are cancelled admissions taken back from the logs;
+	// UnadmitMissed those whose admission had already left the window.
+	Unadmits, UnadmitMissed int64
+	// Keys shadowed now, and log Entries held now (bounded by
+	// AuditMaxKeys and AuditMaxEntries).
+	Keys    int
+	Entries int64
+	// KeysSkipped counts sampled keys that were refused a log, or lost
+	// theirs, because AuditMaxKeys or AuditMaxEntries was reached; Skipped
+	// counts their decisions, which are not in Decisions.
+	KeysSkipped, Skipped int64
+	// Dropped counts sampled decisions that found the buffer full
+	// (AuditBuffer): not in Decisions, and the window after each is
+	// Unjudged. A nonzero value asks for a larger AuditBuffer or more
+	// frequent Audit calls.
+	Dropped int64
+}
+
+// auditor is an engine's self-audit. The buffer and the drop counters are
+// written on the decision path; everything else belongs to the drain and
+// is guarded by mu.
+type auditor struct {
+	ring      *auditRing
+	dropped   atomic.Int64
+	dropFrom  atomic.Int64 // the earliest time of a dropped decision (MaxInt64: none)
+	dropUntil atomic.Int64 // the latest time + W of a dropped decision
+
+	window     int64 // W, ns
+	width      int64 // the sub-window the engine clamps times to (1 for a log)
+	maxKeys    int
+	maxEntries int64
+	share      float64
+
+	mu      sync.Mutex
+	keys    map[string]*shadowKey
+	skipped map[string]int64 // keys without a log, until that time (+W of their newest decision)
+	entries int64
+	scratch []auditEvent
+	now     int64 // the newest decision time drained
+	pruned  int64 // now at the last pass over idle keys
+	// watermark: a key given a log now may have had units that were not
+	// logged (skipped with no record left, or a pruned log) inside windows
+	// ending before this time, so it judges none of its decisions before it.
+	watermark int64
+	rep       AuditReport
+}
+
+func newAuditor(nc normalized) *auditor {
+	w := nc.width
+	if nc.Algorithm == SlidingLog {
+		w = 1 // the log clamps to the exact newest time
+	}
+	a := &auditor{
+		width:      w,
+		ring:       newAuditRing(nc.auditBuffer),
+		window:     int64(nc.Window),
+		maxKeys:    nc.auditMaxKeys,
+		maxEntries: nc.auditMaxEntries,
+		share:      nc.Audit,
+		keys:       map[string]*shadowKey{},
+		skipped:    map[string]int64{},
+	}
+	a.dropFrom.Store(math.MaxInt64)
+	return a
+}
+
+// record buffers one sampled decision. It is kept out of line so that the
+// unsampled path stays as small as it was.
+//
+//go:noinline
+func (a *auditor) record(key string, t, n, limit int64, allowed bool) {
+	kind := evDeny
+	if allowed {
+		kind = evAdmit
+	}
+	a.push(auditEvent{key: key, t: t, n: n, limit: limit, kind: kind})
+}
+
+// unadmitAt buffers that n units key admitted at ref were returned at t
+// (a cancelled reservation). ref is the time the admission was recorded at:
+// Engine.effective of the reservation's t and Result.Epoch. Nothing calls
+// it yet: Reservation.Cancel will, for a sampled key (Engine.sampled).
+func (a *auditor) unadmitAt(key string, ref, n, t int64) {
+	a.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+}
+
+func (a *auditor) push(ev auditEvent) {
+	if a.ring.push(ev) {
+		return
+	}
+	// The window around a dropped decision is quarantined, from its time
+	// (a decision before it cannot count its units) to one window after.
+	// Written before dropped, which the drain reads after them.
+	from, until := min(ev.t, ev.ref), satAdd(max(ev.t, ev.ref), a.window)
+	if ev.kind != evUnadmit {
+		from = ev.t
+	}
+	for cur := a.dropFrom.Load(); from < cur && !a.dropFrom.CompareAndSwap(cur, from); cur = a.dropFrom.Load() {
+	}
+	for cur := a.dropUntil.Load(); until > cur && !a.dropUntil.CompareAndSwap(cur, until); cur = a.dropUntil.Load() {
+	}
+	a.dropped.Add(1)
+}
+
+// satAdd is a + b for b ≥ 0, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// report drains the buffer and returns the counts.
+func (a *auditor) report() AuditReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.drainLocked()
+	r := a.rep
+	r.Share = a.share
+	r.Keys = len(a.keys)
+	r.Entries = a.entries
+	r.Dropped = a.dropped.Load()
+	return r
+}
+
+// drain replays the buffered decisions into the logs.
+func (a *auditor) drain() {
+	a.mu.Lock()
+	a.drainLocked()
+	a.mu.Unlock()
+}
+
+func (a *auditor) drainLocked() {
+	evs := a.scratch[:0]
+	for {
+		ev, ok := a.ring.pop()
+		if !ok {
+			break
+		}
+		evs = append(evs, ev)
+	}
+	// Read after the pops: a decision dropped before any event taken here
+	// was pushed has stored its dropUntil by now, if it returned.
+	q := quarantine{a.dropFrom.Load(), a.dropUntil.Load()}
+	// Concurrent decisions of one key reach the buffer in any order: replay
+	// them by sub-window, which is the order the engine applied them in
+	// (a key's effective sub-window never moves back), and within one
+	// sub-window in the order they were buffered. Not by exact time: a
+	// decision the engine clamped to the start of the key's newest
+	// sub-window came after the decisions later in that sub-window. Stable,
+	// so that an unadmit also follows its admission.
+	w := a.width
+	slices.SortStableFunc(evs, func(x, y auditEvent) int { return cmp.Compare(x.t/w, y.t/w) })
+	for i := range evs {
+		a.replay(&evs[i], q)
+		evs[i] = auditEvent{}
+	}
+	a.scratch = evs[:0]
+	if a.now-a.pruned >= a.window/4 {
+		a.prune()
+	}
+}
+
+// quarantine is the span of times [from, until) whose decisions are not
+// judged, because a dropped decision at from … until − W may have admitted
+// units the logs miss: a unit at s counts at t iff s ≤ t < s + W. It never
+// shrinks: conservative, never wrong.
+type quarantine struct{ from, until int64 }
+
+func (q quarantine) holds(t int64) bool { return t >= q.from && t < q.until }
+
+// replay applies one event to its key's log and counts it.
+func (a *auditor) replay(ev *auditEvent, q quarantine) {
+	a.now = max(a.now, ev.t)
+	if until, ok := a.skipped[ev.key]; ok {
+		if ev.t < until {
+			a.skip(ev)
+			return
+		}
+		delete(a.skipped, ev.key) // its unlogged units have left the window
+	}
+	k := a.keys[ev.key]
+	if k == nil {
+		if ev.kind == evUnadmit {
+			a.rep.Unadmits++
+			a.rep.UnadmitMissed++
+			return
+		}
+		if len(a.keys) >= a.maxKeys {
+			a.rep.KeysSkipped++
+			a.skip(ev)
+			return
+		}
+		k = &shadowKey{trustAfter: a.watermark, newest: math.MinInt64}
+		a.keys[strings.Clone(ev.key)] = k
+	}
+	if ev.kind == evUnadmit {
+		a.rep.Unadmits++
+		if k.unadmit(ev.ref, ev.n) == 0 {
+			a.rep.UnadmitMissed++
+		}
+		return
+	}
+	// Time never runs backwards for a key. ev.t is already the engine's
+	// effective time: the request's, or the start of the key's newest
+	// sub-window if that is later (a log: its newest time), where the
+	// engine counts that whole sub-window. The audit judges such a decision
+	// at the key's newest time, so that the units already admitted later
+	// in that sub-window are inside the exact window too.
+	t := max(ev.t, k.newest)
+	k.newest = t
+	a.entries -= int64(k.expire(t - a.window))
+	c := k.sum
+	judged := t >= k.trustAfter && !q.holds(t)
+	a.rep.Decisions++
+	if judged {
+		a.rep.Judged++
+	} else {
+		a.rep.Unjudged++
+	}
+	if ev.kind == evDeny {
+		a.rep.Denies++
+		if judged && c+ev.n <= ev.limit {
+			a.rep.FalseDenies++
+		}
+		return
+	}
+	a.rep.Admits++
+	if judged && c+ev.n > ev.limit {
+		a.rep.FalseAdmits++
+	}
+	if a.entries >= a.maxEntries {
+		// The log would pass AuditMaxEntries: the key stops being shadowed
+		// until its units have left the window.
+		a.entries -= int64(len(k.log) - k.head)
+		delete(a.keys, ev.key)
+		a.rep.KeysSkipped++
+		a.skipped[ev.key] = satAdd(t, a.window)
+		return
+	}
+	k.log = append(k.log, auditEntry{t: t, ref: ev.t, n: ev.n})
+	k.sum += ev.n
+	a.entries++
+	if judged {
+		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow {
+			a.rep.WorstWindow, a.rep.WorstKey = w, ev.key
+		}
+	}
+}
+
+// skip counts a decision of a key that has no log, and keeps the key out
+// of the logs until its units have left the window.
+func (a *auditor) skip(ev *auditEvent) {
+	if ev.kind == evUnadmit {
+		a.rep.Unadmits++
+		a.rep.UnadmitMissed++
+		return
+	}
+	a.rep.Skipped++
+	until := satAdd(ev.t, a.window)
+	if cur, ok := a.skipped[ev.key]; ok || len(a.skipped) < a.maxKeys {
+		a.skipped[strings.Clone(ev.key)] = max(cur, until)
+		return
+	}
+	// No room to remember the key: every key that gets a log from now on
+	// distrusts its decisions up to until, since it may be this one.
+	a.watermark = max(a.watermark, until)
+}
+
+// prune drops the logs of keys whose newest decision has left the window
+// at the audit's newest time, and the skip records that have expired. A
+// key dropped here that comes back with an older time than that (its own
+// timeline lagging the others by more than a window) may have units the
+// log no longer holds: the watermark keeps it from being judged until
+// they are out.
+func (a *auditor) prune() {
+	a.pruned = a.now
+	cut := a.now - a.window
+	for key, k := range a.keys {
+		if k.newest <= cut {
+			a.entries -= int64(len(k.log) - k.head)
+			a.watermark = max(a.watermark, satAdd(k.newest, a.window))
+			delete(a.keys, key)
+		}
+	}
+	for key, until := range a.skipped {
+		if until <= a.now {
+			delete(a.skipped, key)
+		}
+	}
+}
+
+// Audit drains the self-audit's buffer and returns its counts (see
+// AuditReport for how to read them). It returns the zero report, Share 0,
+// when Config.Audit is 0. It is safe for concurrent use with decisions and
+// with itself; it takes the audit's lock (never held on the decision path)
+// and replays every decision buffered since the last drain.
+func (e *Engine) Audit() AuditReport {
+	if e.audit == nil {
+		return AuditReport{}
+	}
+	return e.audit.report()
+}
