@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,5 +51,47 @@ func BenchmarkHotKey(b *testing.B) {
 				sinkDecision.Allowed = e.Allow("hot-key")
 			}
 		})
+	}
+}
+
+// BenchmarkAudit measures what Config.Audit costs a decision: audit=off,
+// audit=unsampled (Audit 0.001, a key the audit does not sample: the one
+// compare and branch) and audit=sampled (Audit 1: the key's decision is
+// also buffered; with no Audit call the background drain empties the
+// buffer every AuditDrainInterval, and what finds it full is dropped).
+// Compare with benchstat -col /audit.
+func BenchmarkAudit(b *testing.B) {
+	for _, path := range []string{"AllowAt", "Allow"} {
+		for _, mode := range []string{"off", "unsampled", "sampled"} {
+			b.Run("path="+path+"/audit="+mode, func(b *testing.B) {
+				cfg := engine.Config{Limit: engine.MaxLimit, Window: time.Second, DisableEviction: true}
+				switch mode {
+				case "unsampled":
+					cfg.Audit = 0.001
+				case "sampled":
+					cfg.Audit = 1
+				}
+				if path == "Allow" {
+					cfg.CoarseClock = time.Millisecond
+				}
+				e := newEngine(b, cfg)
+				key := "hot-key"
+				for i := 0; mode == "unsampled" && e.Audited(key); i++ {
+					key = fmt.Sprint("hot-key-", i)
+				}
+				e.AllowAt(key, 1, t0)
+				e.Allow(key)
+				b.ReportAllocs()
+				if path == "AllowAt" {
+					for b.Loop() {
+						sinkDecision = e.AllowAt(key, 1, t0)
+					}
+					return
+				}
+				for b.Loop() {
+					sinkDecision.Allowed = e.Allow(key)
+				}
+			})
+		}
 	}
 }
