@@ -429,13 +429,25 @@ func (a *auditor) drainLocked() {
 	// so that an unadmit also follows its admission.
 	w := a.width
 	slices.SortStableFunc(evs, func(x, y auditEvent) int { return cmp.Compare(x.t/w, y.t/w) })
+	// With the logs at AuditMaxKeys, make room for this batch's new keys
+	// first: a key idle for two windows before the batch's oldest decision
+	// has nothing of its own in any window of this batch.
+	if len(evs) > 0 && len(a.keys) >= a.maxKeys {
+		oldest := evs[0].t
+		for i := range evs {
+			oldest = min(oldest, evs[i].t)
+		}
+		a.prune(oldest)
+	}
 	for i := range evs {
+		a.now = max(a.now, evs[i].t)
 		a.replay(&evs[i], q)
 		evs[i] = auditEvent{}
 	}
 	a.scratch = evs[:0]
 	if a.now-a.pruned >= a.window/4 {
-		a.prune()
+		a.pruned = a.now
+		a.prune(a.now)
 	}
 }
 
@@ -449,7 +461,6 @@ func (q quarantine) holds(t int64) bool { return t >= q.from && t < q.until }
 
 // replay applies one event to its key's log and counts it.
 func (a *auditor) replay(ev *auditEvent, q quarantine) {
-	a.now = max(a.now, ev.t)
 	if until, ok := a.skipped[ev.key]; ok {
 		if ev.t < until {
 			a.skip(ev)
@@ -545,15 +556,16 @@ func (a *auditor) skip(ev *auditEvent) {
 	a.watermark = max(a.watermark, until)
 }
 
-// prune drops the logs of keys whose newest decision has left the window
-// at the audit's newest time, and the skip records that have expired. A
-// key dropped here that comes back with an older time than that (its own
-// timeline lagging the others by more than a window) may have units the
-// log no longer holds: the watermark keeps it from being judged until
-// they are out.
-func (a *auditor) prune() {
-	a.pruned = a.now
-	cut := a.now - a.window
+// prune drops the logs of keys idle for two windows at now, and the skip
+// records one window past their end. A window more than needed: a key's
+// decisions can come a little behind the newest time the audit has seen
+// (other goroutines' clocks, or drains between them), and a key that comes
+// back after its log or its skip record is gone gets a new log that trusts
+// nothing before the watermark. Keys idle for two windows hold nothing
+// inside any window of theirs, so memory stays within the bound: the units
+// admitted in one window, per key.
+func (a *auditor) prune(now int64) {
+	cut := now - 2*a.window
 	for key, k := range a.keys {
 		if k.newest <= cut {
 			a.entries -= int64(len(k.log) - k.head)
@@ -562,7 +574,8 @@ func (a *auditor) prune() {
 		}
 	}
 	for key, until := range a.skipped {
-		if until <= a.now {
+		if until <= now-a.window {
+			a.watermark = max(a.watermark, until)
 			delete(a.skipped, key)
 		}
 	}

@@ -508,8 +508,10 @@ func TestAuditBoundedMemory(t *testing.T) {
 	e.AllowAt("c", 1, at(500))
 	r = e.Audit()
 	require.Equal(t, int64(3), r.Skipped)
-	// At 2.2 s a and b are idle past the window: their logs go, c gets one.
-	e.AllowAt("c", 1, at(2200))
+	// At 3.2 s a and b are idle for two windows: their logs go (the
+	// audit keeps an idle log one window longer than needed), and c,
+	// whose skip record ended at 1.5 s, gets one.
+	e.AllowAt("c", 1, at(3200))
 	r = e.Audit()
 	require.Equal(t, int64(4), r.Decisions)
 	require.Equal(t, int64(4), r.Judged)
@@ -517,19 +519,19 @@ func TestAuditBoundedMemory(t *testing.T) {
 	// 10 entries at most: c's tenth unit in one window fits, the eleventh
 	// drops c's log.
 	for i := 1; i <= 9; i++ {
-		e.AllowAt("c", 1, at(2200+i))
+		e.AllowAt("c", 1, at(3200+i))
 	}
 	r = e.Audit()
 	require.Equal(t, int64(10), r.Entries)
 	require.Equal(t, 1, r.Keys)
-	e.AllowAt("c", 1, at(2210))
+	e.AllowAt("c", 1, at(3210))
 	r = e.Audit()
 	require.Zero(t, r.Entries)
 	require.Equal(t, int64(14), r.Decisions)
 	require.Equal(t, 0, r.Keys)
 	require.Equal(t, int64(3), r.KeysSkipped)
-	e.AllowAt("c", 1, at(2300)) // inside the window of the lost log: skipped
-	e.AllowAt("c", 1, at(3300)) // after it: a new log, judged
+	e.AllowAt("c", 1, at(3300)) // inside the window of the lost log: skipped
+	e.AllowAt("c", 1, at(4300)) // after it: a new log, judged
 	r = e.Audit()
 	require.Equal(t, int64(4), r.Skipped)
 	require.Equal(t, int64(15), r.Decisions)
