@@ -205,12 +205,22 @@ func (k *shadowKey) expire(cut int64) (dropped int) {
 		k.head++
 		dropped++
 	}
-	if k.head > 32 && k.head*2 > len(k.log) {
+	live := len(k.log) - k.head
+	switch {
+	case cap(k.log) > 4*live+shadowSlack:
+		// After a burst has left the window: give the memory back, so
+		// that a log's capacity stays within 4·live + shadowSlack.
+		k.log = append(make([]auditEntry, 0, 2*live+shadowSlack/2), k.log[k.head:]...)
+		k.head = 0
+	case k.head > shadowSlack && k.head*2 > len(k.log):
 		k.log = k.log[:copy(k.log, k.log[k.head:])]
 		k.head = 0
 	}
 	return dropped
 }
+
+// shadowSlack is the capacity a log may keep beyond 4× its live entries.
+const shadowSlack = 16
 
 // unadmit takes n units of the admission made at ref back: from the newest
 // live entry with that time, never below zero. It returns the units

@@ -153,3 +153,27 @@ func TestAuditDrainsInBackground(t *testing.T) {
 	require.Zero(t, r.Dropped)
 	require.Equal(t, int64(5*MinAuditBuffer), r.Decisions)
 }
+
+// TestShadowKeyGivesMemoryBack: a log that held a burst shrinks once the
+// burst has left the window, so its capacity stays within 4× its live
+// entries plus shadowSlack.
+func TestShadowKeyGivesMemoryBack(t *testing.T) {
+	k := &shadowKey{}
+	for i := range 10_000 {
+		k.log = append(k.log, auditEntry{t: int64(i), ref: int64(i), n: 1})
+		k.sum++
+	}
+	require.Equal(t, 9_990, k.expire(9_989))
+	require.Equal(t, 10, len(k.log)-k.head)
+	require.LessOrEqual(t, cap(k.log), 4*10+shadowSlack)
+	require.Equal(t, int64(10), k.sum)
+	require.Equal(t, int64(9_990), k.log[k.head].t)
+	// Steady traffic keeps amortised O(1) work: one entry in, one out.
+	for i := 10_000; i < 100_000; i++ {
+		k.log = append(k.log, auditEntry{t: int64(i), ref: int64(i), n: 1})
+		k.sum++
+		k.expire(int64(i) - 10)
+		require.LessOrEqual(t, cap(k.log), 4*10+shadowSlack)
+	}
+	require.Equal(t, int64(10), k.sum)
+}

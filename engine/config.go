@@ -95,10 +95,10 @@ const (
 	// MaxAuditMaxKeys its largest value.
 	DefaultAuditMaxKeys = 10_000
 	MaxAuditMaxKeys     = 1 << 24
-	// DefaultAuditMaxEntries is Config.AuditMaxEntries when 0 (about
-	// 32 MiB of log entries at 32 bytes each), and MaxAuditMaxEntries its
-	// largest value.
-	DefaultAuditMaxEntries = 1 << 20
+	// DefaultAuditMaxEntries is Config.AuditMaxEntries when 0 (log
+	// entries are 24 bytes, in slices at most 4× their live length: 24 MiB
+	// at worst), and MaxAuditMaxEntries its largest value.
+	DefaultAuditMaxEntries = 1 << 18
 	MaxAuditMaxEntries     = 1 << 30
 	// DefaultAuditBuffer is Config.AuditBuffer when 0; MinAuditBuffer …
 	// MaxAuditBuffer bound it, a power of two.
