@@ -273,9 +273,11 @@ type AuditReport struct {
 	Decisions, Admits, Denies int64
 	// Judged decisions were compared with a complete log; Unjudged ones
 	// were replayed but not judged, because units of their window may be
-	// missing from the log: a buffered decision was dropped within one
-	// window before them, or their key was not shadowed (a cap) within one
-	// window before it got its log.
+	// missing from the log (a buffered decision was dropped within one
+	// window before them, or their key was not shadowed, by a cap, within
+	// one window before it got its log), or because the decision reached
+	// the buffer only after a drain had replayed a later sub-window of its
+	// key (its goroutine was preempted between deciding and buffering).
 	Judged, Unjudged int64
 	// FalseAdmits and FalseDenies, among the judged decisions.
 	FalseAdmits, FalseDenies int64
@@ -506,11 +508,16 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	// engine counts that whole sub-window. The audit judges such a decision
 	// at the key's newest time, so that the units already admitted later
 	// in that sub-window are inside the exact window too.
+	// A decision of an older sub-window than one already replayed for the
+	// key was buffered after a drain took the newer ones (its goroutine
+	// was preempted between deciding and buffering): the engine applied
+	// it before them, but the log now holds them, so it is not judged.
+	late := k.newest != math.MinInt64 && ev.t/a.width < k.newest/a.width
 	t := max(ev.t, k.newest)
 	k.newest = t
 	a.entries -= int64(k.expire(t - a.window))
 	c := k.sum
-	judged := t >= k.trustAfter && !q.holds(t)
+	judged := !late && t >= k.trustAfter && !q.holds(t)
 	a.rep.Decisions++
 	if judged {
 		a.rep.Judged++

@@ -177,3 +177,25 @@ func TestShadowKeyGivesMemoryBack(t *testing.T) {
 	}
 	require.Equal(t, int64(10), k.sum)
 }
+
+// TestAuditLateDecision: a decision buffered after a drain replayed a later
+// sub-window of its key (its goroutine preempted between deciding and
+// buffering) is replayed but not judged; one in the same sub-window, or
+// in order, is judged.
+func TestAuditLateDecision(t *testing.T) {
+	e, err := New(Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: SlidingWindowStrict, Audit: 1, DisableEviction: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Close()) // no background drain: the test orders the drains
+	base := time.Unix(1_700_000_000, 0).UnixNano()
+	ms := func(n int64) int64 { return base + n*int64(time.Millisecond) }
+	e.audit.record("k", ms(520), 1, 2, true) // sub-window 5
+	e.audit.record("k", ms(510), 1, 2, true) // same sub-window, out of order
+	e.Audit()
+	e.audit.record("k", ms(350), 1, 2, true) // sub-window 3, after 5 was replayed
+	r := e.Audit()
+	require.Equal(t, int64(3), r.Decisions)
+	require.Equal(t, int64(2), r.Judged)
+	require.Equal(t, int64(1), r.Unjudged)
+	require.Zero(t, r.FalseAdmits, "the late admission would have counted 3 > 2")
+	require.Equal(t, int64(3), r.Entries, "its unit is in the log all the same")
+}
