@@ -584,3 +584,106 @@ func TestAuditAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditConcurrentJitter is the adversary's version of the concurrent
+// test: workers decide at jittered times up to two sub-windows behind a
+// shared manual clock that one of them advances, the sweeper reclaims idle
+// keys meanwhile, and Audit runs concurrently. For Strict and the log the
+// audit must find no false admit and no window above the limit, whatever
+// order the decisions reach it in; for every algorithm the totals add up.
+func TestAuditConcurrentJitter(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			const workers, perW = 4, 3000
+			clk := engine.NewManualClock(t0)
+			e := newEngine(t, engine.Config{Limit: 8, Window: 100 * time.Millisecond, SubWindows: 10, Algorithm: alg,
+				Audit: 1, Clock: clk, SweepInterval: time.Millisecond, AuditBuffer: 1 << 14})
+			var issued atomic.Int64
+			stop := make(chan struct{})
+			var auditors sync.WaitGroup
+			auditors.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						e.Audit()
+					}
+				}
+			})
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewSource(int64(w) + 100))
+					for i := range perW {
+						if w == 0 && i%20 == 0 {
+							clk.Advance(time.Duration(rng.Intn(15)) * time.Millisecond)
+						}
+						now := time.Unix(0, clk.UnixNano()).Add(-time.Duration(rng.Intn(20)) * time.Millisecond)
+						key := fmt.Sprint("k", rng.Intn(3))
+						if e.AllowAt(key, 1+rng.Int63n(2), now).Reason() != engine.ReasonKeysFull {
+							issued.Add(1)
+						}
+						if i%500 == 0 {
+							e.Sweep()
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			auditors.Wait()
+			r := e.Audit()
+			require.Equal(t, issued.Load(), r.Decisions+r.Dropped, "%+v", r)
+			require.Equal(t, r.Decisions, r.Admits+r.Denies)
+			require.Equal(t, r.Decisions, r.Judged+r.Unjudged)
+			if alg == engine.SlidingWindowStrict || alg == engine.SlidingLog {
+				require.Zero(t, r.FalseAdmits, "%+v", r)
+				require.LessOrEqual(t, r.WorstWindow, 1.0, "%+v", r)
+			}
+			t.Logf("%+v", r)
+		})
+	}
+}
+
+// TestAuditEvictedAndRecreatedInThePast: a key reclaimed by the sweep and
+// recreated by a request older than its retirement is placed, by the
+// engine, at the retirement time (docs/design.md §5); the audit judges it
+// there, where the old units have left the window, not at the request's
+// own time, where they would still count.
+func TestAuditEvictedAndRecreatedInThePast(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(t0.Add(10 * time.Second))
+			e := newEngine(t, engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, Clock: clk, SweepInterval: time.Hour})
+			require.True(t, e.AllowAt("k", 3, t0.Add(10*time.Second)).Allowed)
+			clk.Advance(5 * time.Second)
+			require.Equal(t, 1, e.Sweep())
+			d := e.AllowAt("k", 3, t0.Add(10500*time.Millisecond)) // before the retirement, inside the old window
+			require.True(t, d.Allowed, "%+v", d)
+			r := e.Audit()
+			require.Equal(t, int64(2), r.Judged)
+			require.Zero(t, r.FalseAdmits, "%+v", r)
+			require.Equal(t, 1.0, r.WorstWindow)
+		})
+	}
+}
+
+// TestAuditTimeEdges: decisions at the first and the last representable
+// instants, and a window near MaxWindow, neither overflow nor lose counts.
+func TestAuditTimeEdges(t *testing.T) {
+	for _, w := range []time.Duration{time.Second, engine.MaxWindow} {
+		e := newEngine(t, engine.Config{Limit: 2, Window: w, SubWindows: 1, Audit: 1, DisableEviction: true})
+		first, last := time.Unix(0, 0), time.Unix(0, math.MaxInt64)
+		require.True(t, e.AllowAt("a", 2, first).Allowed)
+		require.False(t, e.AllowAt("a", 1, first).Allowed)
+		require.True(t, e.AllowAt("b", 2, last).Allowed)
+		require.False(t, e.AllowAt("b", 1, last).Allowed)
+		e.AllowAt("c", 1, time.Unix(0, -1)) // before 1970: refused, not audited
+		r := e.Audit()
+		require.Equal(t, int64(4), r.Decisions, "W = %v", w)
+		require.Equal(t, int64(4), r.Judged)
+		require.Zero(t, r.FalseAdmits+r.FalseDenies)
+		require.Equal(t, 1.0, r.WorstWindow)
+	}
+}

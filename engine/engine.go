@@ -511,8 +511,9 @@ func (e *Engine) Stats() Stats {
 
 // Close stops every goroutine the engine started and waits for them to
 // exit. It is idempotent and always returns nil. Decisions still work after
-// Close, but idle keys are no longer reclaimed and a coarse clock no longer
-// advances.
+// Close, but idle keys are no longer reclaimed, a coarse clock no longer
+// advances, and the self-audit's buffer is drained only by Audit calls
+// (decisions that find it full are counted as dropped).
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
