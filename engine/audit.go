@@ -141,7 +141,8 @@ func newAuditRing(size int) *auditRing {
 
 // push appends ev, or reports false when the buffer is full. Lock-free: a
 // failed CAS means another writer claimed the position.
-func (r *auditRing) push(ev auditEvent) bool {
+// The position it took is returned too (for the drain's wake-up).
+func (r *auditRing) push(ev auditEvent) (uint64, bool) {
 	pos := r.tail.Load()
 	for {
 		c := &r.cells[pos&r.mask]
@@ -150,13 +151,13 @@ func (r *auditRing) push(ev auditEvent) bool {
 			if r.tail.CompareAndSwap(pos, pos+1) {
 				c.ev = ev
 				c.seq.Store(pos + 1) // publishes ev to the consumer
-				return true
+				return pos, true
 			}
 			pos = r.tail.Load()
 		case d < 0:
 			// The cell still holds an event of the previous lap, or its
 			// writer has not finished: the buffer is full.
-			return false
+			return pos, false
 		default:
 			pos = r.tail.Load() // another writer took pos meanwhile
 		}
@@ -314,6 +315,7 @@ type auditor struct {
 	dropped   atomic.Int64
 	dropFrom  atomic.Int64 // the earliest time of a dropped decision (MaxInt64: none)
 	dropUntil atomic.Int64 // the latest time + W of a dropped decision
+	kick      chan struct{} // a drain wanted now (capacity 1; see wake)
 
 	window     int64 // W, ns
 	width      int64 // the sub-window the engine clamps times to (1 for a log)
@@ -349,6 +351,7 @@ func newAuditor(nc normalized) *auditor {
 		share:      nc.Audit,
 		keys:       map[string]*shadowKey{},
 		skipped:    map[string]int64{},
+		kick:       make(chan struct{}, 1),
 	}
 	a.dropFrom.Store(math.MaxInt64)
 	return a
@@ -375,9 +378,14 @@ func (a *auditor) unadmitAt(key string, ref, n, t int64) {
 }
 
 func (a *auditor) push(ev auditEvent) {
-	if a.ring.push(ev) {
+	pos, ok := a.ring.push(ev)
+	if ok {
+		if pos&a.ring.mask == a.ring.mask>>1 || pos&a.ring.mask == a.ring.mask {
+			a.wake() // every half buffer: drain now, not at the next tick
+		}
 		return
 	}
+	a.wake()
 	// The window around a dropped decision is quarantined, from its time
 	// (a decision before it cannot count its units) to one window after.
 	// Written before dropped, which the drain reads after them.
@@ -390,6 +398,17 @@ func (a *auditor) push(ev auditEvent) {
 	for cur := a.dropUntil.Load(); until > cur && !a.dropUntil.CompareAndSwap(cur, until); cur = a.dropUntil.Load() {
 	}
 	a.dropped.Add(1)
+}
+
+// wake asks the engine's goroutine for a drain without waiting for its
+// ticker, so that a burst of sampled decisions is drained every half
+// buffer rather than dropped. It never blocks: one wake-up pending is
+// enough, and after Close nothing listens.
+func (a *auditor) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 // satAdd is a + b for b ≥ 0, saturating at MaxInt64.

@@ -22,7 +22,7 @@ func TestAuditRingConcurrent(t *testing.T) {
 		pushed[p] = make([]bool, each)
 		wg.Go(func() {
 			for i := range each {
-				pushed[p][i] = r.push(auditEvent{key: "k", t: int64(p), n: int64(i)})
+				_, pushed[p][i] = r.push(auditEvent{key: "k", t: int64(p), n: int64(i)})
 			}
 		})
 	}

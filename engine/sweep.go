@@ -5,11 +5,12 @@ import "time"
 // sweeper reclaims idle keys incrementally: each tick it sweeps one shard,
 // so a full pass over the table takes SweepInterval and no pass ever holds
 // more than one shard's worth of work. With Config.Audit it also drains the
-// audit's buffer every AuditDrainInterval (and does only that with
-// DisableEviction). It exits when Close closes stop.
+// audit's buffer every AuditDrainInterval and whenever a half buffer has
+// filled (and does only that with DisableEviction). It exits when Close closes stop.
 func (e *Engine) sweeper() {
 	defer close(e.done)
 	var sweepC, auditC <-chan time.Time
+	var kick <-chan struct{}
 	if !e.cfg.DisableEviction {
 		tick := e.cfg.sweep / time.Duration(e.tab.Shards())
 		if tick < time.Millisecond {
@@ -23,6 +24,7 @@ func (e *Engine) sweeper() {
 		t := time.NewTicker(AuditDrainInterval)
 		defer t.Stop()
 		auditC = t.C
+		kick = e.audit.kick
 	}
 	next := 0
 	for {
@@ -30,6 +32,8 @@ func (e *Engine) sweeper() {
 		case <-e.stop:
 			return
 		case <-auditC:
+			e.audit.drain()
+		case <-kick:
 			e.audit.drain()
 		case <-sweepC:
 			e.tab.SweepShard(next, e.clk.UnixNano())
