@@ -313,8 +313,8 @@ type AuditReport struct {
 type auditor struct {
 	ring      *auditRing
 	dropped   atomic.Int64
-	dropFrom  atomic.Int64 // the earliest time of a dropped decision (MaxInt64: none)
-	dropUntil atomic.Int64 // the latest time + W of a dropped decision
+	dropFrom  atomic.Int64  // the earliest time of a dropped decision (MaxInt64: none)
+	dropUntil atomic.Int64  // the latest time + W of a dropped decision
 	kick      chan struct{} // a drain wanted now (capacity 1; see wake)
 
 	window     int64 // W, ns
