@@ -228,7 +228,9 @@ const shadowSlack = 16
 // removed: 0 when that admission has left the window (or was never in the
 // log).
 func (k *shadowKey) unadmit(ref, n int64) int64 {
-	for i := len(k.log) - 1; i >= k.head && n > 0; i-- {
+	// An entry's t is at least its ref, and t never decreases along the
+	// log: the search stops at the first entry older than ref.
+	for i := len(k.log) - 1; i >= k.head && n > 0 && k.log[i].t >= ref; i-- {
 		if en := &k.log[i]; en.ref == ref && en.n > 0 {
 			d := min(n, en.n)
 			en.n -= d
@@ -568,7 +570,7 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	a.entries++
 	if judged {
 		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow {
-			a.rep.WorstWindow, a.rep.WorstKey = w, ev.key
+			a.rep.WorstWindow, a.rep.WorstKey = w, strings.Clone(ev.key) // not the caller's backing array
 		}
 	}
 }

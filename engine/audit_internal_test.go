@@ -199,3 +199,42 @@ func TestAuditLateDecision(t *testing.T) {
 	require.Zero(t, r.FalseAdmits, "the late admission would have counted 3 > 2")
 	require.Equal(t, int64(3), r.Entries, "its unit is in the log all the same")
 }
+
+// TestAuditUnadmitConcurrent: goroutines admit and take back their own
+// admissions while others drain; every unadmit finds its admission, and
+// every log ends empty of units.
+func TestAuditUnadmitConcurrent(t *testing.T) {
+	e, err := New(Config{Limit: 1 << 20, Window: time.Hour, Audit: 1, DisableEviction: true, AuditBuffer: 1 << 16})
+	require.NoError(t, err)
+	defer e.Close()
+	base := time.Unix(1_700_000_000, 0)
+	const workers, each = 4, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			key := fmt.Sprint("k", w)
+			for i := range each {
+				at := base.Add(time.Duration(i) * time.Millisecond)
+				n := int64(1 + i%3)
+				if !e.AllowAt(key, n, at).Allowed {
+					t.Error("refused")
+					return
+				}
+				e.audit.unadmitAt(key, at.UnixNano(), n, at.UnixNano())
+				if i%100 == 0 {
+					e.Audit()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r := e.Audit()
+	require.Zero(t, r.Dropped)
+	require.Equal(t, int64(workers*each), r.Unadmits)
+	require.Zero(t, r.UnadmitMissed)
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	for key, k := range e.audit.keys {
+		require.Zero(t, k.sum, key)
+	}
+}
