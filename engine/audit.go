@@ -325,9 +325,12 @@ type auditor struct {
 	maxEntries int64
 	share      float64
 
-	mu      sync.Mutex
-	keys    map[string]*shadowKey
-	skipped map[string]int64 // keys without a log, until that time (+W of their newest decision)
+	mu   sync.Mutex
+	keys map[string]*shadowKey
+	// skipped: keys without a log, until that time (+W of their newest
+	// decision). Updated through the pointer: assigning an existing string
+	// key would store the caller's copy of it (Go updates string keys).
+	skipped map[string]*int64
 	entries int64
 	scratch []auditEvent
 	now     int64 // the newest decision time drained
@@ -352,7 +355,7 @@ func newAuditor(nc normalized) *auditor {
 		maxEntries: nc.auditMaxEntries,
 		share:      nc.Audit,
 		keys:       map[string]*shadowKey{},
-		skipped:    map[string]int64{},
+		skipped:    map[string]*int64{},
 		kick:       make(chan struct{}, 1),
 	}
 	a.dropFrom.Store(math.MaxInt64)
@@ -412,6 +415,8 @@ func (a *auditor) wake() {
 	default:
 	}
 }
+
+func ptr(v int64) *int64 { return &v }
 
 // satAdd is a + b for b ≥ 0, saturating at MaxInt64.
 func satAdd(a, b int64) int64 {
@@ -495,7 +500,7 @@ func (q quarantine) holds(t int64) bool { return t >= q.from && t < q.until }
 // replay applies one event to its key's log and counts it.
 func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	if until, ok := a.skipped[ev.key]; ok {
-		if ev.t < until {
+		if ev.t < *until {
 			a.skip(ev)
 			return
 		}
@@ -562,7 +567,7 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		a.entries -= int64(len(k.log) - k.head)
 		delete(a.keys, ev.key)
 		a.rep.KeysSkipped++
-		a.skipped[ev.key] = satAdd(t, a.window)
+		a.skipped[strings.Clone(ev.key)] = ptr(satAdd(t, a.window)) // deleted from keys just above: not in skipped
 		return
 	}
 	k.log = append(k.log, auditEntry{t: t, ref: ev.t, n: ev.n})
@@ -585,8 +590,12 @@ func (a *auditor) skip(ev *auditEvent) {
 	}
 	a.rep.Skipped++
 	until := satAdd(ev.t, a.window)
-	if cur, ok := a.skipped[ev.key]; ok || len(a.skipped) < a.maxKeys {
-		a.skipped[strings.Clone(ev.key)] = max(cur, until)
+	if cur, ok := a.skipped[ev.key]; ok {
+		*cur = max(*cur, until)
+		return
+	}
+	if len(a.skipped) < a.maxKeys {
+		a.skipped[strings.Clone(ev.key)] = ptr(until)
 		return
 	}
 	// No room to remember the key: every key that gets a log from now on
@@ -611,7 +620,8 @@ func (a *auditor) prune(now int64) {
 			delete(a.keys, key)
 		}
 	}
-	for key, until := range a.skipped {
+	for key, up := range a.skipped {
+		until := *up
 		if until <= now-a.window {
 			a.watermark = max(a.watermark, until)
 			delete(a.skipped, key)
