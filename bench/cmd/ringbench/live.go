@@ -109,9 +109,10 @@ func writeLive(b *strings.Builder, la liveAudit) {
 		b.WriteString("\nlive audit  off (-live-audit 0)\n")
 		return
 	}
-	fmt.Fprintf(b, "\nlive audit  the engine's self-audit (Config.Audit = %g) sampled %d tenants (%s of the draws); ringbench drove them as the audit's\n",
+	fmt.Fprintf(b, "\nlive audit  the engine's self-audit (Config.Audit = %g) sampled %d tenants (%s of the draws);\n",
 		la.Share, la.Tenants, pctf(la.TrafficShare))
-	b.WriteString("            (one worker each, AllowAt) and audited them offline, judging each decision against the units the engine admitted in (t−W, t]\n")
+	b.WriteString("            ringbench drove them through AllowAt (one worker each) and audited them offline, judging each decision\n")
+	b.WriteString("            against the units the engine admitted in (t−W, t]\n")
 	fmt.Fprintf(b, "            %-8s %12s %12s %12s %12s %12s %12s\n", "", "decisions", "admits", "denies", "false admits", "false denies", "worst window")
 	for _, r := range []struct {
 		name string
