@@ -31,7 +31,7 @@ import (
 
 // AuditDrainInterval is how often the engine's background goroutine drains
 // the audit buffer into the shadow logs when Config.Audit is set.
-const AuditDrainInterval = 25 * time.Millisecond // AuditBuffer per 25 ms: 655,360 sampled decisions per second by default
+const AuditDrainInterval = 25 * time.Millisecond // the longest a decision waits in a buffer that stays under half full
 
 // auditMul spreads the key hash before the sampling compare, so that which
 // keys are sampled does not follow the low bits the shards and the map's

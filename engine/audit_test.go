@@ -687,3 +687,24 @@ func TestAuditTimeEdges(t *testing.T) {
 		require.Equal(t, 1.0, r.WorstWindow)
 	}
 }
+
+// TestAuditGoroutineStopsOnClose: with DisableEviction the engine starts a
+// goroutine only for the audit's drain, and Close stops it; without Audit
+// it starts none.
+func TestAuditGoroutineStopsOnClose(t *testing.T) {
+	e, err := engine.New(engine.Config{Limit: 5, Window: time.Second, Audit: 1, DisableEviction: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	off, err := engine.New(engine.Config{Limit: 5, Window: time.Second, DisableEviction: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { off.Close() })
+	drainer := fmt.Sprintf("engine.(*Engine).sweeper(%p", e)
+	requireStacks(t, drainer, true)
+	requireStacks(t, fmt.Sprintf("engine.(*Engine).sweeper(%p", off), false)
+	e.AllowAt("k", 1, t0)
+	require.NoError(t, e.Close())
+	requireStacks(t, drainer, false)
+	// Decisions and Audit still work after Close.
+	e.AllowAt("k", 1, t0)
+	require.Equal(t, int64(2), e.Audit().Decisions)
+}
