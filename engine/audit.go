@@ -335,6 +335,8 @@ type auditor struct {
 	scratch []auditEvent
 	now     int64 // the newest decision time drained
 	pruned  int64 // now at the last pass over idle keys
+	// prePruned: the oldest time of the last batch that made room first.
+	prePruned int64
 	// watermark: a key given a log now may have had units that were not
 	// logged (skipped with no record left, or a pruned log) inside windows
 	// ending before this time, so it judges none of its decisions before it.
@@ -470,12 +472,17 @@ func (a *auditor) drainLocked() {
 	// With the logs at AuditMaxKeys, make room for this batch's new keys
 	// first: a key idle for two windows before the batch's oldest decision
 	// has nothing of its own in any window of this batch.
+	// At most once per quarter window, like the pass after the batch: with
+	// the cap reached and nothing idle, every drain would walk every log.
 	if len(evs) > 0 && len(a.keys) >= a.maxKeys {
 		oldest := evs[0].t
 		for i := range evs {
 			oldest = min(oldest, evs[i].t)
 		}
-		a.prune(oldest)
+		if oldest-a.prePruned >= a.window/4 {
+			a.prePruned = oldest
+			a.prune(oldest)
+		}
 	}
 	for i := range evs {
 		a.now = max(a.now, evs[i].t)
