@@ -223,6 +223,13 @@ func (k *shadowKey) expire(cut int64) (dropped int) {
 // shadowSlack is the capacity a log may keep beyond 4× its live entries.
 const shadowSlack = 16
 
+// insert adds en in time order, after the entries of its time: the log
+// stays sorted by t (a late decision's entry can be older than the newest).
+func (k *shadowKey) insert(en auditEntry) {
+	i, _ := slices.BinarySearchFunc(k.log[k.head:], en.t+1, func(e auditEntry, t int64) int { return cmp.Compare(e.t, t) })
+	k.log = slices.Insert(k.log, k.head+i, en)
+}
+
 // unadmit takes n units of the admission made at ref back: from the newest
 // live entry with that time, never below zero. It returns the units
 // removed: 0 when that admission has left the window (or was never in the
@@ -577,9 +584,20 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		a.skipped[strings.Clone(ev.key)] = ptr(satAdd(t, a.window)) // deleted from keys just above: not in skipped
 		return
 	}
-	k.log = append(k.log, auditEntry{t: t, ref: ev.t, n: ev.n})
+	if late {
+		// At its own time, which is where the engine counted it: placed at
+		// the key's newest time it would stay in the window too long, and
+		// the next decisions could be judged against a unit the engine
+		// no longer counts.
+		k.insert(auditEntry{t: ev.t, ref: ev.t, n: ev.n})
+	} else {
+		k.log = append(k.log, auditEntry{t: t, ref: ev.t, n: ev.n})
+	}
 	k.sum += ev.n
 	a.entries++
+	if late {
+		a.entries -= int64(k.expire(t - a.window)) // it may be out of the window already
+	}
 	if judged {
 		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow {
 			a.rep.WorstWindow, a.rep.WorstKey = w, strings.Clone(ev.key) // not the caller's backing array

@@ -198,6 +198,18 @@ func TestAuditLateDecision(t *testing.T) {
 	require.Equal(t, int64(1), r.Unjudged)
 	require.Zero(t, r.FalseAdmits, "the late admission would have counted 3 > 2")
 	require.Equal(t, int64(3), r.Entries, "its unit is in the log all the same")
+	// At its own time (350 ms), where the engine counted it: at 1.4 s it has
+	// left the window (0.4 s, 1.4 s], the two at 510 and 520 ms have not.
+	// Placed at the newest time (520 ms) it would still count: 3 > 2.
+	e.audit.record("k", ms(1400), 0, 2, true) // n = 0 only to observe C; the engine never records it
+	r = e.Audit()
+	require.Zero(t, r.FalseAdmits)
+	require.Equal(t, int64(3), r.Entries, "510, 520 and the empty one at 1.4 s")
+	// An admission far older than the window is out of it at once.
+	e.audit.record("k", ms(300), 1, 2, true)
+	r = e.Audit()
+	require.Equal(t, int64(3), r.Entries)
+	require.Equal(t, int64(2), r.Unjudged)
 }
 
 // TestAuditUnadmitConcurrent: goroutines admit and take back their own
