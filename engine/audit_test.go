@@ -56,6 +56,10 @@ func TestAuditBadConfig(t *testing.T) {
 		require.Equal(t, engine.DefaultAuditMaxKeys, c.AuditMaxKeys)
 		require.Equal(t, int64(engine.DefaultAuditMaxEntries), c.AuditMaxEntries)
 		require.Equal(t, engine.MinAuditBuffer, c.AuditBuffer)
+		again, err := engine.New(c) // what Config returns is a valid Config
+		require.NoError(t, err)
+		require.Equal(t, c, again.Config())
+		require.NoError(t, again.Close())
 		require.NoError(t, e.Close())
 	}
 }
