@@ -262,7 +262,6 @@ func bench(o options, stderr io.Writer) (*report, error) {
 		cfg.Audit = o.liveAudit
 		cfg.AuditMaxKeys = min(o.tenants, engine.MaxAuditMaxKeys)
 		cfg.AuditMaxEntries = engine.MaxAuditMaxEntries
-		cfg.AuditBuffer = 1 << 16
 	}
 	e, err := engine.New(cfg)
 	if err != nil {

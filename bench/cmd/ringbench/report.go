@@ -311,6 +311,9 @@ func writeText(w io.Writer, r *report) error {
 	fmt.Fprintf(&b, "\nkeys        %s live at the end, %s evicted (idle), %s refused\n", commas(k.Live), commas(k.Evicted), commas(k.Refused))
 	fmt.Fprintf(&b, "memory      %.1f bytes/key (live heap after a GC, minus the baseline before the engine: %s → %s)\n",
 		m.BytesPerKey, mib(m.BaselineHeapBytes), mib(m.FinalHeapBytes))
+	if c.LiveAudit > 0 {
+		b.WriteString("            (includes the live audit's buffer, 1 MiB, and logs; -live-audit 0 leaves them out)\n")
+	}
 	fmt.Fprintf(&b, "gc          %d cycles, %s total pause\n", m.GCCycles, time.Duration(m.GCPauseTotalNs))
 
 	a := r.Audit
