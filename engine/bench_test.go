@@ -95,3 +95,34 @@ func BenchmarkAudit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAuditDrain measures the drain's replay, per sampled decision:
+// keys decide in turn at advancing times (a tenth of them denied), then
+// Audit replays the buffer. It bounds how many sampled decisions per
+// second the audit keeps up with before the buffer overflows (Dropped).
+func BenchmarkAuditDrain(b *testing.B) {
+	for _, keys := range []int{1, 1000} {
+		b.Run(fmt.Sprint("keys=", keys), func(b *testing.B) {
+			e := newEngine(b, engine.Config{Limit: 1000, Window: time.Second, Audit: 1, AuditBuffer: 1 << 16, DisableEviction: true})
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = fmt.Sprint("key-", i)
+			}
+			e.Close() // the benchmark drains, not the background goroutine
+			now := t0
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(time.Microsecond)
+				e.AllowAt(names[i%keys], 1, now)
+				if i++; i%(1<<15) == 0 {
+					e.Audit()
+				}
+			}
+			e.Audit()
+			if r := e.Audit(); r.Dropped != 0 {
+				b.Fatalf("dropped %d", r.Dropped)
+			}
+		})
+	}
+}
