@@ -31,7 +31,7 @@ import (
 
 // AuditDrainInterval is how often the engine's background goroutine drains
 // the audit buffer into the shadow logs when Config.Audit is set.
-const AuditDrainInterval = 25 * time.Millisecond // the longest a decision waits in a buffer that stays under half full
+const AuditDrainInterval = 25 * time.Millisecond // the longest a decision waits in a buffer that fills less than a quarter of it
 
 // auditMul spreads the key hash before the sampling compare, so that which
 // keys are sampled does not follow the low bits the shards and the map's
