@@ -203,9 +203,10 @@ type Config struct {
 	// window (AuditReport.KeysSkipped). Needs Audit > 0.
 	AuditMaxEntries int64
 	// AuditBuffer is the number of sampled decisions held between two
-	// drains into the logs (every AuditDrainInterval, when a quarter of it has
-	// filled, and at each Engine.Audit): 0 means DefaultAuditBuffer, otherwise a power of two
-	// in MinAuditBuffer … MaxAuditBuffer. A decision that finds it full is
+	// drains into the logs (every AuditDrainInterval, whenever a quarter
+	// of it has filled, and at each Engine.Audit): 0 means
+	// DefaultAuditBuffer, otherwise a power of two in MinAuditBuffer …
+	// MaxAuditBuffer. A decision that finds it full is
 	// counted in AuditReport.Dropped, never lost silently. Needs Audit > 0.
 	AuditBuffer int
 }

@@ -5,8 +5,9 @@ import "time"
 // sweeper reclaims idle keys incrementally: each tick it sweeps one shard,
 // so a full pass over the table takes SweepInterval and no pass ever holds
 // more than one shard's worth of work. With Config.Audit it also drains the
-// audit's buffer every AuditDrainInterval and whenever a quarter buffer has
-// filled (and does only that with DisableEviction). It exits when Close closes stop.
+// audit's buffer every AuditDrainInterval and whenever a quarter buffer
+// has filled (and does only that with DisableEviction). It exits when
+// Close closes stop.
 func (e *Engine) sweeper() {
 	defer close(e.done)
 	var sweepC, auditC <-chan time.Time
