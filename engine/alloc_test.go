@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ringlimit/ringlimit/engine"
 )
 
@@ -112,5 +114,62 @@ func testAllocsExistingKey(t *testing.T, alg engine.Algorithm, clk string, deny 
 	allocs = testing.AllocsPerRun(100, func() { d = e.AllowAt(key, limit+1, t0) })
 	if allocs != 0 || d.Reason() != engine.ReasonNever {
 		t.Errorf("AllowAt(limit+1): %v allocs per run, decision %+v; want 0, too-large", allocs, d)
+	}
+}
+
+// TestReserveAllocatesNothingForExistingKey: Reserve, Cancel and AllowAll
+// on keys the engines hold, admitted and refused, allocate nothing.
+func TestReserveAllocatesNothingForExistingKey(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(t0)
+			mk := func(limit int64, w time.Duration) *engine.Engine {
+				return newEngine(t, engine.Config{Limit: limit, Window: w, Algorithm: alg, Clock: clk, DisableEviction: true})
+			}
+			a, b, c := mk(10_000, time.Second), mk(1000, time.Hour), mk(10, time.Minute)
+			for _, e := range []*engine.Engine{a, b, c} {
+				require.True(t, e.AllowN("k", 1).Allowed)
+			}
+			var ok, cancelled int
+			allocs := testing.AllocsPerRun(100, func() {
+				r := a.ReserveAt("k", 1, t0)
+				if r.Decision().Allowed {
+					ok++
+				}
+				if r.Cancel() {
+					cancelled++
+				}
+			})
+			require.Zero(t, allocs, "ReserveAt + Cancel")
+			require.Equal(t, 101, ok)
+			require.Equal(t, 101, cancelled)
+			allocs = testing.AllocsPerRun(100, func() {
+				r := a.Reserve("k", 1)
+				r.Cancel()
+			})
+			require.Zero(t, allocs, "Reserve + Cancel")
+
+			reqs := []engine.Request{{Engine: a, Key: "k", N: 1}, {Engine: b, Key: "k", N: 1}, {Engine: c, Key: "k", N: 9}}
+			var idx int
+			allocs = testing.AllocsPerRun(100, func() { idx, _ = engine.AllowAll(t0, reqs...) })
+			require.Zero(t, allocs, "AllowAll")
+			require.Equal(t, 2, idx, "c is full after its first: every call is refused by c, and undone")
+			require.Equal(t, int64(9998), a.AllowAt("k", 0, t0).Remaining, "one AllowAll was admitted; the refused ones returned a's unit")
+
+			reqs[2].N = 0
+			allocs = testing.AllocsPerRun(100, func() { idx, _ = engine.AllowAll(t0, reqs...) })
+			require.Zero(t, allocs, "AllowAll admitted")
+			require.Equal(t, -1, idx)
+
+			// Refused reservations.
+			require.False(t, c.AllowAt("k", 1, t0).Allowed, "c is full")
+			allocs = testing.AllocsPerRun(100, func() {
+				r := c.ReserveAt("k", 1, t0)
+				if r.Decision().Allowed || r.Cancel() {
+					t.Error("c is full")
+				}
+			})
+			require.Zero(t, allocs, "ReserveAt refused")
+		})
 	}
 }

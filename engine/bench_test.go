@@ -54,6 +54,90 @@ func BenchmarkHotKey(b *testing.B) {
 	}
 }
 
+var sinkOK bool
+
+// BenchmarkReserveCancel puts Reserve and Cancel next to AllowAt on one
+// existing key, one goroutine, with the caller's time: op=allow is
+// BenchmarkHotKey's clock=at case, op=reserve is ReserveAt (admitted, never
+// cancelled), op=reserve+cancel a ReserveAt and its Cancel. As in
+// BenchmarkHotKey, the counters run at the largest limit and the log moves
+// W/L per request.
+func BenchmarkReserveCancel(b *testing.B) {
+	for _, alg := range allAlgorithms {
+		limit, step := int64(engine.MaxLimit), time.Duration(0)
+		if alg == engine.SlidingLog {
+			limit = engine.DefaultMaxLogLimit
+			step = time.Second / time.Duration(limit)
+		}
+		for _, op := range []string{"allow", "reserve", "reserve+cancel"} {
+			b.Run("alg="+alg.String()+"/op="+op, func(b *testing.B) {
+				e := newEngine(b, engine.Config{Limit: limit, Window: time.Second, Algorithm: alg, DisableEviction: true})
+				e.AllowAt("hot-key", 1, t0)
+				b.ReportAllocs()
+				now := t0
+				for b.Loop() {
+					now = now.Add(step)
+					switch op {
+					case "allow":
+						sinkDecision = e.AllowAt("hot-key", 1, now)
+					case "reserve":
+						r := e.ReserveAt("hot-key", 1, now)
+						sinkDecision = r.Decision()
+					default:
+						r := e.ReserveAt("hot-key", 1, now)
+						sinkOK = r.Cancel()
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAllowAll asks one unit of one key from three engines (per
+// second, per minute, per hour): op=allow×3 is three AllowAt calls, the
+// baseline without all-or-nothing; op=all is AllowAll, admitted;
+// op=all-refused is AllowAll refused by the third engine, which cancels the
+// first two reservations.
+func BenchmarkAllowAll(b *testing.B) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingLog} {
+		limit := int64(engine.MaxLimit)
+		if alg == engine.SlidingLog {
+			limit = engine.DefaultMaxLogLimit
+		}
+		for _, op := range []string{"allow×3", "all", "all-refused"} {
+			b.Run("alg="+alg.String()+"/op="+op, func(b *testing.B) {
+				var es [3]*engine.Engine
+				for i, w := range []time.Duration{time.Second, time.Minute, time.Hour} {
+					l := limit
+					if i == 2 && op == "all-refused" {
+						l = 1
+					}
+					es[i] = newEngine(b, engine.Config{Limit: l, Window: w, Algorithm: alg, DisableEviction: true})
+					es[i].AllowAt("hot-key", 1, t0)
+				}
+				reqs := []engine.Request{{Engine: es[0], Key: "hot-key", N: 1}, {Engine: es[1], Key: "hot-key", N: 1}, {Engine: es[2], Key: "hot-key", N: 1}}
+				b.ReportAllocs()
+				// The log keeps a timestamp per unit: step its time as
+				// BenchmarkHotKey does, so that it stays at its limit
+				// rather than refusing every admitted case.
+				step := time.Duration(0)
+				if alg == engine.SlidingLog && op != "all-refused" {
+					step = time.Hour / time.Duration(limit)
+				}
+				now := t0
+				for b.Loop() {
+					now = now.Add(step)
+					if op == "allow×3" {
+						sinkOK = es[0].AllowAt("hot-key", 1, now).Allowed && es[1].AllowAt("hot-key", 1, now).Allowed && es[2].AllowAt("hot-key", 1, now).Allowed
+						continue
+					}
+					_, sinkDecision = engine.AllowAll(now, reqs...)
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkAudit measures what Config.Audit costs a decision: audit=off,
 // audit=unsampled (Audit 0.001, a key the audit does not sample: the one
 // compare and branch) and audit=sampled (Audit 1: the key's decision is

@@ -201,11 +201,18 @@ func decision(res ringslot.Result, limit int64) Decision {
 // decideSlow handles new, retired and absent keys, bad times, and n outside
 // 1 … limit. It also returns the decision's effective epoch (a log: time),
 // or −1 for a refused time, for the stress test's checker.
+func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
+	d, _, at := e.decideRing(key, n, t)
+	return d, at
+}
+
+// decideRing is decideSlow that also returns the ring the decision was made
+// on (invalid when it was made on none), for ReserveAt.
 //
 //go:noinline
-func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
+func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, int64) {
 	if t < 0 {
-		return Decision{Limit: e.limit, RetryAfter: Never}, -1
+		return Decision{Limit: e.limit, RetryAfter: Never}, ringslot.Ring{}, -1
 	}
 	h := e.tab.Hash(key)
 	r, ok := e.tab.Load(h, key)
@@ -220,10 +227,10 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 					d.Remaining = limit
 					d.RetryAfter = e.cfg.idle
 				}
-				return d, e.geo.EpochOf(t)
+				return d, ringslot.Ring{}, e.geo.EpochOf(t)
 			}
 			if !r.Valid() { // a peek at an absent key: its window is empty
-				return emptyDecision(n, limit), e.geo.EpochOf(t)
+				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(t)
 			}
 		} else {
 			limit = e.ringLimit(r)
@@ -239,7 +246,7 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 			if n < 1 || n > limit {
 				// A peek creates nothing; the window is empty from the
 				// retirement on.
-				return emptyDecision(n, limit), e.geo.EpochOf(max(t, e.geo.RetiredAt(r)))
+				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(max(t, e.geo.RetiredAt(r)))
 			}
 			r, ok = e.replace(h, key, r, t)
 			continue
@@ -253,7 +260,7 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 		case n <= limit && e.sampled(h):
 			e.audit.record(key, e.effective(t, res.Epoch), n, limit, d.Allowed)
 		}
-		return d, res.Epoch
+		return d, r, res.Epoch
 	}
 }
 

@@ -1,7 +1,10 @@
 package engine_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -75,6 +78,91 @@ func ExampleEngine_SetLimit() {
 	// Output:
 	// 10000 100
 	// 199
+}
+
+// AllowAll admits a request only if every limit has room, and consumes
+// nothing when one refuses: here 10 per second and 1,000 per hour per
+// tenant, two engines with different windows.
+func ExampleAllowAll() {
+	perSecond, _ := engine.New(engine.Config{Limit: 10, Window: time.Second})
+	defer perSecond.Close()
+	perHour, _ := engine.New(engine.Config{Limit: 1000, Window: time.Hour})
+	defer perHour.Close()
+	allow := func(tenant string, n int64, now time.Time) (int, engine.Decision) {
+		return engine.AllowAll(now,
+			engine.Request{Engine: perSecond, Key: tenant, N: n},
+			engine.Request{Engine: perHour, Key: tenant, N: n})
+	}
+
+	t := time.Unix(1_700_000_000, 0)
+	i, d := allow("acme", 10, t)
+	fmt.Println(i, d.Allowed, d.Remaining) // −1: all admitted; the least Remaining
+	i, d = allow("acme", 1, t)
+	fmt.Println(i, d.Allowed, d.RetryAfter) // refused by the per-second limit
+
+	// 10 every 1.1 s, 99 times more, reaches 1,000 in the hour.
+	for s := 1; s < 100; s++ {
+		if i, _ := allow("acme", 10, t.Add(time.Duration(s)*1100*time.Millisecond)); i >= 0 {
+			fmt.Println("refused at", s)
+		}
+	}
+	t = t.Add(100 * 1100 * time.Millisecond)
+	i, d = allow("acme", 1, t)
+	fmt.Println(i, d.Allowed) // refused by the per-hour limit...
+	// ...and the per-second limit, which had room, was given its unit back.
+	fmt.Println(perSecond.AllowAt("acme", 0, t).Remaining)
+	// Output:
+	// -1 true 0
+	// 0 false 1.01s
+	// 1 false
+	// 10
+}
+
+// A Reservation takes units now and gives them back if the work they were
+// for does not happen.
+func ExampleEngine_ReserveAt() {
+	e, _ := engine.New(engine.Config{Limit: 5, Window: time.Minute})
+	defer e.Close()
+	t := time.Unix(1_700_000_000, 0)
+
+	r := e.ReserveAt("upload:acme", 3, t)
+	fmt.Println(r.Decision().Allowed, r.Decision().Remaining)
+	// The upload is rejected downstream: return the 3 units.
+	fmt.Println(r.Cancel(), e.AllowAt("upload:acme", 0, t).Remaining)
+	fmt.Println(r.Cancel()) // once only
+	// Output:
+	// true 2
+	// true 5
+	// false
+}
+
+// Wait sleeps on the engine's Clock. With a ManualClock the sleep ends when
+// the clock is moved past it, which makes waiting deterministic in tests:
+// Waits reports a sleeping waiter, Advance wakes it.
+func ExampleEngine_Wait() {
+	clk := engine.NewManualClock(time.Unix(1_700_000_000, 0))
+	e, _ := engine.New(engine.Config{Limit: 1, Window: time.Second, Clock: clk})
+	defer e.Close()
+	fmt.Println(e.Allow("k"))
+
+	go func() {
+		for clk.Waits() == 0 {
+			runtime.Gosched() // until Wait is asleep
+		}
+		clk.Advance(2 * time.Second)
+	}()
+	d, err := e.Wait(context.Background(), "k", 1)
+	fmt.Println(d.Allowed, err)
+
+	// A wait that would outlast the context's deadline returns at once.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	_, err = e.Wait(ctx, "k", 1)
+	fmt.Println(errors.Is(err, engine.ErrWaitExceedsDeadline))
+	// Output:
+	// true
+	// true <nil>
+	// true
 }
 
 // Config.Audit shadows a share of the keys with an exact sliding log, and

@@ -22,3 +22,14 @@ func (e *Engine) AllowAtTrace(key string, n int64, now time.Time) (Decision, int
 // SlidingLog), and Span is N (0 for FixedWindow and SlidingLog).
 func (e *Engine) Width() int64 { return e.cfg.width }
 func (e *Engine) Span() int    { return e.cfg.n }
+
+// Epoch is the effective epoch (SlidingLog: time, ns) r's units were
+// recorded at, for the checkers.
+func (r *Reservation) Epoch() int64 { return r.at }
+
+// SetWaitHook sets the hook Wait calls before each sleep, and returns a
+// function that removes it.
+func SetWaitHook(f func(d Decision, wait time.Duration)) func() {
+	testHookWaitSleep = f
+	return func() { testHookWaitSleep = nil }
+}

@@ -45,6 +45,14 @@ type stressRec struct {
 	lo, hi int64
 	n      int64
 	exact  bool
+	id     int64 // a Reservation's, to find it when cancelled; 0 otherwise
+}
+
+// stressPending is a Reservation a worker may cancel later, in this round
+// or a later one (after idle jumps, sweeps and far jumps).
+type stressPending struct {
+	r  engine.Reservation
+	id int64
 }
 
 type stressRun struct {
@@ -59,8 +67,13 @@ type stressRun struct {
 	fails   atomic.Int64
 	errMu   sync.Mutex
 	errs    []string
-	recs    [stressKeys][]stressRec // kept across rounds, pruned
-	stats   struct{ decisions, admitted, exactChecks, boundedChecks, farJumps, idleJumps, rounds int64 }
+	recs    [stressKeys][]stressRec        // kept across rounds, pruned
+	pending [stressWorkers][]stressPending // worker w's reservations; only w touches them in a round
+	nextID  atomic.Int64
+	stats   struct {
+		decisions, admitted, exactChecks, boundedChecks, farJumps, idleJumps, rounds int64
+		reserved, cancelled, cancelRefused, allowAll                                 int64
+	}
 	decided atomic.Int64
 }
 
@@ -136,9 +149,13 @@ func runStress(t *testing.T, alg engine.Algorithm, d time.Duration) {
 	for _, msg := range s.errs {
 		t.Error(msg)
 	}
-	t.Logf("%s: %d rounds, %d goroutines, %d decisions (%d admitted) in %v; %d far jumps, %d idle jumps; Remaining checked exactly %d times, within bounds %d times",
+	t.Logf("%s: %d rounds, %d goroutines, %d decisions (%d admitted) in %v; %d far jumps, %d idle jumps; Remaining checked exactly %d times, within bounds %d times; %d reservations admitted, %d cancelled, %d cancels refused, %d AllowAll",
 		alg, s.stats.rounds, stressWorkers+2, s.decided.Load(), s.stats.admitted, time.Since(start).Round(time.Millisecond),
-		s.stats.farJumps, s.stats.idleJumps, s.stats.exactChecks, s.stats.boundedChecks)
+		s.stats.farJumps, s.stats.idleJumps, s.stats.exactChecks, s.stats.boundedChecks,
+		s.stats.reserved, s.stats.cancelled, s.stats.cancelRefused, s.stats.allowAll)
+	if s.stats.cancelled == 0 || s.stats.cancelRefused == 0 {
+		t.Error("no Cancel returned units, or none was refused: the cancel paths were not exercised")
+	}
 	if s.stats.exactChecks == 0 {
 		t.Error("no quiescent point had exact records only: the Remaining check never bit")
 	}
@@ -150,12 +167,14 @@ func (s *stressRun) round(seed uint64, revive bool) {
 	var wg sync.WaitGroup
 	var done atomic.Bool
 	recs := make([][]stressRec, stressWorkers)
+	gone := make([][]int64, stressWorkers) // ids of the reservations each worker cancelled
+	var refused, allowAll atomic.Int64
 	var far atomic.Int64
 	for w := range stressWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			recs[w] = s.worker(rand.New(rand.NewPCG(seed, uint64(w))), &far, revive && w == 0, revive)
+			recs[w], gone[w] = s.worker(w, rand.New(rand.NewPCG(seed, uint64(w))), &far, &refused, &allowAll, revive && w == 0, revive)
 		}()
 	}
 	var bg sync.WaitGroup
@@ -183,19 +202,38 @@ func (s *stressRun) round(seed uint64, revive bool) {
 	done.Store(true)
 	bg.Wait()
 	s.stats.farJumps += far.Load()
+	s.stats.cancelRefused += refused.Load()
+	s.stats.allowAll += allowAll.Load()
+	cancelled := map[int64]bool{}
+	for _, ids := range gone {
+		for _, id := range ids {
+			cancelled[id] = true
+		}
+	}
+	s.stats.cancelled += int64(len(cancelled))
 	for _, rs := range recs {
 		for _, r := range rs {
 			s.recs[r.key] = append(s.recs[r.key], r)
 			s.stats.admitted += r.n
+			if r.id != 0 {
+				s.stats.reserved++
+			}
 		}
+	}
+	// A Cancel that returned true took the units out: the windows are
+	// checked on what is left (the reservation may be from an earlier
+	// round).
+	for k := range s.recs {
+		s.recs[k] = slices.DeleteFunc(s.recs[k], func(r stressRec) bool { return r.id != 0 && cancelled[r.id] })
 	}
 }
 
 // worker runs stressOps random decisions. In a revive round every worker
 // hammers key 0 at the present and the jumper keeps jumping it far ahead,
 // which retires its ring: the race of a revival with present writers.
-func (s *stressRun) worker(rng *rand.Rand, far *atomic.Int64, jumper, revive bool) []stressRec {
+func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic.Int64, jumper, revive bool) ([]stressRec, []int64) {
 	var out []stressRec
+	var gone []int64
 	e, clk := s.e, s.clk
 	for range stressOps {
 		k := rng.IntN(stressKeys)
@@ -218,7 +256,15 @@ func (s *stressRun) worker(rng *rand.Rand, far *atomic.Int64, jumper, revive boo
 			at := clk.UnixNano()
 			switch {
 			case op == 199:
-				at = s.keyMax[k].Load() + (1<<21+rng.Int64N(100))*s.width
+				// Past the revive gap (the ring is retired and
+				// replaced), or past settle's lag only (the ring stays
+				// and its stale slots are cleared under pending
+				// reservations).
+				gap := int64(1 << 21)
+				if rng.IntN(2) == 0 {
+					gap = 1 << 20
+				}
+				at = s.keyMax[k].Load() + (gap+rng.Int64N(100))*s.width
 				n = 1
 				far.Add(1)
 			case op < 70:
@@ -249,7 +295,62 @@ func (s *stressRun) worker(rng *rand.Rand, far *atomic.Int64, jumper, revive boo
 			}
 		case op < 150: // cold keys: thousands of them, reclaimed by racing sweeps after each idle jump
 			e.Allow(fmt.Sprint("cold", rng.IntN(stressColdKeys)))
-		case op < 155: // requests that record nothing
+		case op < 163: // ReserveAt, traced through the Reservation, kept to cancel later
+			at := clk.UnixNano() + rng.Int64N(s.width/2)
+			atomicMax(&s.keyMax[k], at)
+			if len(s.pending[w]) == 64 {
+				s.pending[w] = s.pending[w][1:]
+			}
+			s.pending[w] = append(s.pending[w], stressPending{r: e.ReserveAt(key, n, time.Unix(0, at)), id: s.nextID.Add(1)})
+			p := &s.pending[w][len(s.pending[w])-1]
+			d := p.r.Decision()
+			if !d.Allowed && rng.IntN(8) > 0 {
+				s.pending[w] = s.pending[w][:len(s.pending[w])-1] // keep a few denied ones to cancel
+			}
+			s.checkDecision(key, n, d)
+			if d.Allowed {
+				eff := p.r.Epoch()
+				if lo, hi := s.epochOf(at), s.hiBound(k); eff < lo || eff > hi {
+					s.fail("%s ReserveAt(%d) at %d: effective epoch %d outside [%d, %d]", key, n, at, eff, lo, hi)
+				}
+				out = append(out, stressRec{key: k, lo: eff, hi: eff, n: n, exact: true, id: p.id})
+			}
+		case op < 168: // Cancel one of this worker's reservations, sometimes twice
+			if len(s.pending[w]) == 0 {
+				break
+			}
+			i := rng.IntN(len(s.pending[w]))
+			if rng.IntN(3) > 0 { // mostly a recent one, whose sub-window is still inside
+				i = max(0, len(s.pending[w])-1-rng.IntN(3))
+			}
+			p := &s.pending[w][i]
+			if p.r.Cancel() {
+				gone = append(gone, p.id)
+				if p.r.Cancel() {
+					s.fail("%s: a second Cancel of reservation %d returned its units again", p.r.Key(), p.id)
+				}
+			} else {
+				refused.Add(1)
+			}
+			if rng.IntN(2) == 0 {
+				s.pending[w] = slices.Delete(s.pending[w], i, i+1)
+			}
+		case op < 170: // AllowAll over two keys: both or neither
+			k2 := (k + 1) % stressKeys
+			key2 := fmt.Sprint("k", k2)
+			at := clk.UnixNano()
+			lo := s.epochOf(at)
+			atomicMax(&s.keyMax[k], at)
+			atomicMax(&s.keyMax[k2], at)
+			i, d := engine.AllowAll(time.Unix(0, at), engine.Request{Engine: e, Key: key, N: n}, engine.Request{Engine: e, Key: key2, N: 1})
+			allowAll.Add(1)
+			if d.Allowed != (i < 0) {
+				s.fail("AllowAll: index %d with %+v", i, d)
+			}
+			if i < 0 {
+				out = append(out, stressRec{key: k, lo: lo, hi: s.hiBound(k), n: n}, stressRec{key: k2, lo: lo, hi: s.hiBound(k2), n: 1})
+			}
+		case op < 175: // requests that record nothing
 			bad := []int64{0, -1, -5, stressLimit + 1, 1 << 41}[rng.IntN(5)]
 			d := e.AllowAt(key, bad, time.Unix(0, clk.UnixNano()))
 			if bad == 0 && (!d.Allowed || d.RetryAfter != 0) || bad != 0 && (d.Allowed || d.RetryAfter != engine.Never) {
@@ -259,7 +360,7 @@ func (s *stressRun) worker(rng *rand.Rand, far *atomic.Int64, jumper, revive boo
 			clk.Advance(time.Duration(rng.Int64N(s.width / 4)))
 		}
 	}
-	return out
+	return out, gone
 }
 
 // checkDecision checks what a single Decision must say on its own.

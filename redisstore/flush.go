@@ -321,7 +321,7 @@ func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushIt
 		keys = append(keys, rk+":f:"+h.rid)
 	}
 	args := make([]any, 0, 9)
-	args = append(args, it.n)
+	args = append(args, it.n, l.cfg.Limit)
 	args = append(args, l.args...)
 	args = append(args, "1", 0, it.seq)
 	return script.EvalSha(ctx, pipe, keys, args...)

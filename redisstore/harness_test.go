@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -178,26 +180,51 @@ func storedUnits(tb testing.TB, c redis.UniversalClient, l *Limiter, keys ...str
 	var total int64
 	for i := 0; i < len(keys); i += 1000 {
 		pipe := c.Pipeline()
-		var cmds []*redis.MapStringStringCmd
+		var cmds []*redis.StringCmd
 		for _, k := range keys[i:min(i+1000, len(keys))] {
-			cmds = append(cmds, pipe.HGetAll(context.Background(), l.Key(k)))
+			cmds = append(cmds, pipe.Get(context.Background(), l.Key(k)))
 		}
-		if _, err := pipe.Exec(context.Background()); err != nil {
+		if _, err := pipe.Exec(context.Background()); err != nil && err != redis.Nil {
 			tb.Fatal(err)
 		}
 		for _, cmd := range cmds {
-			for f, v := range cmd.Val() {
-				if f != "l" {
-					n, err := strconv.ParseInt(v, 10, 64)
-					if err != nil {
-						tb.Fatal(err)
-					}
-					total += n
-				}
+			if cmd.Err() == redis.Nil {
+				continue
+			}
+			_, counts := decodeState(tb, cmd.Val(), l.span)
+			for _, n := range counts {
+				total += n
 			}
 		}
 	}
 	return total
+}
+
+// decodeState reads a key's packed state (see luaSource): the newest
+// epoch l, and the ring of counts of epochs l−span … l, checking that the
+// header's mid agrees with the ring.
+func decodeState(tb testing.TB, raw string, span int) (newest int64, counts []int64) {
+	tb.Helper()
+	if len(raw) != 8*(span+3) {
+		tb.Fatalf("state of %d bytes, want %d", len(raw), 8*(span+3))
+	}
+	vals := make([]int64, span+3)
+	for i := range vals {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[8*i : 8*i+8])))
+		if f != math.Trunc(f) || f < 0 || f >= 1<<53 {
+			tb.Fatalf("state value %v is not an exact non-negative integer", f)
+		}
+		vals[i] = int64(f)
+	}
+	counts = vals[2:]
+	var mid int64
+	for k := 1; k < span; k++ {
+		mid += counts[k]
+	}
+	if mid != vals[1] {
+		tb.Fatalf("state: mid %d, but the ring between its ends sums to %d", vals[1], mid)
+	}
+	return vals[0], counts
 }
 
 // staleDeadline is a context whose deadline has passed but whose timer has

@@ -261,7 +261,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	if err := h.br.err(); err != nil {
 		h.mu.Unlock()
 		l.fallbacks.Add(1)
-		return l.policy(key, n), err
+		return l.policy(key, n, limit), err
 	}
 	k := h.keys[key]
 	if k == nil {
@@ -282,7 +282,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	acks, trips := k.acks, h.trips
 	h.mu.Unlock()
 
-	d, at, err := l.eval(ctx, key, n, reserve)
+	d, at, err := l.batch.do(ctx, key, n, limit, reserve)
 
 	h.mu.Lock()
 	k.dFlight -= sent
@@ -305,7 +305,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		if ctxDone(ctx) == nil && !keyError(err) { // Redis failed, not the caller's deadline or this key
 			h.fail(err)
 		}
-		return l.fail(ctx, key, n, err)
+		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return h.adjust(d, n, reserve), nil
@@ -327,9 +327,10 @@ func (h *hybrid) adjust(d engine.Decision, n, reserve int64) engine.Decision {
 // exactAfterClose is a decision after Close: one script call, counting the
 // units the last flush may still be carrying; the key's state is left alone.
 func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, reserve int64) (engine.Decision, error) {
-	d, _, err := l.eval(ctx, key, n, reserve)
+	limit := l.cfg.Limit
+	d, _, err := l.batch.do(ctx, key, n, limit, reserve)
 	if err != nil {
-		return l.fail(ctx, key, n, err)
+		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return l.hyb.adjust(d, n, reserve), nil

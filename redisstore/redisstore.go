@@ -4,10 +4,13 @@
 // request, with Redis TIME as the one time source.
 //
 // Every request runs one script (EVALSHA, with EVAL on an explicit NOSCRIPT)
-// that reads the key's N+1 sub-window counters, decides with the engine's
-// exact integer comparison, and adds n if it fits, all in one atomic step.
-// A key's counters live in one hash whose name carries a hash tag built from
-// the escaped user key, so a request touches one Cluster slot.
+// that reads the key's state (its N+1 sub-window counts, packed in one
+// string), decides with the engine's exact integer comparison, and adds n
+// if it fits, all in one atomic step. The key's name carries the escaped
+// user key in one hash tag, so a request touches one Cluster slot, and the
+// window's geometry after it, so limiters of different geometries never
+// share counters (see Limiter.Key). Concurrent calls share round trips as
+// pipelines, and every call returns by its context's deadline.
 //
 // The script reads TIME and then writes, which needs effects replication
 // (the default since Redis 5, the only mode since Redis 7); on older
@@ -106,7 +109,10 @@ func WithFallbackLocal(share float64) Option {
 // exact decision (one call per flush, however many keys it carried). It
 // runs before the policy decides, must be safe for concurrent use and
 // should not block. Decisions answered by the policy while a hybrid limiter
-// is in its failure state make no round trip and do not call it.
+// is in its failure state make no round trip and do not call it. New also
+// passes it ErrUnboundedRoundTrip, once, when the client's options let a
+// round trip last forever (see New); that is a warning, not a failure, and
+// is not counted in Stats.
 func WithOnError(f func(error)) Option {
 	return func(o *options) error { o.onError = f; return nil }
 }
@@ -138,8 +144,10 @@ func unavailable(key string, cause error) error {
 }
 
 // Stats counts a Limiter's outcomes. Each decision is counted in exactly
-// one of RedisDecisions, LocalDecisions and FallbackDecisions (a call whose
-// context was already done when it was made is in none).
+// one of RedisDecisions, LocalDecisions and FallbackDecisions, except a
+// call whose context was already done when it was made and a request
+// refused without a round trip (n < 0, n above the key's limit, a refused
+// KeyLimit answer), which are in none.
 type Stats struct {
 	// RedisDecisions: decisions answered by a script call. That is every
 	// decision of a plain limiter. For a hybrid limiter it is the exact
@@ -183,9 +191,16 @@ type Limiter struct {
 	width    int64 // sub-window width, ns
 	span     int
 	weighted bool
-	args     []any // limit, w µs, span, weighted, ttl ms (after n)
+	maxLimit int64  // the largest limit a key may have: MaxLimit, or the weighted exactness bound
+	geo      string // the geometry suffix of every Redis key (see Key)
+	args     []any  // w µs, span, weighted, ttl ms (after n and limit; see luaSource)
 	local    *engine.Engine
 	hyb      *hybrid
+	batch    *batcher
+	// ctxTimeouts: the client enforces context deadlines on its reads
+	// (ContextTimeoutEnabled), so a caller with a deadline may make its
+	// own round trip.
+	ctxTimeouts bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -197,14 +212,33 @@ type Limiter struct {
 var script = redis.NewScript(luaSource)
 
 // New returns a Limiter for cfg on client. cfg is validated as engine.New
-// validates it, and further: Algorithm must not be SlidingLog, KeyLimit and
-// PerKeyLimits are not supported, the sub-window width must be a whole
-// number of microseconds (Redis TIME's resolution), Window plus two
-// sub-windows must be below 2^53 ns (about 104 days), and with
-// SlidingWindow Limit × sub-window width (ns) must be below 2^53 (so the
-// weighted comparison is exact in Lua's doubles; e.g. Limit < 9,007,199 at a
-// 1 s sub-window). Clock, CoarseClock, Shards, MaxKeys and DisableEviction
-// are ignored: time is Redis TIME and keys expire by TTL.
+// validates it, and further: Algorithm must not be SlidingLog, the
+// sub-window width must be a whole number of microseconds (Redis TIME's
+// resolution), Window plus two sub-windows must be below 2^53 ns (about
+// 104 days), and with SlidingWindow Limit × sub-window width (ns) must be
+// below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
+// Limit < 9,007,199 at a 1 s sub-window). Clock, CoarseClock, Shards,
+// MaxKeys, DisableEviction and SweepInterval are ignored: time is Redis
+// TIME and keys expire by TTL.
+//
+// Config.KeyLimit gives each key its own limit, and unlike the engine's
+// (called when a key's state is created) it is called on every decision,
+// so a change of its answer (httplimit.Policies.Swap, for example) applies
+// from the next decision, with the counts kept. It must be cheap and safe
+// for concurrent use. A result of 0 means Config.Limit; a result outside
+// 1 … MaxLimit, or, with SlidingWindow, above the Limit × width bound
+// above, refuses that request with RetryAfter engine.Never, as the engine
+// does. Config.PerKeyLimits alone (the engine's SetLimit) is refused:
+// redisstore has no SetLimit; use KeyLimit. KeyLimit cannot be combined
+// with WithHybrid (New refuses it): a replica's local allowance is sized
+// against one limit.
+//
+// If the client lets a round trip to a stalled server last forever (a
+// *redis.Client or *redis.ClusterClient given ReadTimeout −1 or −2, no
+// read deadline, and no ContextTimeoutEnabled), New passes
+// ErrUnboundedRoundTrip to the OnError hook, once: every decision still returns by its caller's deadline, but
+// the stalled round trip keeps one of the limiter's two senders and its
+// connection until the server answers, and Close waits for it.
 func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -216,10 +250,13 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 		}
 	}
 	if cfg.Algorithm == engine.SlidingLog {
-		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound")
+		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound (see the README's table of what each store supports)")
 	}
-	if cfg.KeyLimit != nil || cfg.PerKeyLimits {
-		return nil, errors.New("redisstore: Config.KeyLimit and Config.PerKeyLimits are not supported: use one Limiter per limit")
+	if cfg.PerKeyLimits && cfg.KeyLimit == nil {
+		return nil, errors.New("redisstore: Config.PerKeyLimits without Config.KeyLimit: redisstore has no SetLimit; give per-key limits with Config.KeyLimit, which is asked on every decision")
+	}
+	if cfg.KeyLimit != nil && o.hybrid {
+		return nil, errors.New("redisstore: Config.KeyLimit cannot be combined with WithHybrid: the local allowance (maxLocal) is sized against one limit; use a plain limiter for per-key limits")
 	}
 	vc := cfg
 	vc.Clock, vc.CoarseClock = nil, 0
@@ -243,15 +280,31 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if err := l.checkBounds(); err != nil {
 		return nil, err
 	}
+	l.maxLimit = engine.MaxLimit
+	if l.weighted {
+		l.maxLimit = min(l.maxLimit, (MaxExact-1)/l.width)
+	}
+	l.geo = fmt.Sprintf(":w%dn%d", l.width/1000, l.span)
 	ttl := (int64(cfg.Window) + l.width + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 	w := "0"
 	if l.weighted {
 		w = "1"
 	}
-	l.args = []any{cfg.Limit, l.width / 1000, l.span, w, ttl}
+	l.args = []any{l.width / 1000, l.span, w, ttl}
+	l.batch = &batcher{l: l}
+	l.ctxTimeouts = contextTimeouts(client)
 	if o.policy == FallbackLocal {
 		lc := cfg
 		lc.Limit = max(1, int64(math.Floor(o.share*float64(cfg.Limit))))
+		if kl := cfg.KeyLimit; kl != nil {
+			lc.KeyLimit = func(key string) int64 {
+				v := kl(key)
+				if v < 1 || v > engine.MaxLimit {
+					return v // 0: the share of Config.Limit; else refused, as by the limiter
+				}
+				return max(1, int64(math.Floor(o.share*float64(v))))
+			}
+		}
 		lc.Clock, lc.CoarseClock, lc.DisableEviction = nil, 0, false
 		if l.local, err = engine.New(lc); err != nil {
 			return nil, fmt.Errorf("redisstore: the fallback engine: %w", err)
@@ -263,7 +316,39 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 			return nil, err
 		}
 	}
+	if unboundedReads(client) {
+		l.report(ErrUnboundedRoundTrip)
+	}
 	return l, nil
+}
+
+// ErrUnboundedRoundTrip is passed to the OnError hook by New when the
+// client's options let a round trip to a stalled server last forever (see
+// New).
+var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 or -2) and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
+
+// contextTimeouts reports whether client enforces context deadlines.
+func contextTimeouts(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// unboundedReads reports whether client's options let a read wait forever.
+func unboundedReads(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client: // Options() is normalised: ReadTimeout 0 or −1 is no read deadline
+		o := c.Options()
+		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		o := c.Options()
+		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (l *Limiter) checkBounds() error {
@@ -285,7 +370,9 @@ func (l *Limiter) checkBounds() error {
 //
 // A plain limiter has nothing to flush: Close stops the fallback engine's
 // sweeper (that engine still decides after Close, without reclaiming idle
-// keys).
+// keys) and waits for the round trips in flight to come back (bounded by
+// the client's ReadTimeout, or by the callers' deadlines with
+// ContextTimeoutEnabled; see ErrUnboundedRoundTrip).
 //
 // A hybrid limiter, from the moment Close is called, decides no more
 // locally: every later decision is exact, one script call as in the plain
@@ -310,6 +397,7 @@ func (l *Limiter) Close() error {
 		if l.local != nil {
 			_ = l.local.Close()
 		}
+		l.batch.wait()
 	})
 	return l.closeErr
 }
@@ -329,13 +417,29 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-// Key returns the Redis key holding user key k's counters: the prefix, then
-// the escaped key inside one hash tag. Escaping maps '\' to "\\", '{' to
-// "\(" and '}' to "\)", so the tag always ends at the closing brace added
-// here and distinct user keys stay distinct.
+// Key returns the Redis key holding user key k's state: the prefix, the
+// escaped key inside one hash tag, and the geometry,
+//
+//	<prefix>{<escaped k>}:w<sub-window width in µs>n<N>
+//
+// for example "ringlimit:{tenant-7}:w100000n10" for a 1 s window in 10
+// sub-windows (FixedWindow: N = 0 and the width is the window). Escaping
+// maps '\' to "\\", '{' to "\(" and '}' to "\)", so the tag always ends at
+// the closing brace added here, distinct user keys stay distinct, and the
+// geometry, outside the tag, never moves the key to another Cluster slot.
+//
+// The geometry in the name means that limiters whose sub-windows differ
+// never read each other's counters: a deploy that changes Window,
+// SubWindows or moves to or from FixedWindow starts every key afresh in a
+// new Redis key, and the old keys expire one Window plus one sub-window
+// after their last write. SlidingWindow and SlidingWindowStrict with the
+// same Window and N share keys on purpose: they store the same counts
+// (units per sub-window) and differ only in how they read them. The limit
+// is not in the name: a limit change (Config.Limit, KeyLimit) keeps the
+// counts.
 func (l *Limiter) Key(k string) string {
 	var b strings.Builder
-	b.Grow(len(l.opts.prefix) + len(k) + 2)
+	b.Grow(len(l.opts.prefix) + len(k) + 2 + len(l.geo))
 	b.WriteString(l.opts.prefix)
 	b.WriteByte('{')
 	for i := 0; i < len(k); i++ {
@@ -351,6 +455,7 @@ func (l *Limiter) Key(k string) string {
 		}
 	}
 	b.WriteByte('}')
+	b.WriteString(l.geo)
 	return b.String()
 }
 
@@ -362,8 +467,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 
 // AllowN decides whether n units for key fit now (Redis TIME), and records
 // them if they do, with the engine's rules: n == 0 is allowed and records
-// nothing; n < 0 and n > Limit are refused with RetryAfter engine.Never.
-// The error is nil exactly when the Decision is a real one.
+// nothing. The error is nil exactly when the Decision is a real one.
+//
+// A request that can never be admitted is refused at once, without a round
+// trip and with a nil error: n < 0, n above the key's limit, or a KeyLimit
+// result out of range (see New). Its Decision is {Allowed: false, Limit:
+// the key's limit, Remaining: 0, RetryAfter: engine.Never}: Reason() is
+// ReasonNever, as from the engine, but Remaining is 0 because the key's
+// count was not read (the engine reports the key's real remaining).
 //
 // When Redis cannot be asked (see Policy), the failure is counted in
 // Stats().Failures and passed to the OnError hook, and AllowN returns the
@@ -373,22 +484,49 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // FallbackLocal: the local engine's). A hybrid limiter in its failure state
 // answers the same way, without a round trip.
 //
+// AllowN returns by ctx's deadline (plus the scheduling delay), whatever
+// the client's options: the round trip runs on one of the limiter's
+// senders, and a caller whose context ends first gets the policy's answer
+// with an error wrapping ErrUnavailable and ctx's error (for example
+// context.DeadlineExceeded). If its request had not been sent yet, it is
+// never sent and Redis counts nothing for it; if it had, Redis may count
+// it. Calls made while a round trip is in flight go to Redis together, as
+// one pipeline, when a sender is free; a lone call is sent at once.
+//
 // When ctx is already done (cancelled, or its deadline has passed) before
 // the call, AllowN asks nothing and returns a zero Decision (Allowed false,
 // Limit set) with ctx's error, which does not wrap ErrUnavailable.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	limit, ok := l.limitOf(key)
 	if err := ctxDone(ctx); err != nil {
-		return engine.Decision{Limit: l.cfg.Limit}, err
+		return engine.Decision{Limit: limit}, err
+	}
+	if !ok || n < 0 || n > limit {
+		return engine.Decision{Limit: limit, RetryAfter: engine.Never}, nil
 	}
 	if l.hyb != nil {
 		return l.hybridAllow(ctx, key, n)
 	}
-	d, _, err := l.eval(ctx, key, n, 0)
+	d, _, err := l.batch.do(ctx, key, n, limit, 0)
 	if err != nil {
-		return l.fail(ctx, key, n, err)
+		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return d, nil
+}
+
+// limitOf returns key's limit and whether it is usable: Config.Limit, or
+// KeyLimit's answer (0 meaning Config.Limit) if it is in 1 … l.maxLimit.
+// An unusable answer is returned as it is, for the refusal's Decision.
+func (l *Limiter) limitOf(key string) (int64, bool) {
+	if l.cfg.KeyLimit == nil {
+		return l.cfg.Limit, true
+	}
+	v := l.cfg.KeyLimit(key)
+	if v == 0 {
+		return l.cfg.Limit, true
+	}
+	return v, v >= 1 && v <= l.maxLimit
 }
 
 // ctxDone is ctx.Err(), and DeadlineExceeded once the deadline has passed
@@ -404,36 +542,51 @@ func ctxDone(ctx context.Context) error {
 	return nil
 }
 
-// eval runs the script for one decision and returns its decision and the
-// Redis time it used. reserve is the units this replica admitted locally
-// and has not recorded yet (hybrid mode): the check counts them, the write
-// does not add them, and the returned Remaining does not subtract them.
+// eval runs the script for one decision on the caller's goroutine and
+// returns its decision and the Redis time it used. reserve is the units
+// this replica admitted locally and has not recorded yet (hybrid mode):
+// the check counts them, the write does not add them, and the returned
+// Remaining does not subtract them. Decisions go through the batcher
+// (batcher.do), which runs this for a lone call; tests call it directly.
 func (l *Limiter) eval(ctx context.Context, key string, n, reserve int64) (engine.Decision, time.Time, error) {
+	limit, _ := l.limitOf(key)
+	return l.evalOne(ctx, l.client, key, n, limit, reserve)
+}
+
+func (l *Limiter) evalOne(ctx context.Context, c redis.Scripter, key string, n, limit, reserve int64) (engine.Decision, time.Time, error) {
 	keys := []string{l.Key(key)}
-	args := make([]any, 0, 9)
-	args = append(args, n)
-	args = append(args, l.args...)
-	args = append(args, "0", reserve, 0)
-	res, err := script.EvalSha(ctx, l.client, keys, args...).Result()
+	args := l.callArgs(n, limit, reserve)
+	res, err := script.EvalSha(ctx, c, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Only an explicit NOSCRIPT: the script did not run, so nothing
 		// was counted. EVAL loads it and runs it, once. A timeout is
 		// never retried: the call may already have counted.
 		l.noscript.Add(1)
-		res, err = script.Eval(ctx, l.client, keys, args...).Result()
+		res, err = script.Eval(ctx, c, keys, args...).Result()
 	}
 	if err != nil {
 		return engine.Decision{}, time.Time{}, err
 	}
-	return parse(res, l.cfg.Limit)
+	return parse(res, limit)
+}
+
+// callArgs is a decision's ARGV (see luaSource).
+func (l *Limiter) callArgs(n, limit, reserve int64) []any {
+	args := make([]any, 0, 8)
+	args = append(args, n, limit)
+	args = append(args, l.args...)
+	if reserve != 0 {
+		args = append(args, "0", reserve)
+	}
+	return args
 }
 
 func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	a, ok := res.([]any)
-	if !ok || len(a) != 5 {
+	if !ok || len(a) != 4 {
 		return engine.Decision{}, time.Time{}, fmt.Errorf("redisstore: unexpected script reply %v", res)
 	}
-	var v [5]int64
+	var v [4]int64
 	for i := range a {
 		x, ok := a[i].(int64)
 		if !ok {
@@ -445,21 +598,22 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	if v[2] < 0 {
 		d.RetryAfter = engine.Never
 	}
-	return d, time.Unix(v[3], v[4]*1000), nil
+	return d, time.UnixMicro(v[3]), nil
 }
 
 // fail counts a failed round trip for a decision, reports it, and answers
-// with the failure policy. When ctx is done by now, the error wraps its
-// error too (a client without ContextTimeoutEnabled reports a deadline as a
-// network timeout, or not at all).
-func (l *Limiter) fail(ctx context.Context, key string, n int64, err error) (engine.Decision, error) {
+// with the failure policy. It is the one place a failed decision becomes
+// a policy answer. When ctx is done by now, the error wraps its error too
+// (a client without ContextTimeoutEnabled reports a deadline as a network
+// timeout, or not at all).
+func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
 	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w (%w)", err, cerr)
 	}
 	l.failures.Add(1)
 	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
 	l.fallbacks.Add(1)
-	return l.policy(key, n), unavailable(key, err)
+	return l.policy(key, n, limit), unavailable(key, err)
 }
 
 // report passes a failed round trip to the OnError hook, if any.
@@ -469,9 +623,9 @@ func (l *Limiter) report(err error) {
 	}
 }
 
-// policy is the failure policy's Decision for n units of key.
-func (l *Limiter) policy(key string, n int64) engine.Decision {
-	limit := l.cfg.Limit
+// policy is the failure policy's Decision for n units of key, whose limit
+// is limit.
+func (l *Limiter) policy(key string, n, limit int64) engine.Decision {
 	if n < 0 || n > limit {
 		return engine.Decision{Limit: limit, RetryAfter: engine.Never}
 	}

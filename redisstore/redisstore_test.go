@@ -40,7 +40,7 @@ func TestConfigErrors(t *testing.T) {
 		{engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4}, "microseconds"},
 		{engine.Config{Limit: 1e8, Window: 10 * time.Second, SubWindows: 10}, "2^53"},
 		{engine.Config{Limit: 1, Window: 200 * 24 * time.Hour, SubWindows: 10}, "2^53"},
-		{engine.Config{Limit: 1, Window: time.Second, KeyLimit: func(string) int64 { return 1 }}, "KeyLimit"},
+		{engine.Config{Limit: 1, Window: time.Second, PerKeyLimits: true}, "PerKeyLimits"},
 	} {
 		_, err := New(c, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -95,13 +95,18 @@ func TestSharedLimit(t *testing.T) {
 func TestMatchesReference(t *testing.T) {
 	s := startRedis(t)
 	c := s.client()
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
-		t.Run(alg.String(), func(t *testing.T) {
-			cfg := engine.Config{Limit: 12, Window: 240 * time.Millisecond, SubWindows: 4, Algorithm: alg}
+	for _, tc := range []struct {
+		alg engine.Algorithm
+		n   int
+	}{{engine.SlidingWindow, 4}, {engine.SlidingWindowStrict, 4}, {engine.FixedWindow, 0}, {engine.SlidingWindow, 1}, {engine.SlidingWindowStrict, 2}} {
+		alg := tc.alg
+		t.Run(fmt.Sprintf("%v/N=%d", alg, tc.n), func(t *testing.T) {
+			t.Parallel()
+			cfg := engine.Config{Limit: 12, Window: 60 * time.Millisecond * time.Duration(tc.n), SubWindows: tc.n, Algorithm: alg}
 			if alg == engine.FixedWindow {
 				cfg.Window = 80 * time.Millisecond
 			}
-			l := mustNew(t, c, cfg, WithPrefix("ref:"+alg.String()+":"))
+			l := mustNew(t, c, cfg, WithPrefix(fmt.Sprintf("ref:%v:%d:", alg, tc.n)))
 			rc := cfg
 			rc.DisableEviction = true
 			ref, err := engine.New(rc)
@@ -109,7 +114,7 @@ func TestMatchesReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ref.Close()
-			rng := rand.New(rand.NewPCG(uint64(alg), 7))
+			rng := rand.New(rand.NewPCG(uint64(alg), uint64(tc.n)))
 			keys := []string{"a", "b{c}"}
 			denied, admitted := 0, 0
 			for i := range 400 {
@@ -136,13 +141,19 @@ func TestMatchesReference(t *testing.T) {
 				} else if !got.Allowed {
 					denied++
 				}
-				if rng.IntN(3) == 0 {
+				switch {
+				case rng.IntN(60) == 0:
+					// Idle for longer than the window: the state's ring
+					// moves by more than N+1 sub-windows at once.
+					time.Sleep(cfg.Window + 2*cfg.Window/time.Duration(max(1, tc.n)))
+				case rng.IntN(3) == 0:
 					time.Sleep(time.Duration(rng.IntN(15000)) * time.Microsecond)
 				}
 			}
 			if admitted == 0 || denied == 0 {
 				t.Fatalf("the script did not exercise both outcomes: %d admitted, %d denied", admitted, denied)
 			}
+			storedUnits(t, c, l, keys...) // the packed state decodes, and its header agrees with its tail
 		})
 	}
 }
@@ -279,11 +290,12 @@ func TestBraces(t *testing.T) {
 			t.Fatalf("keys %q and %q share the Redis key %q", o, k, rk)
 		}
 		seen[rk] = k
-		// The tag is everything between the first '{' and the next '}'.
+		// The tag is everything between the first '{' and the next '}',
+		// and only the geometry follows it.
 		i := strings.IndexByte(rk, '{')
 		j := strings.IndexByte(rk[i+1:], '}')
-		if i+1+j != len(rk)-1 {
-			t.Fatalf("key %q: Redis key %q: the hash tag does not end at the last byte", k, rk)
+		if i+1+j != len(rk)-1-len(":w10000000n6") || !strings.HasSuffix(rk, "}:w10000000n6") {
+			t.Fatalf("key %q: Redis key %q: the hash tag does not end just before the geometry", k, rk)
 		}
 	}
 	for _, k := range keys {
@@ -347,5 +359,40 @@ func TestCluster(t *testing.T) {
 	}
 	if len(slots) < 200 || l.Stats().Failures != 0 {
 		t.Fatalf("%d slots, stats %+v", len(slots), l.Stats())
+	}
+	// Concurrent callers: their calls share pipelines, which the cluster
+	// client splits by node; each caller's own key counts exactly. Every
+	// node has lost the script first: a pipeline's EVAL reaches one node,
+	// and the calls on the others go again as EVAL.
+	for _, s := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		err := c.ScriptFlush(ctx).Err()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := l.Stats().NoScript
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for i := range 32 {
+		wg.Go(func() {
+			key := fmt.Sprintf("conc-%d", i)
+			for j := range 5 {
+				d, err := l.AllowN(ctx, key, 1)
+				if err != nil || d.Allowed != (j < 3) || d.Remaining != int64(max(0, 2-j)) {
+					errs <- fmt.Errorf("key %q step %d: %+v %v", key, j, d, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.NoScript == before || st.Failures != 0 {
+		t.Fatalf("after SCRIPT FLUSH on every node: stats %+v (NoScript before %d)", st, before)
 	}
 }

@@ -1,100 +1,178 @@
 package redisstore
 
-// luaSource is the decision script. KEYS[1] is the key's hash (one hash tag,
-// so one slot); KEYS[2], given only with a hybrid flush's batch, is the
-// batch's deduplication key (same hash tag). ARGV:
+// luaSource is the decision script. KEYS[1] is the key's state (one hash
+// tag, so one slot); KEYS[2], given only with a hybrid flush's batch, is
+// the batch's deduplication key (same hash tag). ARGV:
 //
 //	1 n         units asked for (a flush: units to add)
-//	2 limit
+//	2 limit     the key's limit for this call (Config.Limit, or KeyLimit's)
 //	3 w         the sub-window width, µs
 //	4 span      N for the sliding algorithms, 0 for FixedWindow
 //	5 weighted  1 or 0
 //	6 ttl       ms
-//	7 force     1: a hybrid flush, add n without the check; 0: decide
+//	7 force     1: a hybrid flush, add n without the check; absent or 0:
+//	            decide
 //	8 reserve   units the caller admitted locally and has not recorded yet:
 //	            the check counts them as present in the current sub-window,
-//	            and they are not added (a hybrid limiter's exact decision)
+//	            and they are not added (a hybrid limiter's exact decision);
+//	            absent: 0
 //	9 seq       with KEYS[2]: the batch's sequence number. A batch whose
 //	            seq is at most the one KEYS[2] holds was applied already (a
 //	            resend, or a client retry): it adds nothing, and the reply
 //	            is the estimate, as for a pull. KEYS[2] expires 2 × ttl after
 //	            the replica's last batch on the key.
 //
-// The hash holds field "l", the newest epoch the key has seen, and one field
-// per epoch in l−span … l holding that sub-window's count (fields named by
-// the epoch, in decimal). Time is Redis TIME, in µs: below 2^53 until the
-// year 2255, so every quantity is an exact integer in Lua's doubles under
-// the bounds New enforces (see checkBounds).
+// A plain decision sends the first six only: each argument costs the
+// server time.
 //
-// Replies {allowed, remaining, retryAfterNs (−1 = Never), sec, usec}: the
-// last two are the time the script decided at: the hybrid mode's
+// The state is one string, read with one GET and written whole with one
+// SET … PX ttl: span+3 little-endian IEEE doubles, every one an integer
+// below 2^53, so exact. With c_x the count of epoch x and l the newest
+// epoch the key has seen, the layout is
+//
+//	l, mid, c_(l−span), c_(l−span+1), …, c_l
+//
+// where mid = c_(l−span+1) + … + c_(l−1) (FixedWindow, span 0: mid = 0 and
+// the ring is c_l alone). A decision reads l, mid, the oldest count and
+// the newest (three struct.unpack calls on fixed offsets, whatever N is),
+// and updates mid when the ring moves. An admission writes the state back
+// with string operations on the bytes read: in l's sub-window (the common
+// case) only the last eight bytes change; when the ring moves by d ≤ span
+// sub-windows, the new state is the new header, the bytes of c_(l−span+d) …
+// c_l, d−1 zeros and n; when it moves by more, the header, zeros and n.
+// Only a denial reads more of the ring, for RetryAfter. A value of any
+// other length (another client's value at our key) is answered with a
+// WRONGTYPE error and left alone. A decision is thus TIME, GET and, when
+// it admits, SET: three redis.calls.
+//
+// The script is written for the server's time per call (issue 12's target
+// is redis_rate's): no closure is created on the path that admits, its cost
+// does not grow with N, and the helpers needed only to deny (RetryAfter)
+// are defined only then.
+//
+// Time is Redis TIME, in µs: below 2^53 until the year 2255, so every
+// quantity is an exact integer in Lua's doubles under the bounds New
+// enforces (see checkBounds).
+//
+// Replies {allowed, remaining, retryAfterNs (−1 = Never), t}: t is the
+// time the script decided at, Redis TIME in µs: the hybrid mode's
 // observation time, and for tests and debugging.
 const luaSource = `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end -- Redis 7 has only effects replication
+local floor = math.floor
 local key = KEYS[1]
 local n = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
 local span = tonumber(ARGV[4])
 local weighted = ARGV[5] == '1'
-local ttl = tonumber(ARGV[6])
-local force = ARGV[7] == '1' -- hybrid flush: add n without the check
-local reserve = tonumber(ARGV[8] or '0')
-local seq = tonumber(ARGV[9] or '0')
+local force = ARGV[7] == '1'
+local reserve = 0
+if ARGV[8] then reserve = tonumber(ARGV[8]) end
 if force and n >= 1 and KEYS[2] then
   local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if seq <= last then n = 0 end -- applied already: answer as a pull
+  if tonumber(ARGV[9]) <= last then n = 0 end -- applied already: answer as a pull
 end
 local need = n + reserve
 
+local tm = redis.call('TIME')
+local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local e0 = floor(t / w) -- exact: corrected below
+while e0 * w > t do e0 = e0 - 1 end
+while (e0 + 1) * w <= t do e0 = e0 + 1 end
+local off = t - e0 * w
+
+-- The state: l and mid, then the ring c_(l-span) .. c_l, so that c_(l-span+k)
+-- is at byte 17 + 8k. d is how far e is past l: 0 in l's sub-window (or
+-- clamped to it), 1 … span when part of the ring moves out, and more than
+-- span (or a new key) when all of it does.
+local raw = redis.call('GET', key)
+local e, l, cur, mid, o0 = e0, -1, 0, 0, 0
+local cur0 = 0 -- c_l as stored
+local d = span + 1
+if raw then
+  if #raw ~= 8 * (span + 3) then
+    return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter geometry state')
+  end
+  l, mid, o0 = struct.unpack('<ddd', raw)
+  cur = struct.unpack('<d', raw, 8 * span + 17)
+  cur0 = cur
+  if span == 0 then o0 = 0 end -- the ring's one count is cur
+  if e0 <= l then
+    d = 0
+    if e0 < l then e, off = l, 0 end
+  elseif e0 - l <= span then
+    -- c'_k = c_(k+d): old' = c_d, mid' = c_(d+1) + … + c_span (c_span = cur)
+    d = e0 - l
+    local gone = 0 -- c_1 + … + c_d
+    if d == 1 then
+      gone = struct.unpack('<d', raw, 25)
+    else
+      local x = {struct.unpack(string.rep('d', d), raw, 25)}
+      for k = 1, d do gone = gone + x[k] end
+    end
+    o0 = struct.unpack('<d', raw, 17 + 8 * d)
+    mid, cur = mid + cur - gone, 0
+  end
+end
+if d > span then cur, mid, o0 = 0, 0, 0 end
+local full, old = mid + o0, 0
+if weighted then full, old = mid, o0 end
+
+-- fits: cur + full + need + the weighted part of old ≤ limit, exactly;
+-- the weighted part is old·(w−off)/w, compared as old·(w−off) ≤ room·w.
+local room = limit - cur - full - need
+local fits = room >= 0 and (old <= room or (weighted and old * (w - off) <= room * w))
+
+-- used: the units the estimate counts, before this request; the weighted
+-- part of the oldest sub-window is rounded up, so that Remaining never
+-- promises a unit that would be refused.
+local used = cur + full + old
+if weighted and old > 0 and off > 0 then
+  local x = old * (w - off)
+  local q = floor(x / w)
+  while q * w > x do q = q - 1 end
+  while (q + 1) * w <= x do q = q + 1 end
+  if q * w ~= x then q = q + 1 end
+  used = cur + full + q
+end
+
+if n >= 1 and (force or (n <= limit and fits)) then
+  local state
+  if d == 0 then -- only c_l changes
+    state = string.sub(raw, 1, 8 * span + 16) .. struct.pack('<d', cur + n)
+  elseif d <= span then -- the ring moves by d: c_d .. c_l, d-1 zeros, n
+    state = struct.pack('<dd', e, mid) .. string.sub(raw, 17 + 8 * d) .. string.rep('\0', 8 * (d - 1)) .. struct.pack('<d', n)
+  else
+    state = struct.pack('<dd', e, 0) .. string.rep('\0', 8 * span) .. struct.pack('<d', n)
+  end
+  redis.call('SET', key, state, 'PX', ARGV[6])
+  if force and KEYS[2] then redis.call('SET', KEYS[2], ARGV[9], 'PX', 2 * tonumber(ARGV[6])) end
+  used = used + n
+  if used >= limit then return {1, 0, 0, t} end
+  return {1, limit - used, 0, t}
+end
+local rem = 0
+if used < limit then rem = limit - used end
+if n == 0 then return {1, rem, 0, t} end
+if n < 0 or n > limit then return {0, rem, -1, t} end
+
+-- A denial: the least wait after which need fits, as the engine computes
+-- it (RetryAfter), or -1 for Never.
 local function idiv(x, y)
-  local q = math.floor(x / y)
+  local q = floor(x / y)
   while q * y > x do q = q - 1 end
   while (q + 1) * y <= x do q = q + 1 end
   return q
 end
-local function f(e) return string.format('%d', e) end
-
-local tm = redis.call('TIME')
-local sec, usec = tonumber(tm[1]), tonumber(tm[2])
-local t = sec * 1000000 + usec
-local e0 = idiv(t, w)
-local off = t - e0 * w
-local l = tonumber(redis.call('HGET', key, 'l') or '-1')
-local e = e0
-if e0 < l then e, off = l, 0 end
-
--- counts c[0..span] of epochs e-span .. e
-local fields = {}
-for k = 0, span do fields[k + 1] = f(e - span + k) end
-local vals = redis.call('HMGET', key, unpack(fields))
-local c = {}
-for k = 0, span do c[k] = tonumber(vals[k + 1] or '0') or 0 end
-local cur = c[span]
-local full, old = 0, 0
-for k = 0, span - 1 do full = full + c[k] end
-if weighted and span > 0 then full = full - c[0]; old = c[0] end
-
 local wn = w * 1000   -- ns
 local offn = off * 1000
-
-local function fits(fl, o, m)
-  local room = limit - fl - m
-  if room < 0 then return false end
-  if o <= room then return true end
-  if not weighted then return false end
-  return o * (w - off) <= room * w
-end
-local function remaining(fl, o)
-  local used = fl + o
-  if weighted and o > 0 and off > 0 then
-    local x = o * (w - off)
-    local q = idiv(x, w)
-    if q * w ~= x then q = q + 1 end
-    used = fl + q
-  end
-  if used >= limit then return 0 end
-  return limit - used
+local function c(k) -- the count of epoch e-span+k: c_(l-span+k+d) in raw
+  if k == span then return cur end
+  local j = k + d
+  if j > span then return 0 end
+  if j == span then return cur0 end
+  return struct.unpack('<d', raw, 17 + 8 * j)
 end
 local function retryAfter()
   local fl, o = cur + full, old
@@ -103,19 +181,19 @@ local function retryAfter()
     if j > 0 then
       if weighted then
         x = x + 1
-        o = c[x] or 0
+        o = c(x)
         fl = fl - o
       else
-        fl = fl - (c[x] or 0)
+        fl = fl - c(x)
         x = x + 1
       end
     end
-    local room = limit - fl - need
-    if room >= 0 then
-      if o <= room then
+    local rm = limit - fl - need
+    if rm >= 0 then
+      if o <= rm then
         if j > 0 then return j * wn - offn end
       else
-        local rp = wn - idiv(room * wn, o)
+        local rp = wn - idiv(rm * wn, o)
         if j == 0 and rp < offn then rp = offn end
         if rp < wn then return j * wn + rp - offn end
       end
@@ -123,28 +201,5 @@ local function retryAfter()
   end
   return -1
 end
-
-if n >= 1 and (force or n <= limit) then
-  if not force and not fits(cur + full, old, need) then
-    return {0, remaining(cur + full, old), retryAfter(), sec, usec}
-  end
-  if e > l then
-    if l >= 0 then
-      local lo = l - span
-      local hi = math.min(l, e - span - 1)
-      for k = lo, hi do redis.call('HDEL', key, f(k)) end
-    end
-    redis.call('HSET', key, 'l', f(e))
-  end
-  redis.call('HINCRBY', key, f(e), n)
-  redis.call('PEXPIRE', key, ttl)
-  if force and KEYS[2] then redis.call('SET', KEYS[2], f(seq), 'PX', 2 * ttl) end
-  return {1, remaining(cur + n + full, old), 0, sec, usec}
-end
--- a peek: n = 0, n < 0 or n > limit; records nothing
-local rem = remaining(cur + full, old)
-if n == 0 then return {1, rem, 0, sec, usec} end
-if n < 0 then return {0, rem, -1, sec, usec} end
-if fits(cur + full, old, n) then return {1, rem, 0, sec, usec} end
-return {0, rem, -1, sec, usec}
+return {0, rem, retryAfter(), t}
 `

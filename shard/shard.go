@@ -149,6 +149,22 @@ func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	return ringslot.Ring{}, false
 }
 
+// LoadLocked is Load under the bucket lock of h: a Replace, Swap or
+// remove of the key in progress when it is called has finished by the time
+// it returns. So a ring that Swap retired (a log that Grow moved) is never
+// returned: Swap retires it and installs its successor under that lock.
+// It is for the rare callers that found a ring retired and must tell a
+// move from a reclamation (Engine's Cancel); the decision path uses Load.
+func (t *Table) LoadLocked(h uint64, key string) (ringslot.Ring, bool) {
+	s := t.shardOf(h)
+	var got slot
+	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
+		got = t.find(s, key, cur, loaded)
+		return keep(cur, loaded)
+	})
+	return got.r, got.present
+}
+
 // Fresh builds a new ring for key: it must start at or after floor, the
 // earliest time at which no count the key's reclaimed or retired state held
 // is inside any window (a caller's fresh starts at max(its time, floor)).

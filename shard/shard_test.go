@@ -148,6 +148,42 @@ func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 	require.Zero(t, tab.Evicted())
 }
 
+// LoadLocked waits out a Swap in progress and returns the new ring, where
+// the lock-free Load still returns the old one (what Engine's Cancel relies
+// on to follow a log that Grow moved).
+func TestLoadLockedWaitsForSwap(t *testing.T) {
+	tab, g := newTable(0)
+	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	h := tab.Hash("a")
+	old, err := tab.LoadOrCreate(h, "a", fresh)
+	require.NoError(t, err)
+	moved := g.New(t0, 0, "a")
+	locked := make(chan ringslot.Ring, 1)
+	var finished atomic.Bool
+	early := false
+	var during ringslot.Ring
+	tab.Swap(h, "a", old, func() ringslot.Ring {
+		during, _ = tab.Load(h, "a")
+		go func() {
+			r, _ := tab.LoadLocked(h, "a")
+			finished.Store(true)
+			locked <- r
+		}()
+		for i := 0; i < 1000 && !early; i++ {
+			runtime.Gosched()
+			early = finished.Load()
+		}
+		return moved
+	})
+	require.False(t, early, "LoadLocked returned while Swap held the key")
+	require.True(t, during == old, "the lock-free Load sees the old ring during the swap")
+	require.True(t, <-locked == moved, "LoadLocked returns the ring Swap installed")
+	r, ok := tab.LoadLocked(tab.Hash("absent"), "absent")
+	require.False(t, ok)
+	require.False(t, r.Valid())
+	require.Equal(t, int64(1), tab.Len(), "LoadLocked creates nothing")
+}
+
 // Len never reads above MaxKeys, even while many goroutines race to create
 // keys at the cap (reserve is a CAS loop, not add-then-undo).
 func TestLenNeverAboveMaxKeys(t *testing.T) {

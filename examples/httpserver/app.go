@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -92,11 +91,11 @@ func newLocalApp(l limits, clk engine.Clock) (*app, error) {
 }
 
 // newRedisApp limits through Redis: every instance built on the same
-// server and prefix shares the limits. redisstore has no per-key limits,
-// so each policy ("ip", "free", "pro") is its own redisstore.Limiter under
-// its own prefix, and tiered picks one by the key's prefix. It checks that
-// Redis answers before it returns. It owns rdb: it closes it on failure,
-// and app.close closes it.
+// server and prefix shares the limits. As in the in-process app, one
+// limiter serves every policy: its KeyLimit is a Policies table, which
+// redisstore asks on every decision ("ip" gets Config.Limit, the per-IP
+// limit). It checks that Redis answers before it returns. It owns rdb: it
+// closes it on failure, and app.close closes it.
 func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, l limits) (*app, error) {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -104,55 +103,42 @@ func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	cfg := engine.Config{Window: l.Window}
-	t := &tiered{cfg: cfg, byTier: map[string]*redisstore.Limiter{}}
+	policies, err := httplimit.NewPolicies(0, map[string]int64{"free": l.Free, "pro": l.Pro})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, usageError{err}
+	}
+	cfg := engine.Config{Limit: l.PerIP, Window: l.Window, KeyLimit: policies.KeyLimit}
+	rl, err := redisstore.New(rdb, cfg, redisstore.WithPrefix(prefix))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, usageError{err}
+	}
 	closeAll := func() error {
-		for _, rl := range t.byTier {
-			_ = rl.Close()
-		}
+		_ = rl.Close()
 		return rdb.Close()
 	}
-	for name, limit := range map[string]int64{"ip": l.PerIP, "free": l.Free, "pro": l.Pro} {
-		c := cfg
-		c.Limit = limit
-		rl, err := redisstore.New(rdb, c, redisstore.WithPrefix(prefix+name+":"))
-		if err != nil {
-			_ = closeAll()
-			return nil, usageError{err}
-		}
-		t.byTier[name] = rl
-	}
-	m, err := newMiddleware(t)
+	m, err := newMiddleware(configured{rl, cfg})
 	if err != nil {
 		_ = closeAll()
 		return nil, err
 	}
 	admin := func(w http.ResponseWriter, _ *http.Request) {
-		// A swap here would change one instance's limits and not the
+		// A swap here would change one instance's table and not the
 		// others'; restart every instance with new -free and -pro.
 		http.Error(w, "policy swap is not available with -redis: restart every instance with new -free / -pro", http.StatusNotImplemented)
 	}
 	return &app{handler: routes(m, httplimit.MetricsHandler(m, nil), admin), m: m, close: closeAll}, nil
 }
 
-// tiered is an httplimit.ContextLimiter over one redisstore.Limiter per
-// policy, chosen by the part of the key before "\x00". It reports the
-// Config the limiters share (window, algorithm, sub-windows), from which
+// configured is a redisstore.Limiter that reports its Config, from which
 // the middleware takes w= and the bound t= of admitted responses.
-type tiered struct {
-	cfg    engine.Config
-	byTier map[string]*redisstore.Limiter
+type configured struct {
+	*redisstore.Limiter
+	cfg engine.Config
 }
 
-func (t *tiered) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	rl, ok := t.byTier[httplimit.Tenant(key)]
-	if !ok {
-		return engine.Decision{RetryAfter: engine.Never}, errors.New("httpserver: no limiter for key " + strconv.Quote(key))
-	}
-	return rl.AllowN(ctx, key, n)
-}
-
-func (t *tiered) Config() engine.Config { return t.cfg }
+func (c configured) Config() engine.Config { return c.cfg }
 
 func newMiddleware(l any) (*httplimit.Middleware, error) {
 	return httplimit.NewMiddleware(l,

@@ -5,6 +5,7 @@ package clock
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,8 +109,20 @@ func (c *Coarse) Stop() {
 }
 
 // Manual is a clock that only moves when told to. It is safe for concurrent
-// use.
-type Manual struct{ ns atomic.Int64 }
+// use. Its waits (After) end when Set or Advance moves it to or past their
+// end, never by themselves.
+type Manual struct {
+	ns atomic.Int64
+
+	mu    sync.Mutex    // guards waits
+	waits []*manualWait // pending After calls, unordered
+}
+
+// manualWait is one pending After.
+type manualWait struct {
+	at int64 // fires once the clock reads ≥ at
+	ch chan struct{}
+}
 
 // NewManual returns a Manual clock reading t. A t outside 1970 … 2262
 // reads as −1, which the engine refuses (see UnixNano).
@@ -122,8 +135,76 @@ func NewManual(t time.Time) *Manual {
 // UnixNano implements Clock.
 func (m *Manual) UnixNano() int64 { return m.ns.Load() }
 
-// Set moves the clock to t (−1 when t is outside 1970 … 2262).
-func (m *Manual) Set(t time.Time) { m.ns.Store(UnixNano(t)) }
+// Set moves the clock to t (−1 when t is outside 1970 … 2262), and ends
+// every wait whose end it reaches.
+func (m *Manual) Set(t time.Time) {
+	m.ns.Store(UnixNano(t))
+	m.fire()
+}
 
-// Advance moves the clock by d.
-func (m *Manual) Advance(d time.Duration) { m.ns.Add(int64(d)) }
+// Advance moves the clock by d, and ends every wait whose end it reaches.
+func (m *Manual) Advance(d time.Duration) {
+	m.ns.Add(int64(d))
+	m.fire()
+}
+
+// After returns a channel that is closed once the clock reads at least its
+// reading at the call plus d (at once for d ≤ 0), and a function that
+// releases the wait early; stop is idempotent. It is engine.WaitClock's
+// method. A wait registered while another goroutine moves
+// the clock is not missed: After reads the clock under mu, and a move
+// stores the new reading before it scans the waits under mu, so either
+// After sees the new reading or the scan sees the wait.
+func (m *Manual) After(d time.Duration) (<-chan struct{}, func()) {
+	w := &manualWait{ch: make(chan struct{})}
+	m.mu.Lock()
+	switch now := m.ns.Load(); {
+	case d <= 0:
+		close(w.ch)
+	case now > math.MaxInt64-int64(d):
+		w.at = math.MaxInt64 // past int64 time: reached only by a Set there
+		m.waits = append(m.waits, w)
+	default:
+		w.at = now + int64(d)
+		m.waits = append(m.waits, w)
+	}
+	m.mu.Unlock()
+	return w.ch, func() { m.stop(w) }
+}
+
+// Waits returns the number of pending waits (After calls neither ended nor
+// stopped): a test moves the clock once a waiter is known to be asleep.
+func (m *Manual) Waits() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.waits)
+}
+
+// fire ends every wait whose end the clock has reached.
+func (m *Manual) fire() {
+	m.mu.Lock()
+	now := m.ns.Load()
+	kept := m.waits[:0]
+	for _, w := range m.waits {
+		if now >= w.at {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(m.waits[len(kept):])
+	m.waits = kept
+	m.mu.Unlock()
+}
+
+// stop removes w if it is still pending.
+func (m *Manual) stop(w *manualWait) {
+	m.mu.Lock()
+	for i, x := range m.waits {
+		if x == w {
+			m.waits = slices.Delete(m.waits, i, i+1) // clears the freed element
+			break
+		}
+	}
+	m.mu.Unlock()
+}

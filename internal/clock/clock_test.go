@@ -83,3 +83,79 @@ func TestUnixNanoJudgesTheTimeItself(t *testing.T) {
 	}
 	require.Equal(t, int64(-1), NewManual(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)).UnixNano())
 }
+
+func TestManualAfter(t *testing.T) {
+	m := NewManual(time.Unix(100, 0))
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	a, stopA := m.After(10)
+	b, stopB := m.After(20)
+	c, _ := m.After(0)
+	if !closed(c) {
+		t.Fatal("After(0) must end at once")
+	}
+	if m.Waits() != 2 {
+		t.Fatalf("Waits() = %d, want 2", m.Waits())
+	}
+	m.Advance(9)
+	if closed(a) || closed(b) {
+		t.Fatal("a wait ended before the clock reached it")
+	}
+	m.Advance(1)
+	if !closed(a) || closed(b) {
+		t.Fatal("Advance to a's end must end a only")
+	}
+	stopA() // after it ended: harmless
+	stopB()
+	stopB() // idempotent
+	if m.Waits() != 0 {
+		t.Fatalf("Waits() = %d after stop, want 0", m.Waits())
+	}
+	m.Set(time.Unix(200, 0))
+	if closed(b) {
+		t.Fatal("a stopped wait must not end")
+	}
+	d, _ := m.After(5)
+	m.Set(time.Unix(200, 5))
+	if !closed(d) {
+		t.Fatal("Set to the end must end the wait")
+	}
+}
+
+// After racing Advance: no wait is missed. Each After(1) is followed by
+// one more Advance(1) once both goroutines are done, which must end it.
+func TestManualAfterRacesAdvance(t *testing.T) {
+	m := NewManual(time.Unix(100, 0))
+	const n = 2000
+	chs := make(chan (<-chan struct{}), n)
+	done := make(chan struct{})
+	go func() {
+		for range n {
+			ch, _ := m.After(2)
+			chs <- ch
+		}
+		close(done)
+	}()
+	for range n {
+		m.Advance(1)
+	}
+	<-done
+	m.Advance(2)
+	close(chs)
+	for ch := range chs {
+		select {
+		case <-ch:
+		default:
+			t.Fatal("a wait whose end the clock passed did not end")
+		}
+	}
+	if m.Waits() != 0 {
+		t.Fatalf("Waits() = %d, want 0", m.Waits())
+	}
+}

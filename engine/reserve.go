@@ -1,0 +1,244 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/internal/clock"
+	"github.com/ringlimit/ringlimit/ringslot"
+)
+
+// Reservation is the outcome of ReserveAt: a Decision that can be taken
+// back. When it was Allowed, Cancel returns its units to the sub-window they
+// were recorded in (docs/design.md §3b).
+//
+// A Reservation is a value, so that Reserve and Cancel allocate nothing (88
+// bytes on 64-bit platforms). It must not be copied after it is returned
+// (go vet's copylocks check reports copies): a copy is the same claim on
+// the same units, and the engine keeps no state per reservation, so
+// cancelling two copies would return the units twice, and the second
+// return would free units that other requests were admitted into. Keep it
+// in one variable (or slice element; append moving it is fine, as only the
+// moved value is used afterwards) and pass a pointer. Cancel and Decision
+// on one Reservation are safe for concurrent use; Cancel returns the units
+// at most once.
+//
+// It keeps the key string it was given (Key), and the key's state, until
+// it is dropped. The zero Reservation is a denied one with nothing to
+// cancel.
+type Reservation struct {
+	_     noCopy
+	d     Decision
+	e     *Engine
+	key   string
+	ring  ringslot.Ring
+	at    int64  // the effective epoch (SlidingLog: time, ns) the units were recorded at
+	n     int64  // units recorded; 0 when nothing was (denied, or n = 0)
+	state uint32 // atomic: 0 until Cancel claims the units, then 1
+}
+
+// noCopy makes go vet's copylocks check report copies of a Reservation.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// ReserveAt is AllowAt that can be taken back: it decides and records
+// exactly as AllowAt(key, n, now) does, and when the Decision is Allowed
+// (with n ≥ 1), Cancel returns the n units.
+//
+// It allocates nothing for a key the engine holds.
+func (e *Engine) ReserveAt(key string, n int64, now time.Time) (r Reservation) {
+	e.reserve(&r, key, n, clock.UnixNano(now))
+	return // a bare return: the Reservation is built in place, not copied
+}
+
+// Reserve is shorthand for ReserveAt(key, n, now) with now from the
+// engine's clock.
+func (e *Engine) Reserve(key string, n int64) (r Reservation) {
+	e.reserve(&r, key, n, e.now())
+	return
+}
+
+// reserve is ReserveAt at t (Unix ns, −1 when out of range), into *out,
+// a zero Reservation. The fast path is fast's, keeping the ring.
+func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
+	out.e, out.key = e, key
+	if t >= 0 && n >= 1 {
+		h := e.tab.Hash(key)
+		if r, found := e.tab.Load(h, key); found {
+			if limit := e.ringLimit(r); n <= limit {
+				if res := e.geo.Acquire(r, t, n, limit); !res.Dead {
+					out.d = decision(res, limit)
+					if res.Allowed {
+						out.ring, out.at, out.n = r, res.Epoch, n
+					}
+					return
+				}
+			}
+		}
+	}
+	d, r, at := e.decideRing(key, n, t)
+	out.d = d
+	if d.Allowed && n >= 1 && r.Valid() {
+		out.ring, out.at, out.n = r, at, n
+	}
+}
+
+// Decision returns the decision the Reservation was made with: Allowed,
+// Limit, and Remaining and RetryAfter as of that decision. Cancel does not
+// change it.
+func (r *Reservation) Decision() Decision { return r.d }
+
+// Key returns the key the Reservation was made for.
+func (r *Reservation) Key() string { return r.key }
+
+// Units returns the units the Reservation recorded: n when it was Allowed
+// with n ≥ 1, otherwise 0. Cancel does not change it.
+func (r *Reservation) Units() int64 { return r.n }
+
+// At returns where the units were recorded: the start of the sub-window
+// (FixedWindow: the window) they count in, or with SlidingLog their exact
+// time. It is the caller's now, or the key's newest time when now was
+// older. It is the zero Time when nothing was recorded.
+func (r *Reservation) At() time.Time {
+	if r.n == 0 {
+		return time.Time{}
+	}
+	if r.e.geo.IsLog() {
+		return time.Unix(0, r.at)
+	}
+	return time.Unix(0, r.at*r.e.cfg.width)
+}
+
+// Cancel returns the Reservation's units to the sub-window they were
+// recorded in, and reports whether it did. It returns false, and changes
+// nothing, when:
+//   - the Reservation recorded nothing: it was denied, or n was 0 (a peek);
+//   - Cancel was called on it before (Cancel is idempotent, also when called
+//     concurrently: one call returns the units, the others report false);
+//   - the sub-window has left the key's window: the key has seen a request
+//     at or after the end of the window that started with that sub-window
+//     (SlidingWindow and SlidingWindowStrict: N sub-windows later;
+//     FixedWindow: the next window; SlidingLog: Window after the recorded
+//     time), so the units no longer count anywhere. The slot may hold a
+//     newer sub-window by then, and is never touched;
+//   - the key's state was reclaimed after being idle, or retired and
+//     replaced: its units are outside every window of the new state.
+//     (SlidingLog: when the key's log only moved into a larger allocation,
+//     by SetLimit, Cancel follows it and returns the units there.)
+//
+// Time is the key's: "the key's window" is the window at the newest time
+// the key has seen, not at the engine's clock. An idle key's last
+// sub-window stays cancellable until the key is reclaimed.
+//
+// A count never goes below zero, and no other reservation's units are
+// touched. Under concurrency a Cancel can make a concurrent request be
+// refused that a sequential run (the cancel first) would admit, never admit
+// one that the live units would refuse: docs/design.md §3b and
+// ringslot.Geometry.Cancel have the proof. A Cancel that makes room does
+// not wake Wait: waiters retry at their RetryAfter.
+//
+// With SlidingLog, Cancel removes exactly n of the timestamps recorded at
+// the reservation's effective time.
+func (r *Reservation) Cancel() bool {
+	if r.n == 0 || !atomic.CompareAndSwapUint32(&r.state, 0, 1) {
+		return false
+	}
+	return r.e.cancel(r.key, r.ring, r.at, r.n)
+}
+
+// cancel returns n units recorded at effective epoch at on ring, the state
+// of key at the time.
+func (e *Engine) cancel(key string, ring ringslot.Ring, at, n int64) bool {
+	ok, dead := e.geo.Cancel(ring, at, n)
+	if !dead || !e.geo.IsLog() {
+		return ok
+	}
+	// A retired log: either reclaimed (its replacement starts after every
+	// unit of it has left the window, so holds no unit stamped at and
+	// cancels nothing), or grown by SetLimit into a new ring with the same
+	// timestamps. Follow it; a grown ring can itself be grown again. The
+	// lookup takes the key's bucket lock: Grow retires the old ring inside
+	// the table's Swap, before it installs the new one, so a lock-free
+	// Load could still return the ring just retired (found by
+	// TestCancelRacesLogGrowth). Under the lock the table holds the new
+	// ring, or the retired one only if it was reclaimed, not moved.
+	h := e.tab.Hash(key)
+	for {
+		next, found := e.tab.LoadLocked(h, key)
+		if !found || next == ring {
+			return false
+		}
+		ring = next
+		if ok, dead = e.geo.Cancel(ring, at, n); !dead {
+			return ok
+		}
+	}
+}
+
+// Request is one part of an AllowAll decision: N units of Key on Engine.
+type Request struct {
+	Engine *Engine
+	Key    string
+	N      int64
+}
+
+// AllowAll admits every request or none, at now: each request is reserved
+// in order (ReserveAt), and on the first denial the earlier ones are
+// cancelled. It returns the index of the denying request and its Decision,
+// or, when every request was admitted, −1 and the admitted Decision with
+// the least Remaining (the first of equals): the limit closest to refusing,
+// what a caller reports as its remaining quota. With no requests it returns
+// −1 and a zero Decision with Allowed set.
+//
+// A request with a nil Engine is refused with RetryAfter Never, like a
+// request that can never fit. The requests may name one engine and key more
+// than once; each is reserved on its own.
+//
+// The all-or-nothing holds for what the engines count: the cancelled units
+// are returned to their sub-windows (see Reservation.Cancel), which, with
+// all requests at one now, are still inside their keys' windows unless
+// another request at a later time moved a key a whole window on meanwhile.
+// Under concurrency, a request on one of the keys made while an AllowAll
+// holds units it then returns can be refused falsely (as around any
+// Cancel), never admitted falsely.
+//
+// It allocates nothing when every key exists: reqs is the caller's slice,
+// and the reservations live on the stack (one frame per request).
+func AllowAll(now time.Time, reqs ...Request) (int, Decision) {
+	t := clock.UnixNano(now)
+	d := Decision{Allowed: true}
+	if len(reqs) > 0 {
+		d.Remaining = -1 // no Decision yet; any admitted one replaces it
+	}
+	i, d := allowFrom(t, reqs, d)
+	return i, d
+}
+
+// allowFrom reserves reqs[0] at t, then the rest; on a denial anywhere it
+// cancels its own reservation and returns the denial's index, relative to
+// reqs. best is the admitted Decision with the least Remaining so far.
+func allowFrom(t int64, reqs []Request, best Decision) (int, Decision) {
+	if len(reqs) == 0 {
+		return -1, best
+	}
+	q := reqs[0]
+	if q.Engine == nil {
+		return 0, Decision{RetryAfter: Never}
+	}
+	var res Reservation
+	q.Engine.reserve(&res, q.Key, q.N, t)
+	if !res.d.Allowed {
+		return 0, res.d
+	}
+	if best.Remaining < 0 || res.d.Remaining < best.Remaining {
+		best = res.d
+	}
+	i, d := allowFrom(t, reqs[1:], best)
+	if i < 0 {
+		return -1, d
+	}
+	res.Cancel()
+	return i + 1, d
+}

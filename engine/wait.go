@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// WaitClock is a Clock that can also wait on its own time. When the
+// engine's Clock implements it (ManualClock does), Wait sleeps through
+// After instead of a time.Timer, so that a test or a simulation that moves
+// the clock also wakes the waiters: ManualClock's Advance and Set end every
+// wait whose end they reach, and ManualClock.Waits counts the pending ones.
+type WaitClock interface {
+	Clock
+	// After returns a channel that is closed once the clock reads at
+	// least its reading at the call plus d, and a function that releases
+	// the wait early (idempotent; Wait calls it when ctx ends, and after
+	// the channel closed).
+	After(d time.Duration) (ch <-chan struct{}, stop func())
+}
+
+// Errors of Wait, for errors.Is. Each error Wait returns also names the key,
+// n and the limit.
+var (
+	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
+	// n above the key's limit, a Config.KeyLimit result out of range, or
+	// the engine's clock outside 1970 … 2262 (Decision.Reason is
+	// ReasonNever).
+	ErrNeverAdmitted = errors.New("the request can never be admitted")
+	// ErrKeysFull: the key is new and Config.MaxKeys keys are held
+	// (ReasonKeysFull). Wait does not wait for room, which depends on
+	// other keys going idle.
+	ErrKeysFull = errors.New("the key is new and MaxKeys keys are held")
+	// ErrWaitExceedsDeadline: the key's window makes room for n units only
+	// after ctx's deadline, so Wait returned at once rather than sleep in
+	// vain.
+	ErrWaitExceedsDeadline = errors.New("the wait would exceed the context's deadline")
+)
+
+// maxWaitJitter bounds the jitter Wait adds to a RetryAfter: waiters woken
+// by one expiry spread their retries over up to this much (and over at most
+// an eighth of the wait), rather than retrying in one instant.
+const maxWaitJitter = time.Millisecond
+
+// testHookWaitSleep, when a test sets it, runs before each sleep of Wait
+// with the denial and the wait chosen.
+var testHookWaitSleep func(d Decision, wait time.Duration)
+
+// Wait blocks until n units for key are admitted, or ctx is done, or the
+// request can never be admitted. It returns the Decision of its last
+// attempt, and a nil error exactly when that Decision is Allowed.
+//
+//   - n == 0 is admitted at once (it records nothing).
+//   - If ctx is done when Wait is called, it returns ctx.Err() and records
+//     nothing. If ctx is done while it sleeps, it returns ctx.Err() at once,
+//     with the last denial, and releases its timer.
+//   - It returns at once, with an error wrapping ErrNeverAdmitted or
+//     ErrKeysFull, when n can never fit (see the errors), and with
+//     ErrWaitExceedsDeadline when ctx has a deadline that comes before the
+//     denial's RetryAfter ends (measured with time.Until: the deadline is
+//     wall time).
+//
+// Otherwise it sleeps until the denial's RetryAfter plus a small jitter (at
+// most RetryAfter/8 and 1 ms) has passed since the denial, on the engine's
+// clock, then asks again (AllowN), and repeats: under contention, when
+// others take the room first, it may sleep more than once, but it makes at
+// most one attempt per RetryAfter and never spins. It does not queue: a
+// waiter has no priority over later requests, and a Cancel that frees room
+// does not wake it.
+//
+// Waiting uses the engine's Clock: a WaitClock (ManualClock) when the
+// Clock implements it, so that tests move waiters deterministically by
+// advancing the clock; a time.Timer otherwise (the monotonic and the
+// coarse clock run at the pace of real time). With Config.CoarseClock the
+// reading can lag the timer by up to its resolution, so a wake may find
+// the room not yet there and sleep once more, for about that lag.
+func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	waiter, _ := e.clk.(WaitClock)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		// AllowN, keeping its time t: the sleep ends RetryAfter after t,
+		// however long the decision and the rest took.
+		t := e.now()
+		var d Decision
+		if res, limit, ok := e.fast(key, n, t, true); ok {
+			d = decision(res, limit)
+		} else {
+			d, _ = e.decideSlow(key, n, t)
+		}
+		switch d.Reason() {
+		case ReasonOK:
+			return d, nil
+		case ReasonNever:
+			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: n must be 0 … the key's limit %d, and the engine's clock inside 1970 … 2262", key, n, ErrNeverAdmitted, d.Limit)
+		case ReasonKeysFull:
+			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d)", key, n, ErrKeysFull, d.Limit)
+		}
+		wait := max(d.RetryAfter, 1) // a limited denial's is > 0; never a zero sleep, which would spin
+		if dl, ok := ctx.Deadline(); ok {
+			left := time.Until(dl)
+			if left < wait {
+				return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: room in %v, the deadline is in %v (limit %d)", key, n, ErrWaitExceedsDeadline, d.RetryAfter, left, d.Limit)
+			}
+			wait += jitter(min(wait, left-wait))
+		} else {
+			wait += jitter(wait)
+		}
+		if testHookWaitSleep != nil {
+			testHookWaitSleep(d, wait)
+		}
+		// The time since the decision counts (on the engine's clock:
+		// a ManualClock moved meanwhile shortens the sleep). Not a spin:
+		// the next attempt is still wait after this one's t.
+		if wait -= time.Duration(e.now() - t); wait <= 0 {
+			continue
+		}
+		if waiter != nil {
+			ch, stop := waiter.After(wait)
+			select {
+			case <-ch:
+				stop()
+			case <-ctx.Done():
+				stop()
+				return d, ctx.Err()
+			}
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait) // Go ≥ 1.23: no stale expiry survives Reset
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return d, ctx.Err()
+		}
+	}
+}
+
+// jitter returns a random duration in [0, min(d/8, maxWaitJitter)].
+func jitter(d time.Duration) time.Duration {
+	if j := min(d/8, maxWaitJitter); j > 0 {
+		return rand.N(j + 1)
+	}
+	return 0
+}

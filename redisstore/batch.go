@@ -1,0 +1,273 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// maxSenders is how many round trips a limiter keeps in flight at once.
+// Two keep the server busy while one sender reads its replies and the
+// next batch forms; more would shrink the batches without adding server
+// time, which is what bounds throughput (one Redis thread).
+const maxSenders = 2
+
+// maxBatch caps one pipeline, so that a burst of callers is several round
+// trips rather than one long one that delays them all.
+const maxBatch = 256
+
+// The states of a call: a caller whose context ends first takes it from
+// queued to abandoned, and a sender takes it from queued to sent before it
+// puts it in a pipeline. Exactly one of the two CASes succeeds, so an
+// abandoned call is never sent, and Redis counts nothing for it.
+const (
+	queued int32 = iota
+	sent
+	abandoned
+)
+
+// call is one decision on its way to Redis.
+type call struct {
+	key               string
+	n, limit, reserve int64
+	deadline          time.Time // zero: none
+	state             atomic.Int32
+	done              chan result // buffered: a sender never waits for an abandoned caller
+}
+
+type result struct {
+	d   engine.Decision
+	at  time.Time
+	err error
+}
+
+// batcher sends decisions to Redis, at most maxSenders round trips at a
+// time. A caller that can keep its own deadline (its context can never
+// end, or the client enforces context deadlines) and finds a sender's slot
+// free makes its own round trip, one EVALSHA. Any other caller queues its
+// call and waits on its own channel and on its context, so that it returns
+// by its deadline whatever the client does; if a slot is free it starts a
+// sender goroutine. A sender takes every queued call (up to maxBatch),
+// sends them as one round trip (a lone call as one EVALSHA, several as one
+// pipeline), hands each reply to its own call by index, and ends when the
+// queue is empty. A lone caller thus waits for nothing but its own round
+// trip, and callers that arrive while both slots are busy share the next
+// one.
+type batcher struct {
+	l       *Limiter
+	mu      sync.Mutex // guards the fields below
+	queue   []*call
+	senders int             // senders running
+	rounds  atomic.Uint64   // round trips sent; tests read it
+	piped   atomic.Uint64   // of them, pipelines of more than one call
+	idle    []chan struct{} // closed when senders drops to 0 (Close waits on one)
+}
+
+var (
+	errAbandoned   = errors.New("redisstore: the caller's context ended before its call was sent (Redis counted nothing)")
+	errNotAnswered = errors.New("redisstore: the caller's context ended before Redis replied (Redis may have counted the call)")
+)
+
+// do decides n units of key (limit, reserve: see luaSource) by a round
+// trip, and returns by ctx's end.
+func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (engine.Decision, time.Time, error) {
+	dl, hasDeadline := ctx.Deadline()
+	// A caller whose context can never end has no deadline to keep, and
+	// one whose client enforces context deadlines (ContextTimeoutEnabled)
+	// keeps its own: such a caller, when a sender's slot is free, makes
+	// its own round trip, sparing two goroutine handoffs.
+	inline := ctx.Done() == nil || hasDeadline && b.l.ctxTimeouts
+	b.mu.Lock()
+	if inline && b.senders < maxSenders {
+		b.senders++
+		b.mu.Unlock()
+		b.rounds.Add(1)
+		d, at, err := b.l.evalOne(ctx, b.l.client, key, n, limit, reserve)
+		b.handOn()
+		return d, at, err
+	}
+	c := &call{key: key, n: n, limit: limit, reserve: reserve, deadline: dl, done: make(chan result, 1)}
+	b.queue = append(b.queue, c)
+	start := b.senders < maxSenders
+	if start {
+		b.senders++
+	}
+	b.mu.Unlock()
+	if start {
+		go b.run()
+	}
+	select {
+	case r := <-c.done:
+		return r.d, r.at, r.err
+	case <-ctx.Done():
+	}
+	// The context ended first. The reply may have come at the same time:
+	// use it, it is the truth.
+	select {
+	case r := <-c.done:
+		return r.d, r.at, r.err
+	default:
+	}
+	if c.state.CompareAndSwap(queued, abandoned) {
+		return engine.Decision{}, time.Time{}, fmt.Errorf("%w: %w", errAbandoned, ctx.Err())
+	}
+	return engine.Decision{}, time.Time{}, fmt.Errorf("%w: %w", errNotAnswered, ctx.Err())
+}
+
+// handOn is called by a caller that made its own round trip in a sender's
+// slot: it passes the slot to a sender goroutine if calls are queued, or
+// gives it up.
+func (b *batcher) handOn() {
+	b.mu.Lock()
+	more := len(b.queue) > 0
+	if !more {
+		b.release()
+	}
+	b.mu.Unlock()
+	if more {
+		go b.run()
+	}
+}
+
+// run is a sender goroutine: rounds until the queue is empty.
+func (b *batcher) run() {
+	for b.take() {
+	}
+}
+
+// take sends the queued calls (up to maxBatch) as one round trip, and
+// reports whether there were any; if not, it gives up the caller's
+// sender's slot.
+func (b *batcher) take() bool {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.release()
+		b.mu.Unlock()
+		return false
+	}
+	k := min(len(b.queue), maxBatch)
+	batch := b.queue[:k:k]
+	if k == len(b.queue) {
+		b.queue = nil
+	} else {
+		b.queue = b.queue[k:]
+	}
+	b.mu.Unlock()
+	b.send(batch)
+	return true
+}
+
+// release gives up a sender's slot. b.mu is held.
+func (b *batcher) release() {
+	b.senders--
+	if b.senders == 0 {
+		for _, ch := range b.idle {
+			close(ch)
+		}
+		b.idle = nil
+	}
+}
+
+// wait returns when no sender runs (Close).
+func (b *batcher) wait() {
+	b.mu.Lock()
+	if b.senders == 0 {
+		b.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	b.idle = append(b.idle, ch)
+	b.mu.Unlock()
+	<-ch
+}
+
+// send claims the calls whose callers still wait and sends them as one
+// round trip. Its context has the latest of their deadlines, when every
+// one has a deadline (with ContextTimeoutEnabled, go-redis gives up then;
+// without it, the client's own timeouts bound the round trip, and the
+// callers have returned by their deadlines anyway).
+func (b *batcher) send(batch []*call) {
+	live := batch[:0]
+	var latest time.Time
+	bounded := true
+	for _, c := range batch {
+		if !c.state.CompareAndSwap(queued, sent) {
+			continue // abandoned: never sent
+		}
+		live = append(live, c)
+		if c.deadline.IsZero() {
+			bounded = false
+		} else if c.deadline.After(latest) {
+			latest = c.deadline
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
+	}
+	l := b.l
+	b.rounds.Add(1)
+	if len(live) == 1 {
+		c := live[0]
+		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
+		c.done <- result{d, at, err}
+		return
+	}
+	b.piped.Add(1)
+	cmds := make([]*redis.Cmd, len(live))
+	pipe := l.client.Pipeline()
+	for i, c := range live {
+		cmds[i] = script.EvalSha(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are read below
+	// The calls that met NOSCRIPT did not run: send them again, as one
+	// pipeline whose first command is an EVAL, which loads the script, and
+	// the others EVALSHA (one script body on the wire, not one per call).
+	// Those that still meet NOSCRIPT (another node of a cluster, or a
+	// SCRIPT FLUSH in between) go once more, all as EVAL, which cannot
+	// meet it. Nothing else is ever resent.
+	for round := 0; round < 2; round++ {
+		var missing []int
+		for i, cmd := range cmds {
+			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		l.noscript.Add(1)
+		pipe := l.client.Pipeline()
+		for j, i := range missing {
+			c := live[i]
+			keys, args := []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)
+			if j == 0 || round == 1 {
+				cmds[i] = script.Eval(ctx, pipe, keys, args...)
+			} else {
+				cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, c := range live {
+		res, err := cmds[i].Result()
+		var r result
+		if err != nil {
+			r.err = err
+		} else {
+			r.d, r.at, r.err = parse(res, c.limit)
+		}
+		c.done <- r
+	}
+}
