@@ -65,6 +65,32 @@ func (e *Engine) acquireAudited(r ringslot.Ring, key string, n, t, limit int64) 
 	return res, limit, !res.Dead
 }
 
+// auditReserve buffers a sampled key's reservation like acquireAudited,
+// and returns what Reservation.audit keeps: the time the log records the
+// units at, plus one, when they were admitted; else 0.
+//
+//go:noinline
+func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result) int64 {
+	eff := e.effective(t, res.Epoch)
+	e.audit.record(key, eff, n, limit, res.Allowed)
+	if !res.Allowed {
+		return 0
+	}
+	return eff + 1
+}
+
+// auditCancel buffers that a cancelled reservation's n units, recorded in
+// the audit's log at ref, were given back at t (−1: the engine's clock).
+// The unadmit is replayed at max(t, ref): after its admission.
+//
+//go:noinline
+func (e *Engine) auditCancel(key string, ref, n, t int64) {
+	if t < 0 {
+		t = e.now()
+	}
+	e.audit.unadmitAt(key, ref, n, max(t, ref))
+}
+
 // effective is the time a decision at t was made at, given its Result's
 // Epoch: t, or the start of the key's newest sub-window when t was older
 // (SlidingLog: the key's newest time), as AllowAt documents.
@@ -230,22 +256,24 @@ func (k *shadowKey) insert(en auditEntry) {
 	k.log = slices.Insert(k.log, k.head+i, en)
 }
 
-// unadmit takes n units of the admission made at ref back: from the newest
-// live entry with that time, never below zero. It returns the units
-// removed: 0 when that admission has left the window (or was never in the
-// log).
+// unadmit takes n units of the admission made at ref back: from the live
+// entries recorded at ref, newest first, never below zero (entries at one
+// ref are at one time, so which of them gives the units back does not
+// change any count). It returns the units removed: 0 when that admission
+// has left the window (or was never in the log).
 func (k *shadowKey) unadmit(ref, n int64) int64 {
+	var took int64
 	// An entry's t is at least its ref, and t never decreases along the
 	// log: the search stops at the first entry older than ref.
-	for i := len(k.log) - 1; i >= k.head && n > 0 && k.log[i].t >= ref; i-- {
+	for i := len(k.log) - 1; i >= k.head && took < n && k.log[i].t >= ref; i-- {
 		if en := &k.log[i]; en.ref == ref && en.n > 0 {
-			d := min(n, en.n)
+			d := min(n-took, en.n)
 			en.n -= d
 			k.sum -= d
-			return d
+			took += d
 		}
 	}
-	return 0
+	return took
 }
 
 // AuditReport is what Engine.Audit returns: the self-audit's counts since
@@ -298,8 +326,10 @@ type AuditReport struct {
 	// a limit below what the window already held). WorstKey is that key.
 	WorstWindow float64
 	WorstKey    string
-	// Unadmits are cancelled admissions taken back from the logs;
-	// UnadmitMissed those whose admission had already left the window.
+	// Unadmits count the cancelled reservations whose units the engine
+	// gave back; UnadmitMissed those whose units had already left the
+	// exact window at the key's newest time, so the log had nothing to
+	// take out (a weighted counter still counts part of that sub-window).
 	Unadmits, UnadmitMissed int64
 	// Keys shadowed now, and log Entries held now (bounded by
 	// AuditMaxKeys and AuditMaxEntries).
@@ -385,8 +415,8 @@ func (a *auditor) record(key string, t, n, limit int64, allowed bool) {
 
 // unadmitAt buffers that n units key admitted at ref were returned at t
 // (a cancelled reservation). ref is the time the admission was recorded at:
-// Engine.effective of the reservation's t and Result.Epoch. Nothing calls
-// it yet: Reservation.Cancel will, for a sampled key (Engine.sampled).
+// Engine.effective of the reservation's t and Result.Epoch. Reservation's
+// cancel calls it, through auditCancel, when the engine gave units back.
 func (a *auditor) unadmitAt(key string, ref, n, t int64) {
 	a.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
 }
