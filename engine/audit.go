@@ -79,16 +79,31 @@ func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result
 	return eff + 1
 }
 
-// auditCancel buffers that a cancelled reservation's n units, recorded in
-// the audit's log at ref, were given back at t (−1: the engine's clock).
-// The unadmit is replayed at max(t, ref): after its admission.
+// auditCancel buffers that a reservation's n units, recorded in the
+// audit's log at ref, are being given back, then calls cancel, the engine's
+// own Cancel; if that gives nothing back, it buffers that the take-back is
+// undone. The unadmit goes first, so that every decision the engine makes
+// after its cancel is buffered after it, and it is timed at the key's
+// newest sub-window as read before the cancel (ring's Newest), so that no
+// such decision, whose sub-window is at least that one, sorts before it:
+// each is replayed with the units already out of the log, as the engine
+// decided it. (Buffered after the cancel, a decision admitted into the
+// freed room could be replayed with the units still in the log and counted
+// as a false admit: TestAuditReserveCancelConcurrent.) A decision made
+// before the cancel may be replayed after the unadmit, without the units,
+// which can only show a false deny, never a false admit. Decisions made
+// before the cancel in older sub-windows, and all of a sequential caller's,
+// are replayed before it, as they happened.
 //
 //go:noinline
-func (e *Engine) auditCancel(key string, ref, n, t int64) {
-	if t < 0 {
-		t = e.now()
+func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref, n int64, cancel func() bool) bool {
+	t := max(e.geo.Newest(ring), ref)
+	e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+	if cancel() {
+		return true
 	}
-	e.audit.unadmitAt(key, ref, n, max(t, ref))
+	e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evReadmit})
+	return false
 }
 
 // effective is the time a decision at t was made at, given its Result's
@@ -113,14 +128,15 @@ func (e *Engine) Audited(key string) bool { return e.sampled(e.tab.Hash(key)) }
 const (
 	evAdmit   uint8 = iota // n units admitted at t
 	evDeny                 // n units refused at t
-	evUnadmit              // n units admitted at ref returned at t (a cancelled reservation)
+	evUnadmit              // n units admitted at ref are being returned (a Cancel, before the engine's)
+	evReadmit              // the engine did not take them back after all: the unadmit is undone
 )
 
 // auditEvent is one sampled decision, as the buffer holds it.
 type auditEvent struct {
 	key   string
 	t     int64 // the decision's time (Unix ns); an unadmit's own time
-	ref   int64 // evUnadmit: the time of the admission it takes back
+	ref   int64 // evUnadmit, evReadmit: the time of the admission
 	n     int64
 	limit int64 // the key's limit the engine decided with
 	kind  uint8
@@ -205,8 +221,9 @@ func (r *auditRing) pop() (auditEvent, bool) {
 }
 
 // auditEntry is one admitted decision in a key's exact log: n units at the
-// effective time t; ref is the decision's own time, which an unadmit names.
-type auditEntry struct{ t, ref, n int64 }
+// effective time t; ref is the decision's own time, which an unadmit names;
+// gone the units unadmits took out, which a readmit can put back.
+type auditEntry struct{ t, ref, n, gone int64 }
 
 // shadowKey is the exact sliding log of one sampled key: its admitted
 // units whose effective time is inside (newest − W, newest], oldest first,
@@ -269,11 +286,29 @@ func (k *shadowKey) unadmit(ref, n int64) int64 {
 		if en := &k.log[i]; en.ref == ref && en.n > 0 {
 			d := min(n-took, en.n)
 			en.n -= d
+			en.gone += d
 			k.sum -= d
 			took += d
 		}
 	}
 	return took
+}
+
+// readmit puts back up to n units that unadmits took out of the live
+// entries recorded at ref, and returns how many: an unadmit whose Cancel
+// the engine then refused is undone, for the units still in the window.
+func (k *shadowKey) readmit(ref, n int64) int64 {
+	var put int64
+	for i := len(k.log) - 1; i >= k.head && put < n && k.log[i].t >= ref; i-- {
+		if en := &k.log[i]; en.ref == ref && en.gone > 0 {
+			d := min(n-put, en.gone)
+			en.n += d
+			en.gone -= d
+			k.sum += d
+			put += d
+		}
+	}
+	return put
 }
 
 // AuditReport is what Engine.Audit returns: the self-audit's counts since
@@ -413,14 +448,6 @@ func (a *auditor) record(key string, t, n, limit int64, allowed bool) {
 	a.push(auditEvent{key: key, t: t, n: n, limit: limit, kind: kind})
 }
 
-// unadmitAt buffers that n units key admitted at ref were returned at t
-// (a cancelled reservation). ref is the time the admission was recorded at:
-// Engine.effective of the reservation's t and Result.Epoch. Reservation's
-// cancel calls it, through auditCancel, when the engine gave units back.
-func (a *auditor) unadmitAt(key string, ref, n, t int64) {
-	a.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
-}
-
 func (a *auditor) push(ev auditEvent) {
 	pos, ok := a.ring.push(ev)
 	if ok {
@@ -436,9 +463,9 @@ func (a *auditor) push(ev auditEvent) {
 	// The window around a dropped decision is quarantined, from its time
 	// (a decision before it cannot count its units) to one window after.
 	// Written before dropped, which the drain reads after them.
-	from, until := min(ev.t, ev.ref), satAdd(max(ev.t, ev.ref), a.window)
-	if ev.kind != evUnadmit {
-		from = ev.t
+	from, until := ev.t, satAdd(ev.t, a.window)
+	if ev.kind == evUnadmit || ev.kind == evReadmit {
+		from = min(from, ev.ref) // from its admission's time
 	}
 	for cur := a.dropFrom.Load(); from < cur && !a.dropFrom.CompareAndSwap(cur, from); cur = a.dropFrom.Load() {
 	}
@@ -557,9 +584,8 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	}
 	k := a.keys[ev.key]
 	if k == nil {
-		if ev.kind == evUnadmit {
-			a.rep.Unadmits++
-			a.rep.UnadmitMissed++
+		if ev.kind == evUnadmit || ev.kind == evReadmit {
+			a.countTakeBack(ev.kind, 0)
 			return
 		}
 		if len(a.keys) >= a.maxKeys {
@@ -570,11 +596,12 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		k = &shadowKey{trustAfter: a.watermark, newest: math.MinInt64}
 		a.keys[strings.Clone(ev.key)] = k
 	}
-	if ev.kind == evUnadmit {
-		a.rep.Unadmits++
-		if k.unadmit(ev.ref, ev.n) == 0 {
-			a.rep.UnadmitMissed++
-		}
+	switch ev.kind {
+	case evUnadmit:
+		a.countTakeBack(ev.kind, k.unadmit(ev.ref, ev.n))
+		return
+	case evReadmit:
+		a.countTakeBack(ev.kind, k.readmit(ev.ref, ev.n))
 		return
 	}
 	// Time never runs backwards for a key. ev.t is already the engine's
@@ -640,12 +667,28 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	}
 }
 
+// countTakeBack counts an unadmit that took units out of a log (or none:
+// they had left the exact window, or the key has no log), or a readmit
+// that undid one because the engine's Cancel gave nothing back.
+func (a *auditor) countTakeBack(kind uint8, units int64) {
+	if kind == evUnadmit {
+		a.rep.Unadmits++
+		if units == 0 {
+			a.rep.UnadmitMissed++
+		}
+		return
+	}
+	a.rep.Unadmits--
+	if units == 0 {
+		a.rep.UnadmitMissed--
+	}
+}
+
 // skip counts a decision of a key that has no log, and keeps the key out
 // of the logs until its units have left the window.
 func (a *auditor) skip(ev *auditEvent) {
-	if ev.kind == evUnadmit {
-		a.rep.Unadmits++
-		a.rep.UnadmitMissed++
+	if ev.kind == evUnadmit || ev.kind == evReadmit {
+		a.countTakeBack(ev.kind, 0)
 		return
 	}
 	a.rep.Skipped++

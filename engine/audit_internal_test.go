@@ -66,6 +66,12 @@ func TestAuditRingConcurrent(t *testing.T) {
 	t.Logf("%d events passed, %d found the ring full", ok, full)
 }
 
+// unadmitAt buffers an unadmit of n units admitted at ref, replayed at t,
+// as Engine.auditCancel does (with t = ref) before the engine's Cancel.
+func (a *auditor) unadmitAt(key string, ref, n, t int64) {
+	a.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+}
+
 // TestAuditUnadmit: an unadmit event takes units of the named admission
 // out of the key's log, never below zero, and counts as missed when the
 // admission has left the window. The engine here has no Cancel, so it
@@ -103,7 +109,8 @@ func TestAuditUnadmit(t *testing.T) {
 	require.Equal(t, int64(2), r.Entries, "an emptied entry stays until it leaves the window")
 	// After the window the admission is gone: missed.
 	require.True(t, e.AllowAt("k", 1, at(1500)).Allowed)
-	e.audit.unadmitAt("k", ns(120), 1, ns(1600))
+	e.Audit()
+	e.audit.unadmitAt("k", ns(120), 1, ns(120))
 	r = e.Audit()
 	require.Equal(t, int64(4), r.UnadmitMissed)
 	require.Equal(t, int64(1), r.Entries)

@@ -585,6 +585,8 @@ func TestAuditAllocatesNothing(t *testing.T) {
 				e.AllowAt(key, 1, now)
 				e.AllowN(key, 1)
 				e.Allow(key)
+				r := e.ReserveAt(key, 1, now)
+				r.Cancel()
 			})
 			require.Zero(t, allocs, "alg %v, sampled %v", alg, e.Audited(key))
 		}
@@ -904,5 +906,68 @@ func TestAuditReserveMatchesReference(t *testing.T) {
 				ref.check(t, e.Audit())
 			})
 		}
+	}
+}
+
+// TestAuditReserveCancelConcurrent: goroutines reserve, cancel some of
+// their reservations and decide, on sampled keys with a shared manual clock
+// and concurrent Audit calls. Cancel can make the audit see false denies
+// (an unadmit buffered before a decision the engine made earlier), never a
+// false admit: for Strict and the log none may appear, and no window may
+// hold more than the limit once cancellations are taken out.
+func TestAuditReserveCancelConcurrent(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(t0)
+			e := newEngine(t, engine.Config{Limit: 12, Window: 100 * time.Millisecond, SubWindows: 10, Algorithm: alg,
+				Audit: 1, Clock: clk, DisableEviction: true, AuditBuffer: 1 << 16})
+			var issued, cancels atomic.Int64
+			stop := make(chan struct{})
+			var aw sync.WaitGroup
+			aw.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						e.Audit()
+					}
+				}
+			})
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewSource(int64(w) + 7))
+					for i := range 2000 {
+						if w == 0 && i%25 == 0 {
+							clk.Advance(time.Duration(rng.Intn(12)) * time.Millisecond)
+						}
+						key := fmt.Sprint("k", rng.Intn(2))
+						n := 1 + rng.Int63n(3)
+						if rng.Intn(2) == 0 {
+							e.AllowN(key, n)
+							issued.Add(1)
+							continue
+						}
+						r := e.Reserve(key, n)
+						issued.Add(1)
+						if rng.Intn(2) == 0 && r.Cancel() {
+							cancels.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(stop)
+			aw.Wait()
+			r := e.Audit()
+			require.Zero(t, r.Dropped)
+			require.Equal(t, issued.Load(), r.Decisions)
+			require.Equal(t, cancels.Load(), r.Unadmits)
+			require.Equal(t, r.Decisions, r.Judged+r.Unjudged)
+			require.Zero(t, r.FalseAdmits, "%+v", r)
+			require.LessOrEqual(t, r.WorstWindow, 1.0, "%+v", r)
+			t.Logf("%+v", r)
+		})
 	}
 }

@@ -96,7 +96,7 @@ const (
 	DefaultAuditMaxKeys = 10_000
 	MaxAuditMaxKeys     = 1 << 24
 	// DefaultAuditMaxEntries is Config.AuditMaxEntries when 0 (log
-	// entries are 24 bytes, in slices at most 4× their live length: 24 MiB
+	// entries are 32 bytes, in slices at most 4× their live length: 32 MiB
 	// at worst), and MaxAuditMaxEntries its largest value.
 	DefaultAuditMaxEntries = 1 << 18
 	MaxAuditMaxEntries     = 1 << 30

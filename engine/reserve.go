@@ -148,22 +148,14 @@ func (r *Reservation) At() time.Time {
 //
 // With SlidingLog, Cancel removes exactly n of the timestamps recorded at
 // the reservation's effective time.
-func (r *Reservation) Cancel() bool { return r.cancelAt(-1) }
-
-// cancelAt is Cancel at t (Unix ns; −1: the engine's clock), the time
-// given to the self-audit's unadmit, so that it is replayed after the
-// admission it takes back and in the order of the key's decisions.
-// AllowAll passes its own now: its cancels are part of its decision.
-func (r *Reservation) cancelAt(t int64) bool {
+func (r *Reservation) Cancel() bool {
 	if r.n == 0 || !atomic.CompareAndSwapUint32(&r.state, 0, 1) {
 		return false
 	}
-	ok := r.e.cancel(r.key, r.ring, r.at, r.n)
-	if ok && r.audit != 0 {
-		// Only units the engine gave back leave the audit's log.
-		r.e.auditCancel(r.key, r.audit-1, r.n, t)
+	if r.audit != 0 {
+		return r.e.auditCancel(r.key, r.ring, r.audit-1, r.n, func() bool { return r.e.cancel(r.key, r.ring, r.at, r.n) })
 	}
-	return ok
+	return r.e.cancel(r.key, r.ring, r.at, r.n)
 }
 
 // cancel returns n units recorded at effective epoch at on ring, the state
@@ -257,6 +249,6 @@ func allowFrom(t int64, reqs []Request, best Decision) (int, Decision) {
 	if i < 0 {
 		return -1, d
 	}
-	res.cancelAt(t)
+	res.Cancel()
 	return i + 1, d
 }
