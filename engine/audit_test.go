@@ -877,7 +877,7 @@ func TestAuditReserveMatchesReference(t *testing.T) {
 						ref.observe(key, n, now, e.AllowAt(key, n, now))
 					case op < 7:
 						r := new(engine.Reservation)
-						*r = e.ReserveAt(key, n, now) //nolint:govet // built in place once, then used only through r
+						*r = e.ReserveAt(key, n, now) // built once, then used only through r
 						ref.observe(key, n, now, r.Decision())
 						if r.Decision().Allowed {
 							held = append(held, pending{r, key, len(ref.keys[key].log) - 1})
