@@ -90,6 +90,21 @@ const (
 	// MaxLogLimitCeiling bounds Config.MaxLogLimit: 2^20 units, 8 MiB for
 	// one key's log. Beyond that a sliding window counter is the tool.
 	MaxLogLimitCeiling = 1 << 20
+
+	// DefaultAuditMaxKeys is Config.AuditMaxKeys when 0, and
+	// MaxAuditMaxKeys its largest value.
+	DefaultAuditMaxKeys = 10_000
+	MaxAuditMaxKeys     = 1 << 24
+	// DefaultAuditMaxEntries is Config.AuditMaxEntries when 0 (log
+	// entries are 32 bytes, in slices at most 4× their live length: 32 MiB
+	// at worst), and MaxAuditMaxEntries its largest value.
+	DefaultAuditMaxEntries = 1 << 18
+	MaxAuditMaxEntries     = 1 << 30
+	// DefaultAuditBuffer is Config.AuditBuffer when 0; MinAuditBuffer …
+	// MaxAuditBuffer bound it, a power of two.
+	DefaultAuditBuffer = 1 << 14
+	MinAuditBuffer     = 1 << 6
+	MaxAuditBuffer     = 1 << 24
 )
 
 // Config configures an Engine. Limit and Window are required; every other
@@ -167,6 +182,33 @@ type Config struct {
 	// SlidingLog: just over Window) it is reclaimed within one more
 	// SweepInterval.
 	SweepInterval time.Duration
+
+	// Audit is the share of keys whose decisions the engine shadows with an
+	// exact sliding log, to measure its own accuracy on live traffic
+	// (Engine.Audit): 0 (off, the default) or a fraction in (0, 1]; 0.001
+	// audits about one key in 1,000, 1 every key. A key is sampled by its
+	// seeded hash, so all of a sampled key's decisions are shadowed, and
+	// the keys sampled differ between engines. An unsampled key pays one
+	// compare and a predictable branch on its decision path.
+	Audit float64
+	// AuditMaxKeys caps the keys shadowed at once: 0 means
+	// DefaultAuditMaxKeys, otherwise 1 … MaxAuditMaxKeys. A sampled key
+	// that finds the cap reached is not shadowed (AuditReport.KeysSkipped).
+	// Needs Audit > 0.
+	AuditMaxKeys int
+	// AuditMaxEntries caps the log entries (one per admitted decision still
+	// inside its key's window) of all shadowed keys together: 0 means
+	// DefaultAuditMaxEntries, otherwise 1 … MaxAuditMaxEntries. A key whose
+	// log would pass it stops being shadowed until its units have left the
+	// window (AuditReport.KeysSkipped). Needs Audit > 0.
+	AuditMaxEntries int64
+	// AuditBuffer is the number of sampled decisions held between two
+	// drains into the logs (every AuditDrainInterval, whenever a quarter
+	// of it has filled, and at each Engine.Audit): 0 means
+	// DefaultAuditBuffer, otherwise a power of two in MinAuditBuffer …
+	// MaxAuditBuffer. A decision that finds it full is
+	// counted in AuditReport.Dropped, never lost silently. Needs Audit > 0.
+	AuditBuffer int
 }
 
 // normalized holds a validated Config with defaults applied.
@@ -177,7 +219,13 @@ type normalized struct {
 	maxLimit int64 // the largest limit of any key: MaxLimit, or the log's cap
 	shards   int
 	sweep    time.Duration
-	idle     time.Duration // how soon a key idle from now is reclaimable: the KeysFull hint
+	// audit, with Config.Audit > 0: the sampling threshold and the caps
+	// with their defaults applied.
+	auditBelow      uint64
+	auditMaxKeys    int
+	auditMaxEntries int64
+	auditBuffer     int
+	idle            time.Duration // how soon a key idle from now is reclaimable: the KeysFull hint
 }
 
 func (c Config) validate() (normalized, error) {
@@ -269,6 +317,9 @@ func (c Config) validate() (normalized, error) {
 	if c.KeyLimit != nil {
 		nc.PerKeyLimits = true
 	}
+	if err := nc.validateAudit(); err != nil {
+		return nc, err
+	}
 	return nc, nil
 }
 
@@ -278,4 +329,49 @@ func (nc normalized) limitError(what string, l int64) error {
 		return fmt.Errorf("ringlimit: %s = %d is too large for SlidingLog, want 1 … %d (raise Config.MaxLogLimit, up to %d; a log key holds 8 bytes per unit of its limit)", what, l, nc.maxLimit, MaxLogLimitCeiling)
 	}
 	return fmt.Errorf("ringlimit: %s = %d, want 1 … %d", what, l, nc.maxLimit)
+}
+
+// validateAudit checks the Audit fields and derives the sampling threshold.
+func (nc *normalized) validateAudit() error {
+	c := nc.Config
+	if !(c.Audit >= 0 && c.Audit <= 1) { // also refuses NaN
+		return fmt.Errorf("ringlimit: Config.Audit = %v, want 0 (off) or a share of keys in (0, 1], e.g. 0.001 for one key in 1,000", c.Audit)
+	}
+	if c.Audit == 0 {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"AuditMaxKeys", c.AuditMaxKeys != 0}, {"AuditMaxEntries", c.AuditMaxEntries != 0}, {"AuditBuffer", c.AuditBuffer != 0}} {
+			if f.set {
+				return fmt.Errorf("ringlimit: Config.%s is set but Config.Audit is 0 (off); want Config.Audit in (0, 1], or leave %s 0", f.name, f.name)
+			}
+		}
+		return nil
+	}
+	nc.auditBelow = auditThreshold(c.Audit)
+	if nc.auditBelow == 0 {
+		return fmt.Errorf("ringlimit: Config.Audit = %v is below 2^-63, the smallest share that samples any key; want 0 (off) or a share in [2^-63, 1]", c.Audit)
+	}
+	nc.auditMaxKeys = c.AuditMaxKeys
+	if nc.auditMaxKeys == 0 {
+		nc.auditMaxKeys = DefaultAuditMaxKeys
+	}
+	if c.AuditMaxKeys < 0 || c.AuditMaxKeys > MaxAuditMaxKeys {
+		return fmt.Errorf("ringlimit: Config.AuditMaxKeys = %d, want 0 (default %d) or 1 … %d", c.AuditMaxKeys, DefaultAuditMaxKeys, MaxAuditMaxKeys)
+	}
+	nc.auditMaxEntries = c.AuditMaxEntries
+	if nc.auditMaxEntries == 0 {
+		nc.auditMaxEntries = DefaultAuditMaxEntries
+	}
+	if c.AuditMaxEntries < 0 || c.AuditMaxEntries > MaxAuditMaxEntries {
+		return fmt.Errorf("ringlimit: Config.AuditMaxEntries = %d, want 0 (default %d) or 1 … %d", c.AuditMaxEntries, DefaultAuditMaxEntries, MaxAuditMaxEntries)
+	}
+	nc.auditBuffer = c.AuditBuffer
+	if nc.auditBuffer == 0 {
+		nc.auditBuffer = DefaultAuditBuffer
+	}
+	if c.AuditBuffer < 0 || c.AuditBuffer > MaxAuditBuffer || (c.AuditBuffer != 0 && (c.AuditBuffer < MinAuditBuffer || c.AuditBuffer&(c.AuditBuffer-1) != 0)) {
+		return fmt.Errorf("ringlimit: Config.AuditBuffer = %d, want 0 (default %d) or a power of two in %d … %d", c.AuditBuffer, DefaultAuditBuffer, MinAuditBuffer, MaxAuditBuffer)
+	}
+	return nil
 }

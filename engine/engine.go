@@ -50,6 +50,10 @@ type Engine struct {
 	maxLimit int64 // of any key: MaxLimit, or the log's cap
 	perKey   bool
 	keyLimit func(string) int64
+	// auditBelow is the sampling threshold of Config.Audit (0: off), and
+	// audit the self-audit, nil when off.
+	auditBelow uint64
+	audit      *auditor
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -79,6 +83,10 @@ func New(cfg Config) (*Engine, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	if nc.Audit > 0 {
+		e.auditBelow = nc.auditBelow
+		e.audit = newAuditor(nc)
+	}
 	if e.clk == nil {
 		if nc.CoarseClock > 0 {
 			e.coarse = clock.NewCoarse(nc.CoarseClock)
@@ -87,7 +95,7 @@ func New(cfg Config) (*Engine, error) {
 			e.clk = clock.NewMonotonic()
 		}
 	}
-	if nc.DisableEviction {
+	if nc.DisableEviction && e.audit == nil {
 		close(e.done)
 	} else {
 		go e.sweeper()
@@ -174,6 +182,9 @@ func (e *Engine) fast(key string, n, t int64, detail bool) (res ringslot.Result,
 	if n > limit {
 		return res, 0, false
 	}
+	if e.sampled(h) { // the only cost of Config.Audit to an unsampled key
+		return e.acquireAudited(r, key, n, t, limit)
+	}
 	if detail {
 		res = e.geo.Acquire(r, t, n, limit)
 	} else {
@@ -246,6 +257,8 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 			d.Allowed, d.RetryAfter = true, 0
 		case n < 0:
 			d.Allowed, d.RetryAfter = false, Never
+		case n <= limit && e.sampled(h):
+			e.audit.record(key, e.effective(t, res.Epoch), n, limit, d.Allowed)
 		}
 		return d, r, res.Epoch
 	}
@@ -466,7 +479,8 @@ func (e *Engine) updateLimit(key string, r ringslot.Ring, limit int64) error {
 // Config returns the engine's configuration with its defaults applied:
 // SubWindows is the N in use (0 for FixedWindow and SlidingLog), Shards the
 // shard count, MaxLogLimit the log's cap (SlidingLog only), SweepInterval
-// the sweep period, and PerKeyLimits is true when KeyLimit is set. Adapters
+// the sweep period, the Audit caps their defaults (when Audit is set), and
+// PerKeyLimits is true when KeyLimit is set. Adapters
 // read the window and limit from here rather than asking the user twice.
 func (e *Engine) Config() Config {
 	c := e.cfg.Config
@@ -475,6 +489,9 @@ func (e *Engine) Config() Config {
 	c.SweepInterval = e.cfg.sweep
 	if c.Algorithm == SlidingLog {
 		c.MaxLogLimit = e.cfg.maxLimit
+	}
+	if c.Audit > 0 {
+		c.AuditMaxKeys, c.AuditMaxEntries, c.AuditBuffer = e.cfg.auditMaxKeys, e.cfg.auditMaxEntries, e.cfg.auditBuffer
 	}
 	return c
 }
@@ -501,8 +518,9 @@ func (e *Engine) Stats() Stats {
 
 // Close stops every goroutine the engine started and waits for them to
 // exit. It is idempotent and always returns nil. Decisions still work after
-// Close, but idle keys are no longer reclaimed and a coarse clock no longer
-// advances.
+// Close, but idle keys are no longer reclaimed, a coarse clock no longer
+// advances, and the self-audit's buffer is drained only by Audit calls
+// (decisions that find it full are counted as dropped).
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)

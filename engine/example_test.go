@@ -164,3 +164,29 @@ func ExampleEngine_Wait() {
 	// true <nil>
 	// true
 }
+
+// Config.Audit shadows a share of the keys with an exact sliding log, and
+// Engine.Audit reports how often the engine's estimate disagreed with it on
+// the live traffic.
+func ExampleEngine_Audit() {
+	e, _ := engine.New(engine.Config{
+		Limit:      10,
+		Window:     time.Second,
+		SubWindows: 10,
+		Audit:      1, // every key, for the example; 0.001 audits about one key in 1,000
+		// The example's times are its own timeline, not the clock's.
+		DisableEviction: true,
+	})
+	defer e.Close()
+	t := time.Unix(1_700_000_000, 0)
+	e.AllowAt("tenant", 10, t.Add(99*time.Millisecond)) // a burst at the end of a sub-window
+	// 1.05 s later the estimate weighs that sub-window by half: 5 more fit,
+	// although all 10 units are still inside the true window.
+	fmt.Println(e.AllowAt("tenant", 5, t.Add(1050*time.Millisecond)).Allowed)
+	r := e.Audit()
+	fmt.Printf("%d decisions on %d key: %d false admit, %d false deny; worst window %.1f × the limit\n",
+		r.Decisions, r.Keys, r.FalseAdmits, r.FalseDenies, r.WorstWindow)
+	// Output:
+	// true
+	// 2 decisions on 1 key: 1 false admit, 0 false deny; worst window 1.5 × the limit
+}

@@ -4,21 +4,39 @@ import "time"
 
 // sweeper reclaims idle keys incrementally: each tick it sweeps one shard,
 // so a full pass over the table takes SweepInterval and no pass ever holds
-// more than one shard's worth of work. It exits when Close closes stop.
+// more than one shard's worth of work. With Config.Audit it also drains the
+// audit's buffer every AuditDrainInterval and whenever a quarter buffer
+// has filled (and does only that with DisableEviction). It exits when
+// Close closes stop.
 func (e *Engine) sweeper() {
 	defer close(e.done)
-	tick := e.cfg.sweep / time.Duration(e.tab.Shards())
-	if tick < time.Millisecond {
-		tick = time.Millisecond
+	var sweepC, auditC <-chan time.Time
+	var kick <-chan struct{}
+	if !e.cfg.DisableEviction {
+		tick := e.cfg.sweep / time.Duration(e.tab.Shards())
+		if tick < time.Millisecond {
+			tick = time.Millisecond
+		}
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		sweepC = t.C
 	}
-	t := time.NewTicker(tick)
-	defer t.Stop()
+	if e.audit != nil {
+		t := time.NewTicker(AuditDrainInterval)
+		defer t.Stop()
+		auditC = t.C
+		kick = e.audit.kick
+	}
 	next := 0
 	for {
 		select {
 		case <-e.stop:
 			return
-		case <-t.C:
+		case <-auditC:
+			e.audit.drain()
+		case <-kick:
+			e.audit.drain()
+		case <-sweepC:
 			e.tab.SweepShard(next, e.clk.UnixNano())
 			if next++; next == e.tab.Shards() {
 				next = 0

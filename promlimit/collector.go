@@ -17,7 +17,7 @@ import (
 
 // A Source is one limiter, middleware or interceptor whose counters a
 // Collector reads: build one with Engine, HTTP, GRPC, GRPCClient or
-// Backend. A Source given a bad argument holds the error, and New returns
+// Backend, Audit. A Source given a bad argument holds the error, and New returns
 // it.
 type Source struct {
 	kind    *kind
@@ -102,7 +102,16 @@ var (
 		{"ringlimit_backend_failures_total", "Calls to the shared limiter's backend (Redis) that failed.", prometheus.CounterValue, false},
 		{"ringlimit_backend_fallback_decisions_total", "Decisions made by the failure policy because the backend failed.", prometheus.CounterValue, false},
 	}, series: []series{{0, ""}, {1, ""}}}
-	kinds = []*kind{kindEngine, kindHTTP, kindGRPC, kindClient, kindBackend}
+	kindAudit = &kind{name: "Audit", families: []family{
+		{"ringlimit_audit_decisions_total", "Decisions of sampled keys shadowed by the engine's self-audit (Config.Audit), by outcome.", prometheus.CounterValue, true},
+		{"ringlimit_audit_false_decisions_total", "Shadowed decisions the exact log disagrees with: outcome allowed is a false admit (the units the engine admitted in the window plus n exceed the limit), denied a false deny.", prometheus.CounterValue, true},
+		{"ringlimit_audit_unjudged_total", "Shadowed decisions not judged, because units of their window may be missing from the log (a dropped decision, or a key cap).", prometheus.CounterValue, false},
+		{"ringlimit_audit_worst_window_ratio", "The most units the engine admitted in one window for a sampled key, over its limit, since the engine started.", prometheus.GaugeValue, false},
+		{"ringlimit_audit_keys", "Sampled keys with an exact log now.", prometheus.GaugeValue, false},
+		{"ringlimit_audit_skipped_total", "Decisions of sampled keys not shadowed because AuditMaxKeys or AuditMaxEntries was reached.", prometheus.CounterValue, false},
+		{"ringlimit_audit_dropped_total", "Decisions of sampled keys that found the audit buffer full.", prometheus.CounterValue, false},
+	}, series: []series{{0, "allowed"}, {0, "denied"}, {1, "allowed"}, {1, "denied"}, {2, ""}, {3, ""}, {4, ""}, {5, ""}, {6, ""}}}
+	kinds = []*kind{kindEngine, kindHTTP, kindGRPC, kindClient, kindBackend, kindAudit}
 )
 
 func outcomeSeries(outcomes ...string) []series {
@@ -191,6 +200,28 @@ func Backend(limiter string, f func() BackendStats) Source {
 	})
 }
 
+// Audit reads an engine's self-audit (engine.AuditReport, with
+// Config.Audit set):
+//
+//	ringlimit_audit_decisions_total{outcome="allowed|denied"}        counter
+//	ringlimit_audit_false_decisions_total{outcome="allowed|denied"}  counter
+//	ringlimit_audit_unjudged_total                                  counter
+//	ringlimit_audit_worst_window_ratio                              gauge
+//	ringlimit_audit_keys                                            gauge
+//	ringlimit_audit_skipped_total                                   counter
+//	ringlimit_audit_dropped_total                                   counter
+//
+// A false allowed is a false admit, a false denied a false deny
+// (engine.AuditReport). Each scrape calls Audit, which drains the audit's
+// buffer. With Config.Audit 0 every series is 0.
+func Audit(limiter string, e interface{ Audit() engine.AuditReport }) Source {
+	return newSource(kindAudit, limiter, e, func() []float64 {
+		r := e.Audit()
+		return []float64{float64(r.Admits), float64(r.Denies), float64(r.FalseAdmits), float64(r.FalseDenies),
+			float64(r.Unjudged), r.WorstWindow, float64(r.Keys), float64(r.Skipped), float64(r.Dropped)}
+	})
+}
+
 // Collector is a prometheus.Collector over ringlimit's counters. Build it
 // with New and register it in the service's registry. It is safe for
 // concurrent use: each Collect reads every Source's counters once, in
@@ -209,7 +240,7 @@ type Collector struct {
 // New returns a Collector over sources.
 //
 // Each Source names its limiter. Where a kind of Source (Engine, HTTP,
-// GRPC, GRPCClient, Backend) is given once, its name may be empty: its
+// GRPC, GRPCClient, Backend, Audit) is given once, its name may be empty: its
 // series then have no limiter label, and Engine's and HTTP's are exactly
 // httplimit.MetricsHandler's. Where a kind is given several times, every
 // one must have a distinct, non-empty name, which becomes the limiter
@@ -225,7 +256,7 @@ func New(sources ...Source) (*Collector, error) {
 			continue
 		}
 		if s.kind == nil {
-			errs = append(errs, errors.New("promlimit: New: the zero Source (build one with Engine, HTTP, GRPC, GRPCClient or Backend)"))
+			errs = append(errs, errors.New("promlimit: New: the zero Source (build one with Engine, HTTP, GRPC, GRPCClient, Backend or Audit)"))
 			continue
 		}
 		if !utf8.ValidString(s.limiter) {

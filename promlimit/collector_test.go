@@ -23,6 +23,10 @@ type fakeEngine struct{ s engine.Stats }
 
 func (f fakeEngine) Stats() engine.Stats { return f.s }
 
+type fakeAudit struct{ r engine.AuditReport }
+
+func (f fakeAudit) Audit() engine.AuditReport { return f.r }
+
 type fakeMiddleware struct{ s httplimit.Stats }
 
 func (f fakeMiddleware) Stats() httplimit.Stats { return f.s }
@@ -163,11 +167,36 @@ func TestCollectorNamed(t *testing.T) {
 		GRPC("rpc", fakeGRPC{grpcStats{Allowed: 5, Denied: 1, Rejected: 2, Errors: 3}}),
 		GRPCClient("partner", fakeClient{clientStats{Admitted: 4, Delayed: 2, Refused: 1, Canceled: 1, Errors: 0, Waited: 1500 * time.Millisecond}}),
 		Backend("redis", func() BackendStats { return BackendStats{Failures: 9, FallbackDecisions: 8} }),
+		Audit("api", fakeAudit{engine.AuditReport{Share: 0.001, Decisions: 30, Admits: 20, Denies: 10, FalseAdmits: 2, FalseDenies: 3,
+			Judged: 29, Unjudged: 1, WorstWindow: 1.25, Keys: 4, Skipped: 6, Dropped: 7}}),
 	)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const want = `
+# HELP ringlimit_audit_decisions_total Decisions of sampled keys shadowed by the engine's self-audit (Config.Audit), by outcome.
+# TYPE ringlimit_audit_decisions_total counter
+ringlimit_audit_decisions_total{limiter="api",outcome="allowed"} 20
+ringlimit_audit_decisions_total{limiter="api",outcome="denied"} 10
+# HELP ringlimit_audit_dropped_total Decisions of sampled keys that found the audit buffer full.
+# TYPE ringlimit_audit_dropped_total counter
+ringlimit_audit_dropped_total{limiter="api"} 7
+# HELP ringlimit_audit_false_decisions_total Shadowed decisions the exact log disagrees with: outcome allowed is a false admit (the units the engine admitted in the window plus n exceed the limit), denied a false deny.
+# TYPE ringlimit_audit_false_decisions_total counter
+ringlimit_audit_false_decisions_total{limiter="api",outcome="allowed"} 2
+ringlimit_audit_false_decisions_total{limiter="api",outcome="denied"} 3
+# HELP ringlimit_audit_keys Sampled keys with an exact log now.
+# TYPE ringlimit_audit_keys gauge
+ringlimit_audit_keys{limiter="api"} 4
+# HELP ringlimit_audit_skipped_total Decisions of sampled keys not shadowed because AuditMaxKeys or AuditMaxEntries was reached.
+# TYPE ringlimit_audit_skipped_total counter
+ringlimit_audit_skipped_total{limiter="api"} 6
+# HELP ringlimit_audit_unjudged_total Shadowed decisions not judged, because units of their window may be missing from the log (a dropped decision, or a key cap).
+# TYPE ringlimit_audit_unjudged_total counter
+ringlimit_audit_unjudged_total{limiter="api"} 1
+# HELP ringlimit_audit_worst_window_ratio The most units the engine admitted in one window for a sampled key, over its limit, since the engine started.
+# TYPE ringlimit_audit_worst_window_ratio gauge
+ringlimit_audit_worst_window_ratio{limiter="api"} 1.25
 # HELP ringlimit_backend_failures_total Calls to the shared limiter's backend (Redis) that failed.
 # TYPE ringlimit_backend_failures_total counter
 ringlimit_backend_failures_total{limiter="redis"} 9
@@ -348,3 +377,32 @@ func TestConcurrentCollect(t *testing.T) {
 }
 
 func must(s, _ string) string { return s }
+
+// TestAuditFromEngine: the Audit source reads a real engine's self-audit.
+func TestAuditFromEngine(t *testing.T) {
+	e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, SubWindows: 10, Audit: 1, DisableEviction: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	t0 := time.Unix(1_700_000_000, 0)
+	e.AllowAt("k", 10, t0.Add(99*time.Millisecond))
+	e.AllowAt("k", 5, t0.Add(1050*time.Millisecond)) // a false admit: 15 in the window
+	e.AllowAt("k", 1, t0.Add(1050*time.Millisecond)) // a right deny
+	body, _ := scrape(t, registry(t, Audit("", e)))
+	for _, want := range []string{
+		`ringlimit_audit_decisions_total{outcome="allowed"} 2`,
+		`ringlimit_audit_decisions_total{outcome="denied"} 1`,
+		`ringlimit_audit_false_decisions_total{outcome="allowed"} 1`,
+		`ringlimit_audit_false_decisions_total{outcome="denied"} 0`,
+		`ringlimit_audit_worst_window_ratio 1.5`,
+		`ringlimit_audit_keys 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", want, body)
+		}
+	}
+	if _, err := New(Audit("", nil)); err == nil {
+		t.Error("Audit with a nil engine: no error")
+	}
+}

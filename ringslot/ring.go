@@ -767,6 +767,23 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 	}
 }
 
+// Newest returns the start (Unix ns) of r's newest sub-window (a log: its
+// newest time), or −1 when r is retired. It only grows, so a decision made
+// on r after this read is made at or after the time it returns (the
+// self-audit orders a cancellation by it).
+func (g *Geometry) Newest(r Ring) int64 {
+	if g.log {
+		if l := r.word(logLast).Load(); l >= 0 {
+			return l
+		}
+		return -1
+	}
+	if l := r.word(wordLast).Load(); l >= 0 {
+		return l * g.width
+	}
+	return -1
+}
+
 // Retired reports whether r has been retired.
 func (g *Geometry) Retired(r Ring) bool { return r.word(wordLast).Load() < 0 }
 

@@ -169,3 +169,27 @@ func div(hi, lo uint64, d int64) int64 {
 	x.Or(x, new(big.Int).SetUint64(lo))
 	return x.Quo(x, big.NewInt(d)).Int64()
 }
+
+// TestNewest: the start of the newest sub-window (a log: the newest time),
+// moved by decisions and Touch, never back, and −1 once retired.
+func TestNewest(t *testing.T) {
+	g := NewGeometry(sec/10, 10, true, false)
+	r := g.New(t0+250*sec/1000, 5, "k")
+	require.Equal(t, t0+200*sec/1000, g.Newest(r))
+	g.Acquire(r, t0+730*sec/1000, 1, 5)
+	require.Equal(t, t0+700*sec/1000, g.Newest(r))
+	g.Acquire(r, t0+100*sec/1000, 1, 5) // older: clamped, nothing moves back
+	require.Equal(t, t0+700*sec/1000, g.Newest(r))
+	g.Touch(r, t0+2*sec+50*sec/1000)
+	require.Equal(t, t0+2*sec, g.Newest(r))
+	require.True(t, g.Retire(r, t0+10*sec))
+	require.Equal(t, int64(-1), g.Newest(r))
+
+	l := NewLog(sec)
+	lr := l.New(t0+123, 5, "k")
+	require.Equal(t, t0+123, l.Newest(lr))
+	l.Acquire(lr, t0+456, 1, 5)
+	require.Equal(t, t0+456, l.Newest(lr))
+	require.True(t, l.Retire(lr, t0+10*sec))
+	require.Equal(t, int64(-1), l.Newest(lr))
+}

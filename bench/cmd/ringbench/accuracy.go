@@ -24,7 +24,7 @@ const accuracyCommand = "go run ./bench/cmd/ringbench -mode accuracy"
 var (
 	accuracyOnlyFlags = []string{"out", "limit", "quick"}
 	loadOnlyFlags     = []string{"tenants", "duration", "algorithm", "subwindows", "workers", "clock", "zipf",
-		"cpuprofile", "memprofile", "pprof", "json", "sample"}
+		"cpuprofile", "memprofile", "pprof", "json", "sample", "live-audit"}
 )
 
 // checkAccuracyFlags validates the flags of -mode accuracy; set holds the

@@ -22,6 +22,13 @@ import "github.com/ringlimit/ringlimit/bench/internal/accuracy"
 // window, so a saturated key admits up to L·(1 + r0/w) in its first
 // windows; once its admissions are spread evenly it stays near L.
 //
+// The self counts judge each decision against the engine's own admissions
+// instead, as the engine's self-audit (Config.Audit) does: with C the units
+// the ENGINE admitted in (t−W, t], an admission with C + n > L is a self
+// false admit, a denial with C + n ≤ L a self false deny. These do not
+// diverge, and on the tenants the engine samples they must equal
+// Engine.Audit's counts (the live-audit section).
+//
 // observe must be called with non-decreasing t. Both sides are kept by
 // the accuracy lab's exact log and window counter (FIFOs of admitted
 // events), so the work is O(1) amortised per decision and the memory is
@@ -34,6 +41,7 @@ type auditor struct {
 
 	decisions, engineAllowed, logAllowed int64
 	falseAllows, falseDenies             int64
+	selfFalseAdmits, selfFalseDenies     int64 // judged against the engine's own admissions
 	maxUnits, maxAt                      int64 // most units the engine admitted in one window, and that window's end
 	maxWarm                              int64 // maxUnits over windows ending ≥ first + 2W
 	first, lastT                         int64
@@ -54,6 +62,11 @@ func (a *auditor) observe(t, n int64, allowed bool) {
 	logOK := a.log.Allow(t, n)
 	if logOK {
 		a.logAllowed++
+	}
+	if c := a.eng.Count(t); allowed && c+n > a.limit {
+		a.selfFalseAdmits++
+	} else if !allowed && c+n <= a.limit {
+		a.selfFalseDenies++
 	}
 	if allowed {
 		a.engineAllowed++

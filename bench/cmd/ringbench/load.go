@@ -63,8 +63,11 @@ type plan struct {
 }
 
 // auditee is one audited tenant; slot s is driven only by worker s % workers.
+// offline: one of the -sample tenants (the audit section); live: sampled by
+// the engine's self-audit (the live-audit section). A tenant can be both.
 type auditee struct {
-	tenant, rank int
+	tenant, rank  int
+	offline, live bool
 }
 
 func newPlan(o options) *plan {
@@ -110,9 +113,34 @@ func newPlan(o options) *plan {
 	for slot, rank := range auditRanks(n, o.sample, o.zipf) {
 		t := int(p.perm[rank])
 		p.audit[t] = int32(slot)
-		p.audited = append(p.audited, auditee{tenant: t, rank: rank})
+		p.audited = append(p.audited, auditee{tenant: t, rank: rank, offline: true})
 	}
 	return p
+}
+
+// addLive adds the tenants e's self-audit samples (Config.Audit) to the
+// audited ones, so that their decisions go through AllowAt at known
+// instants and the offline auditors see exactly what the engine's audit
+// sees.
+func (p *plan) addLive(e *engine.Engine) {
+	var rank []int32
+	for t, key := range p.keys {
+		if !e.Audited(key) {
+			continue
+		}
+		if s := p.audit[t]; s >= 0 {
+			p.audited[s].live = true
+			continue
+		}
+		if rank == nil {
+			rank = make([]int32, len(p.perm))
+			for r, tt := range p.perm {
+				rank[tt] = int32(r)
+			}
+		}
+		p.audit[t] = int32(len(p.audited))
+		p.audited = append(p.audited, auditee{tenant: t, rank: int(rank[t]), live: true})
+	}
 }
 
 // maxAuditShare bounds the share of the Zipf draws that fall on audited
@@ -174,11 +202,22 @@ func zipfMass(n int, s float64) float64 {
 	return m
 }
 
-// auditShare is the share of the draws that fall on the audited ranks.
+// auditShare is the share of the draws that fall on the ranks of the
+// offline sample; liveShare on those the engine's self-audit samples.
 func (p *plan) auditShare(zipfS float64) float64 {
+	return p.share(zipfS, func(ae auditee) bool { return ae.offline || !ae.live })
+}
+
+func (p *plan) liveShare(zipfS float64) float64 {
+	return p.share(zipfS, func(ae auditee) bool { return ae.live })
+}
+
+func (p *plan) share(zipfS float64, match func(auditee) bool) float64 {
 	var m float64
 	for _, ae := range p.audited {
-		m += math.Pow(float64(ae.rank+1), -zipfS)
+		if match(ae) {
+			m += math.Pow(float64(ae.rank+1), -zipfS)
+		}
 	}
 	return m / zipfMass(len(p.keys), zipfS)
 }

@@ -62,6 +62,7 @@ type options struct {
 	json       bool
 	seed       int64
 	sample     int
+	liveAudit  float64
 }
 
 // usageError is a bad flag or configuration: exit status 2.
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the tenant permutation and the workers' generators")
 	fs.IntVar(&o.sample, "sample", 64, fmt.Sprintf("tenants audited against an exact sliding log, 0 … %d (at most -tenants)", maxSample))
+	fs.Float64Var(&o.liveAudit, "live-audit", 0.001, "share of tenants the engine's self-audit (Config.Audit) shadows, 0 (off) or in (0, 1]; ringbench audits the same tenants offline and reports both")
 	fs.StringVar(&o.mode, "mode", "load", "load (the multi-tenant load run) or accuracy (the accuracy lab: writes accuracy.md and accuracy.svg to -out)")
 	fs.StringVar(&o.out, "out", "docs", "accuracy mode: the directory for accuracy.md and accuracy.svg")
 	fs.Int64Var(&o.limit, "limit", 100, fmt.Sprintf("accuracy mode: the limit L per window, 1 … %d", accuracy.MaxLimit))
@@ -141,6 +143,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, usagef("-zipf = %v, want > 1 (and ≤ 1e6)", o.zipf)
 	case o.sample < 0 || o.sample > maxSample:
 		return o, usagef("-sample = %d, want 0 … %d", o.sample, maxSample)
+	case !(o.liveAudit >= 0 && o.liveAudit <= 1) || (o.liveAudit > 0 && o.liveAudit < 1e-12): // !(…) also refuses NaN
+		return o, usagef("-live-audit = %v, want 0 (off) or a share of tenants in [1e-12, 1]", o.liveAudit)
 	}
 	if o.alg, err = engine.ParseAlgorithm(*alg); err != nil {
 		return o, usagef("-algorithm = %q, want sliding, strict or fixed", *alg)
@@ -251,11 +255,20 @@ func bench(o options, stderr io.Writer) (*report, error) {
 	if o.coarse {
 		cfg.CoarseClock = time.Millisecond
 	}
+	if o.liveAudit > 0 {
+		// The caps never bind here, so that the live audit covers every
+		// sampled decision and can be compared with the offline one; a
+		// drop would be reported, not hidden.
+		cfg.Audit = o.liveAudit
+		cfg.AuditMaxKeys = min(o.tenants, engine.MaxAuditMaxKeys)
+		cfg.AuditMaxEntries = engine.MaxAuditMaxEntries
+	}
 	e, err := engine.New(cfg)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
 	defer e.Close()
+	p.addLive(e)
 
 	// The latency samples and the auditors die with runLoad's result inside
 	// loadAndReport; the plan, read before the baseline, stays alive.
@@ -283,7 +296,9 @@ func loadAndReport(o options, p *plan, e *engine.Engine, cpuFile *os.File, stder
 	if err != nil {
 		return nil, err
 	}
-	return newReport(o, p, res), nil
+	r := newReport(o, p, res)
+	r.LiveAudit = liveAuditOf(o, p, res.auditors, e.Audit()) // the workers have stopped: Audit drains every decision
+	return r, nil
 }
 
 // servePprof serves the net/http/pprof handlers on addr (already checked to

@@ -20,7 +20,7 @@ func TestRunJSON(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			dir := t.TempDir()
 			cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof")
-			args := []string{"-duration", "300ms", "-tenants", "1000", "-json", "-algorithm", alg, "-seed", "7"}
+			args := []string{"-duration", "300ms", "-tenants", "1000", "-json", "-algorithm", alg, "-seed", "7", "-live-audit", "0.05"}
 			if alg == "strict" {
 				args = append(args, "-cpuprofile", cpu, "-memprofile", mem, "-pprof", "127.0.0.1:0", "-clock", "coarse")
 			}
@@ -88,6 +88,11 @@ func TestRunJSON(t *testing.T) {
 				t.Errorf("bytes per key = %v, want > 0", r.Memory.BytesPerKey)
 			}
 
+			// The engine's self-audit and the offline audit of the same
+			// tenants agree on the real load.
+			if la := r.LiveAudit; la.Tenants == 0 || la.Engine.Decisions == 0 || !la.Agree || r.Config.LiveAudit != 0.05 {
+				t.Errorf("live audit: %+v", la)
+			}
 			a := r.Audit
 			if a.Tenants != 64 || len(a.PerTenant) != 64 || a.Decisions <= 0 {
 				t.Errorf("audit: %d tenants, %d listed, %d decisions", a.Tenants, len(a.PerTenant), a.Decisions)
@@ -130,7 +135,7 @@ func TestRunText(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"throughput", "latency", "p99.9", "per tier", "bytes/key", "gc ", "audit", "10 tenants", "worst overshoot"} {
+	for _, want := range []string{"throughput", "latency", "p99.9", "per tier", "bytes/key", "gc ", "audit", "10 tenants", "worst overshoot", "live audit"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text report lacks %q:\n%s", want, out)
 		}
@@ -160,6 +165,10 @@ func TestBadFlags(t *testing.T) {
 		{"unknown clock", []string{"-clock", "fast"}, "-clock"},
 		{"negative sample", []string{"-sample", "-1"}, "-sample"},
 		{"huge sample", []string{"-sample", "10001"}, "-sample"},
+		{"live audit above one", []string{"-live-audit", "1.5"}, "-live-audit = 1.5"},
+		{"live audit negative", []string{"-live-audit", "-0.1"}, "-live-audit = -0.1"},
+		{"live audit NaN", []string{"-live-audit", "NaN"}, "-live-audit = NaN"},
+		{"live audit in accuracy mode", []string{"-mode", "accuracy", "-live-audit", "0.1"}, "-live-audit applies only to -mode load"},
 		{"pprof on all interfaces", []string{"-pprof", "0.0.0.0:6060"}, "-pprof"},
 		{"pprof with no host", []string{"-pprof", ":6060"}, "-pprof"},
 		{"pprof on a public host", []string{"-pprof", "example.com:6060"}, "-pprof"},

@@ -33,6 +33,7 @@ type report struct {
 	Keys               keysReport    `json:"keys"`
 	Memory             memoryReport  `json:"memory"`
 	Audit              auditReport   `json:"audit"`
+	LiveAudit          liveAudit     `json:"live_audit"`
 }
 
 type configReport struct {
@@ -47,6 +48,7 @@ type configReport struct {
 	ZipfS           float64 `json:"zipf_s"`
 	Seed            int64   `json:"seed"`
 	Sample          int     `json:"sample"`
+	LiveAudit       float64 `json:"live_audit"`
 	GoVersion       string  `json:"go_version"`
 }
 
@@ -126,7 +128,7 @@ func newReport(o options, p *plan, res *loadResult) *report {
 			Algorithm: o.alg.String(), Tenants: o.tenants, DurationSeconds: o.duration.Seconds(),
 			WindowSeconds: o.window.Seconds(), SubWindows: o.subWindows, Workers: o.workers,
 			GOMAXPROCS: runtime.GOMAXPROCS(0), Clock: clk, ZipfS: o.zipf, Seed: o.seed,
-			Sample: len(p.audited), GoVersion: runtime.Version(),
+			Sample: len(p.audited) - p.liveOnly(), LiveAudit: o.liveAudit, GoVersion: runtime.Version(),
 		},
 		ElapsedSeconds: res.elapsed.Seconds(),
 		Interrupted:    res.interrupted,
@@ -176,9 +178,12 @@ func latencyOf(lat []uint32) latencyReport {
 }
 
 func auditOf(alg string, p *plan, auditors []*auditor) auditReport {
-	ar := auditReport{Tenants: len(auditors), Bound: boundText(alg), WithinBound: true, PerTenant: []auditTenant{}}
+	ar := auditReport{Bound: boundText(alg), WithinBound: true, PerTenant: []auditTenant{}}
 	for slot, a := range auditors {
 		ae := p.audited[slot]
+		if ae.live && !ae.offline {
+			continue // only in the live-audit section
+		}
 		at := auditTenant{
 			Tenant: p.keys[ae.tenant], Rank: ae.rank, Limit: a.limit,
 			Decisions: a.decisions, EngineAllowed: a.engineAllowed, LogAllowed: a.logAllowed,
@@ -189,6 +194,7 @@ func auditOf(alg string, p *plan, auditors []*auditor) auditReport {
 			ar.WorstWarm, ar.WorstWarmTenant = at.WarmOvershoot, at.Tenant
 		}
 		ar.PerTenant = append(ar.PerTenant, at)
+		ar.Tenants++
 		ar.Decisions += a.decisions
 		ar.EngineAllowed += a.engineAllowed
 		ar.LogAllowed += a.logAllowed
@@ -305,6 +311,9 @@ func writeText(w io.Writer, r *report) error {
 	fmt.Fprintf(&b, "\nkeys        %s live at the end, %s evicted (idle), %s refused\n", commas(k.Live), commas(k.Evicted), commas(k.Refused))
 	fmt.Fprintf(&b, "memory      %.1f bytes/key (live heap after a GC, minus the baseline before the engine: %s → %s)\n",
 		m.BytesPerKey, mib(m.BaselineHeapBytes), mib(m.FinalHeapBytes))
+	if c.LiveAudit > 0 {
+		b.WriteString("            (includes the live audit's buffer, 1 MiB, and logs; -live-audit 0 leaves them out)\n")
+	}
 	fmt.Fprintf(&b, "gc          %d cycles, %s total pause\n", m.GCCycles, time.Duration(m.GCPauseTotalNs))
 
 	a := r.Audit
@@ -337,6 +346,7 @@ func writeText(w io.Writer, r *report) error {
 		}
 		tw.Flush()
 	}
+	writeLive(&b, r.LiveAudit)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

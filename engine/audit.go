@@ -1,0 +1,745 @@
+package engine
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlimit/ringlimit/ringslot"
+)
+
+// The self-audit (Config.Audit) shadows the decisions of sampled keys with
+// an exact sliding log and counts where the engine's algorithm and the
+// exact log disagree. It has two halves:
+//
+//   - On the decision path, a sampled key's decision is appended to a
+//     bounded lock-free buffer (auditRing): one CAS on its tail, no lock,
+//     no allocation. A decision that finds the buffer full is counted in
+//     dropped, and the window after it is quarantined (dropUntil).
+//   - Off the decision path, a drain (Engine.Audit, and the engine's
+//     background goroutine every AuditDrainInterval) takes the buffered
+//     decisions under the auditor's mutex, sorts them by time and replays
+//     them into one exact log per key (shadowKey).
+//
+// An unsampled key pays only Engine.sampled: a multiply, a shift, a
+// compare and a branch that goes the same way for every one of its
+// decisions.
+
+// AuditDrainInterval is how often the engine's background goroutine drains
+// the audit buffer into the shadow logs when Config.Audit is set.
+const AuditDrainInterval = 25 * time.Millisecond // the longest a decision waits in a buffer that fills less than a quarter of it
+
+// auditMul spreads the key hash before the sampling compare, so that which
+// keys are sampled does not follow the low bits the shards and the map's
+// buckets use: an odd constant (2^64/φ), so the product is a bijection.
+const auditMul = 0x9e3779b97f4a7c15
+
+// auditThreshold maps a share in (0, 1] to the bound that (h·auditMul)>>1 is
+// compared with: share·2^63, so 1 samples every key.
+func auditThreshold(share float64) uint64 {
+	if share >= 1 {
+		return 1 << 63
+	}
+	return uint64(math.Ldexp(share, 63))
+}
+
+// sampled reports whether the key of hash h is audited. With Config.Audit
+// 0, auditBelow is 0 and no key is. This is the one branch an unsampled
+// key pays; it goes the same way for every decision of a key.
+func (e *Engine) sampled(h uint64) bool { return (h*auditMul)>>1 < e.auditBelow }
+
+// acquireAudited is fast's decision for a sampled key: always Acquire,
+// whose Result carries the effective epoch, and the decision buffered for
+// the audit at its effective time.
+//
+//go:noinline
+func (e *Engine) acquireAudited(r ringslot.Ring, key string, n, t, limit int64) (ringslot.Result, int64, bool) {
+	res := e.geo.Acquire(r, t, n, limit)
+	if !res.Dead {
+		e.audit.record(key, e.effective(t, res.Epoch), n, limit, res.Allowed)
+	}
+	return res, limit, !res.Dead
+}
+
+// auditReserve buffers a sampled key's reservation like acquireAudited,
+// and returns what Reservation.audit keeps: the time the log records the
+// units at, plus one, when they were admitted; else 0.
+//
+//go:noinline
+func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result) int64 {
+	eff := e.effective(t, res.Epoch)
+	e.audit.record(key, eff, n, limit, res.Allowed)
+	if !res.Allowed {
+		return 0
+	}
+	return eff + 1
+}
+
+// auditCancel buffers that a reservation's n units, recorded in the
+// audit's log at ref, are being given back, then calls cancel, the engine's
+// own Cancel; if that gives nothing back, it buffers that the take-back is
+// undone. The unadmit goes first, so that every decision the engine makes
+// after its cancel is buffered after it, and it is timed at the key's
+// newest sub-window as read before the cancel (ring's Newest), so that no
+// such decision, whose sub-window is at least that one, sorts before it:
+// each is replayed with the units already out of the log, as the engine
+// decided it. (Buffered after the cancel, a decision admitted into the
+// freed room could be replayed with the units still in the log and counted
+// as a false admit: TestAuditReserveCancelConcurrent.) A decision made
+// before the cancel may be replayed after the unadmit, without the units,
+// which can only show a false deny, never a false admit. Decisions made
+// before the cancel in older sub-windows, and all of a sequential caller's,
+// are replayed before it, as they happened.
+//
+//go:noinline
+func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref, n int64, cancel func() bool) bool {
+	t := max(e.geo.Newest(ring), ref)
+	e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+	if cancel() {
+		return true
+	}
+	e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evReadmit})
+	return false
+}
+
+// effective is the time a decision at t was made at, given its Result's
+// Epoch: t, or the start of the key's newest sub-window when t was older
+// (SlidingLog: the key's newest time), as AllowAt documents.
+func (e *Engine) effective(t, epoch int64) int64 {
+	if e.cfg.Algorithm == SlidingLog {
+		return epoch
+	}
+	if epoch == e.geo.EpochOf(t) {
+		return t
+	}
+	return epoch * e.cfg.width
+}
+
+// Audited reports whether key's decisions are shadowed by the self-audit
+// (Config.Audit): a fixed property of the key for this engine (its hash is
+// seeded per engine). It is false for every key when Audit is 0.
+func (e *Engine) Audited(key string) bool { return e.sampled(e.tab.Hash(key)) }
+
+// The kinds of audit events.
+const (
+	evAdmit   uint8 = iota // n units admitted at t
+	evDeny                 // n units refused at t
+	evUnadmit              // n units admitted at ref are being returned (a Cancel, before the engine's)
+	evReadmit              // the engine did not take them back after all: the unadmit is undone
+)
+
+// auditEvent is one sampled decision, as the buffer holds it.
+type auditEvent struct {
+	key   string
+	t     int64 // the decision's time (Unix ns); an unadmit's own time
+	ref   int64 // evUnadmit, evReadmit: the time of the admission
+	n     int64
+	limit int64 // the key's limit the engine decided with
+	kind  uint8
+}
+
+// cacheLine pads the buffer's tail away from the fields around it: writers
+// of sampled keys CAS it from every core.
+const cacheLine = 64
+
+// auditRing is a bounded multi-producer, single-consumer queue (Vyukov's
+// bounded MPMC queue with one consumer). Cell i of lap k holds sequence
+// number i+k·len while free for position i+k·len, and position+1 once its
+// event is written.
+//
+// Invariant: a writer owns a cell from its successful CAS of tail (from p
+// to p+1, made only while the cell's seq equals p) until it stores seq =
+// p+1; the consumer owns it from loading seq == p+1 until it stores seq =
+// p+len. Those stores and loads are the only synchronisation: the event's
+// plain fields are written before the releasing store and read after the
+// acquiring load, so each side sees the other's writes whole. A cell whose
+// writer has claimed it but not finished stops the consumer there; the
+// events behind it wait for the next drain, never skipped.
+type auditRing struct {
+	_     [cacheLine]byte
+	tail  atomic.Uint64 // the next position a writer claims
+	_     [cacheLine - 8]byte
+	head  uint64 // the next position the consumer reads; under auditor.mu
+	mask  uint64
+	cells []auditCell
+}
+
+type auditCell struct {
+	seq atomic.Uint64
+	ev  auditEvent
+}
+
+func newAuditRing(size int) *auditRing {
+	r := &auditRing{mask: uint64(size - 1), cells: make([]auditCell, size)}
+	for i := range r.cells {
+		r.cells[i].seq.Store(uint64(i))
+	}
+	return r
+}
+
+// push appends ev, or reports false when the buffer is full. Lock-free: a
+// failed CAS means another writer claimed the position.
+// The position it took is returned too (for the drain's wake-up).
+func (r *auditRing) push(ev auditEvent) (uint64, bool) {
+	pos := r.tail.Load()
+	for {
+		c := &r.cells[pos&r.mask]
+		switch d := int64(c.seq.Load() - pos); {
+		case d == 0:
+			if r.tail.CompareAndSwap(pos, pos+1) {
+				c.ev = ev
+				c.seq.Store(pos + 1) // publishes ev to the consumer
+				return pos, true
+			}
+			pos = r.tail.Load()
+		case d < 0:
+			// The cell still holds an event of the previous lap, or its
+			// writer has not finished: the buffer is full.
+			return pos, false
+		default:
+			pos = r.tail.Load() // another writer took pos meanwhile
+		}
+	}
+}
+
+// pop takes the next event, or reports false when none is ready. Consumer
+// only (under auditor.mu).
+func (r *auditRing) pop() (auditEvent, bool) {
+	c := &r.cells[r.head&r.mask]
+	if c.seq.Load() != r.head+1 {
+		return auditEvent{}, false
+	}
+	ev := c.ev
+	c.ev = auditEvent{}              // no reference to the key is kept
+	c.seq.Store(r.head + r.mask + 1) // frees the cell for the next lap
+	r.head++
+	return ev, true
+}
+
+// auditEntry is one admitted decision in a key's exact log: n units at the
+// effective time t; ref is the decision's own time, which an unadmit names;
+// gone the units unadmits took out, which a readmit can put back.
+type auditEntry struct{ t, ref, n, gone int64 }
+
+// shadowKey is the exact sliding log of one sampled key: its admitted
+// units whose effective time is inside (newest − W, newest], oldest first,
+// with their sum. It holds at most the admitted decisions of one window:
+// fewer than 2·L entries for SlidingWindow, at most L for Strict and the
+// log, 2·L for Fixed (n ≥ 1 each), and never more than AuditMaxEntries
+// over all keys.
+type shadowKey struct {
+	log    []auditEntry
+	head   int   // log[:head] has left the window
+	sum    int64 // Σ n of log[head:]
+	newest int64 // the newest effective time of any of the key's decisions
+	// trustAfter: decisions before it are replayed but not judged, because
+	// the log may miss units admitted before the key got its shadow (see
+	// auditor.watermark).
+	trustAfter int64
+}
+
+// expire drops the entries at or before cut.
+func (k *shadowKey) expire(cut int64) (dropped int) {
+	for k.head < len(k.log) && k.log[k.head].t <= cut {
+		k.sum -= k.log[k.head].n
+		k.head++
+		dropped++
+	}
+	live := len(k.log) - k.head
+	switch {
+	case cap(k.log) > 4*live+shadowSlack:
+		// After a burst has left the window: give the memory back, so
+		// that a log's capacity stays within 4·live + shadowSlack.
+		k.log = append(make([]auditEntry, 0, 2*live+shadowSlack/2), k.log[k.head:]...)
+		k.head = 0
+	case k.head > shadowSlack && k.head*2 > len(k.log):
+		k.log = k.log[:copy(k.log, k.log[k.head:])]
+		k.head = 0
+	}
+	return dropped
+}
+
+// shadowSlack is the capacity a log may keep beyond 4× its live entries.
+const shadowSlack = 16
+
+// insert adds en in time order, after the entries of its time: the log
+// stays sorted by t (a late decision's entry can be older than the newest).
+func (k *shadowKey) insert(en auditEntry) {
+	i, _ := slices.BinarySearchFunc(k.log[k.head:], en.t+1, func(e auditEntry, t int64) int { return cmp.Compare(e.t, t) })
+	k.log = slices.Insert(k.log, k.head+i, en)
+}
+
+// unadmit takes n units of the admission made at ref back: from the live
+// entries recorded at ref, newest first, never below zero (entries at one
+// ref are at one time, so which of them gives the units back does not
+// change any count). It returns the units removed: 0 when that admission
+// has left the window (or was never in the log).
+func (k *shadowKey) unadmit(ref, n int64) int64 {
+	var took int64
+	// An entry's t is at least its ref, and t never decreases along the
+	// log: the search stops at the first entry older than ref.
+	for i := len(k.log) - 1; i >= k.head && took < n && k.log[i].t >= ref; i-- {
+		if en := &k.log[i]; en.ref == ref && en.n > 0 {
+			d := min(n-took, en.n)
+			en.n -= d
+			en.gone += d
+			k.sum -= d
+			took += d
+		}
+	}
+	return took
+}
+
+// readmit puts back up to n units that unadmits took out of the live
+// entries recorded at ref, and returns how many: an unadmit whose Cancel
+// the engine then refused is undone, for the units still in the window.
+func (k *shadowKey) readmit(ref, n int64) int64 {
+	var put int64
+	for i := len(k.log) - 1; i >= k.head && put < n && k.log[i].t >= ref; i-- {
+		if en := &k.log[i]; en.ref == ref && en.gone > 0 {
+			d := min(n-put, en.gone)
+			en.n += d
+			en.gone -= d
+			k.sum += d
+			put += d
+		}
+	}
+	return put
+}
+
+// AuditReport is what Engine.Audit returns: the self-audit's counts since
+// the engine started, over the decisions of sampled keys (Config.Audit).
+//
+// Each sampled decision with 1 ≤ n ≤ the key's limit is replayed, in time
+// order, into an exact sliding log of the units the ENGINE admitted for that
+// key. At the decision's time t (the engine's effective time: the
+// request's, or the start of the key's newest sub-window if that is later;
+// and the key's newest decision time, if that is later still: time never
+// runs backwards for a key), with C the exact units admitted in (t − W, t]
+// and L the limit the engine decided with:
+//
+//   - a false admit is an admission with C + n > L;
+//   - a false deny is a denial with C + n ≤ L.
+//
+// So these count the engine's errors against what it actually admitted, not
+// disagreement with a separate exact limiter (whose admissions would
+// diverge). SlidingWindow makes both, bounded: a window never holds 2·L,
+// and for smooth traffic about (1 + 1/N)·L. Strict makes no false admits
+// and may deny up to a sub-window's worth early; SlidingLog makes neither
+// when a key's decisions are not concurrent (under contention any algorithm
+// may deny falsely, never admit falsely); FixedWindow makes false admits
+// across its boundaries (up to 2·L). Peeks (n = 0), n outside 1 … limit,
+// refused times and MaxKeys refusals are not decisions about the window and
+// are not audited.
+//
+// Fields are read under the auditor's lock after a drain, so one report is
+// consistent: Decisions = Admits + Denies = Judged + Unjudged. Counts are
+// cumulative; subtract two reports for a rate.
+type AuditReport struct {
+	// Share is Config.Audit; 0 means the audit is off and the report empty.
+	Share float64
+	// Decisions shadowed: Admits + Denies.
+	Decisions, Admits, Denies int64
+	// Judged decisions were compared with a complete log; Unjudged ones
+	// were replayed but not judged, because units of their window may be
+	// missing from the log (a buffered decision was dropped within one
+	// window before them, or their key was not shadowed, by a cap, within
+	// one window before it got its log), or because the decision reached
+	// the buffer only after a drain had replayed a later sub-window of its
+	// key (its goroutine was preempted between deciding and buffering).
+	Judged, Unjudged int64
+	// FalseAdmits and FalseDenies, among the judged decisions.
+	FalseAdmits, FalseDenies int64
+	// WorstWindow is the largest exact count of admitted units in one
+	// window (t − W, t], over the judged admissions of every key, as a
+	// multiple of the limit in force at t: ≤ 1 for Strict and SlidingLog,
+	// < 2 for SlidingWindow, ≤ 2 for FixedWindow (more if SetLimit lowered
+	// a limit below what the window already held). WorstKey is that key.
+	WorstWindow float64
+	WorstKey    string
+	// Unadmits count the cancelled reservations whose units the engine
+	// gave back; UnadmitMissed those whose units had already left the
+	// exact window at the key's newest time, so the log had nothing to
+	// take out (a weighted counter still counts part of that sub-window).
+	Unadmits, UnadmitMissed int64
+	// Keys shadowed now, and log Entries held now (bounded by
+	// AuditMaxKeys and AuditMaxEntries).
+	Keys    int
+	Entries int64
+	// KeysSkipped counts sampled keys that were refused a log, or lost
+	// theirs, because AuditMaxKeys or AuditMaxEntries was reached; Skipped
+	// counts their decisions, which are not in Decisions.
+	KeysSkipped, Skipped int64
+	// Dropped counts sampled decisions that found the buffer full
+	// (AuditBuffer): not in Decisions, and the window after each is
+	// Unjudged. A nonzero value asks for a larger AuditBuffer or more
+	// frequent Audit calls.
+	Dropped int64
+}
+
+// auditor is an engine's self-audit. The buffer and the drop counters are
+// written on the decision path; everything else belongs to the drain and
+// is guarded by mu.
+type auditor struct {
+	ring      *auditRing
+	dropped   atomic.Int64
+	dropFrom  atomic.Int64  // the earliest time of a dropped decision (MaxInt64: none)
+	dropUntil atomic.Int64  // the latest time + W of a dropped decision
+	kick      chan struct{} // a drain wanted now (capacity 1; see wake)
+
+	window     int64 // W, ns
+	width      int64 // the sub-window the engine clamps times to (1 for a log)
+	maxKeys    int
+	maxEntries int64
+	share      float64
+
+	mu   sync.Mutex
+	keys map[string]*shadowKey
+	// skipped: keys without a log, until that time (+W of their newest
+	// decision). Updated through the pointer: assigning an existing string
+	// key would store the caller's copy of it (Go updates string keys).
+	skipped map[string]*int64
+	entries int64
+	scratch []auditEvent
+	now     int64 // the newest decision time drained
+	pruned  int64 // now at the last pass over idle keys
+	// prePruned: the oldest time of the last batch that made room first.
+	prePruned int64
+	// watermark: a key given a log now may have had units that were not
+	// logged (skipped with no record left, or a pruned log) inside windows
+	// ending before this time, so it judges none of its decisions before it.
+	watermark int64
+	rep       AuditReport
+}
+
+func newAuditor(nc normalized) *auditor {
+	w := nc.width
+	if nc.Algorithm == SlidingLog {
+		w = 1 // the log clamps to the exact newest time
+	}
+	a := &auditor{
+		width:      w,
+		ring:       newAuditRing(nc.auditBuffer),
+		window:     int64(nc.Window),
+		maxKeys:    nc.auditMaxKeys,
+		maxEntries: nc.auditMaxEntries,
+		share:      nc.Audit,
+		keys:       map[string]*shadowKey{},
+		skipped:    map[string]*int64{},
+		kick:       make(chan struct{}, 1),
+	}
+	a.dropFrom.Store(math.MaxInt64)
+	return a
+}
+
+// record buffers one sampled decision. It is kept out of line so that the
+// unsampled path stays as small as it was.
+//
+//go:noinline
+func (a *auditor) record(key string, t, n, limit int64, allowed bool) {
+	kind := evDeny
+	if allowed {
+		kind = evAdmit
+	}
+	a.push(auditEvent{key: key, t: t, n: n, limit: limit, kind: kind})
+}
+
+func (a *auditor) push(ev auditEvent) {
+	pos, ok := a.ring.push(ev)
+	if ok {
+		if pos&(a.ring.mask>>2) == a.ring.mask>>2 {
+			// Every quarter buffer: drain now, not at the next tick, and
+			// leave the drain three quarters of the buffer's time to be
+			// scheduled while every core is busy deciding.
+			a.wake()
+		}
+		return
+	}
+	a.wake()
+	// The window around a dropped decision is quarantined, from its time
+	// (a decision before it cannot count its units) to one window after.
+	// Written before dropped, which the drain reads after them.
+	from, until := ev.t, satAdd(ev.t, a.window)
+	if ev.kind == evUnadmit || ev.kind == evReadmit {
+		from = min(from, ev.ref) // from its admission's time
+	}
+	for cur := a.dropFrom.Load(); from < cur && !a.dropFrom.CompareAndSwap(cur, from); cur = a.dropFrom.Load() {
+	}
+	for cur := a.dropUntil.Load(); until > cur && !a.dropUntil.CompareAndSwap(cur, until); cur = a.dropUntil.Load() {
+	}
+	a.dropped.Add(1)
+}
+
+// wake asks the engine's goroutine for a drain without waiting for its
+// ticker, so that a burst of sampled decisions is drained every half
+// buffer rather than dropped. It never blocks: one wake-up pending is
+// enough, and after Close nothing listens.
+func (a *auditor) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func ptr(v int64) *int64 { return &v }
+
+// satAdd is a + b for b ≥ 0, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// report drains the buffer and returns the counts.
+func (a *auditor) report() AuditReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.drainLocked()
+	r := a.rep
+	r.Share = a.share
+	r.Keys = len(a.keys)
+	r.Entries = a.entries
+	r.Dropped = a.dropped.Load()
+	return r
+}
+
+// drain replays the buffered decisions into the logs.
+func (a *auditor) drain() {
+	a.mu.Lock()
+	a.drainLocked()
+	a.mu.Unlock()
+}
+
+func (a *auditor) drainLocked() {
+	evs := a.scratch[:0]
+	for {
+		ev, ok := a.ring.pop()
+		if !ok {
+			break
+		}
+		evs = append(evs, ev)
+	}
+	// Read after the pops: a decision dropped before any event taken here
+	// was pushed has stored its dropUntil by now, if it returned.
+	q := quarantine{a.dropFrom.Load(), a.dropUntil.Load()}
+	// Concurrent decisions of one key reach the buffer in any order: replay
+	// them by sub-window, which is the order the engine applied them in
+	// (a key's effective sub-window never moves back), and within one
+	// sub-window in the order they were buffered. Not by exact time: a
+	// decision the engine clamped to the start of the key's newest
+	// sub-window came after the decisions later in that sub-window. Stable,
+	// so that an unadmit also follows its admission.
+	w := a.width
+	slices.SortStableFunc(evs, func(x, y auditEvent) int { return cmp.Compare(x.t/w, y.t/w) })
+	// With the logs at AuditMaxKeys, make room for this batch's new keys
+	// first: a key idle for two windows before the batch's oldest decision
+	// has nothing of its own in any window of this batch.
+	// At most once per quarter window, like the pass after the batch: with
+	// the cap reached and nothing idle, every drain would walk every log.
+	if len(evs) > 0 && len(a.keys) >= a.maxKeys {
+		oldest := evs[0].t
+		for i := range evs {
+			oldest = min(oldest, evs[i].t)
+		}
+		if oldest-a.prePruned >= a.window/4 {
+			a.prePruned = oldest
+			a.prune(oldest)
+		}
+	}
+	for i := range evs {
+		a.now = max(a.now, evs[i].t)
+		a.replay(&evs[i], q)
+		evs[i] = auditEvent{}
+	}
+	a.scratch = evs[:0]
+	if a.now-a.pruned >= a.window/4 {
+		a.pruned = a.now
+		a.prune(a.now)
+	}
+}
+
+// quarantine is the span of times [from, until) whose decisions are not
+// judged, because a dropped decision at from … until − W may have admitted
+// units the logs miss: a unit at s counts at t iff s ≤ t < s + W. It never
+// shrinks: conservative, never wrong.
+type quarantine struct{ from, until int64 }
+
+func (q quarantine) holds(t int64) bool { return t >= q.from && t < q.until }
+
+// replay applies one event to its key's log and counts it.
+func (a *auditor) replay(ev *auditEvent, q quarantine) {
+	if len(a.skipped) > 0 { // usually none: one map lookup less per decision
+		if until, ok := a.skipped[ev.key]; ok {
+			if ev.t < *until {
+				a.skip(ev)
+				return
+			}
+			delete(a.skipped, ev.key) // its unlogged units have left the window
+		}
+	}
+	k := a.keys[ev.key]
+	if k == nil {
+		if ev.kind == evUnadmit || ev.kind == evReadmit {
+			a.countTakeBack(ev.kind, 0)
+			return
+		}
+		if len(a.keys) >= a.maxKeys {
+			a.rep.KeysSkipped++
+			a.skip(ev)
+			return
+		}
+		k = &shadowKey{trustAfter: a.watermark, newest: math.MinInt64}
+		a.keys[strings.Clone(ev.key)] = k
+	}
+	switch ev.kind {
+	case evUnadmit:
+		a.countTakeBack(ev.kind, k.unadmit(ev.ref, ev.n))
+		return
+	case evReadmit:
+		a.countTakeBack(ev.kind, k.readmit(ev.ref, ev.n))
+		return
+	}
+	// Time never runs backwards for a key. ev.t is already the engine's
+	// effective time: the request's, or the start of the key's newest
+	// sub-window if that is later (a log: its newest time), where the
+	// engine counts that whole sub-window. The audit judges such a decision
+	// at the key's newest time, so that the units already admitted later
+	// in that sub-window are inside the exact window too.
+	// A decision of an older sub-window than one already replayed for the
+	// key was buffered after a drain took the newer ones (its goroutine
+	// was preempted between deciding and buffering): the engine applied
+	// it before them, but the log now holds them, so it is not judged.
+	late := k.newest != math.MinInt64 && ev.t/a.width < k.newest/a.width
+	t := max(ev.t, k.newest)
+	k.newest = t
+	a.entries -= int64(k.expire(t - a.window))
+	c := k.sum
+	judged := !late && t >= k.trustAfter && !q.holds(t)
+	a.rep.Decisions++
+	if judged {
+		a.rep.Judged++
+	} else {
+		a.rep.Unjudged++
+	}
+	if ev.kind == evDeny {
+		a.rep.Denies++
+		if judged && c+ev.n <= ev.limit {
+			a.rep.FalseDenies++
+		}
+		return
+	}
+	a.rep.Admits++
+	if judged && c+ev.n > ev.limit {
+		a.rep.FalseAdmits++
+	}
+	if a.entries >= a.maxEntries {
+		// The log would pass AuditMaxEntries: the key stops being shadowed
+		// until its units have left the window.
+		a.entries -= int64(len(k.log) - k.head)
+		delete(a.keys, ev.key)
+		a.rep.KeysSkipped++
+		a.skipped[strings.Clone(ev.key)] = ptr(satAdd(t, a.window)) // deleted from keys just above: not in skipped
+		return
+	}
+	if late {
+		// At its own time, which is where the engine counted it: placed at
+		// the key's newest time it would stay in the window too long, and
+		// the next decisions could be judged against a unit the engine
+		// no longer counts.
+		k.insert(auditEntry{t: ev.t, ref: ev.t, n: ev.n})
+	} else {
+		k.log = append(k.log, auditEntry{t: t, ref: ev.t, n: ev.n})
+	}
+	k.sum += ev.n
+	a.entries++
+	if late {
+		a.entries -= int64(k.expire(t - a.window)) // it may be out of the window already
+	}
+	if judged {
+		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow {
+			a.rep.WorstWindow, a.rep.WorstKey = w, strings.Clone(ev.key) // not the caller's backing array
+		}
+	}
+}
+
+// countTakeBack counts an unadmit that took units out of a log (or none:
+// they had left the exact window, or the key has no log), or a readmit
+// that undid one because the engine's Cancel gave nothing back.
+func (a *auditor) countTakeBack(kind uint8, units int64) {
+	if kind == evUnadmit {
+		a.rep.Unadmits++
+		if units == 0 {
+			a.rep.UnadmitMissed++
+		}
+		return
+	}
+	a.rep.Unadmits--
+	if units == 0 {
+		a.rep.UnadmitMissed--
+	}
+}
+
+// skip counts a decision of a key that has no log, and keeps the key out
+// of the logs until its units have left the window.
+func (a *auditor) skip(ev *auditEvent) {
+	if ev.kind == evUnadmit || ev.kind == evReadmit {
+		a.countTakeBack(ev.kind, 0)
+		return
+	}
+	a.rep.Skipped++
+	until := satAdd(ev.t, a.window)
+	if cur, ok := a.skipped[ev.key]; ok {
+		*cur = max(*cur, until)
+		return
+	}
+	if len(a.skipped) < a.maxKeys {
+		a.skipped[strings.Clone(ev.key)] = ptr(until)
+		return
+	}
+	// No room to remember the key: every key that gets a log from now on
+	// distrusts its decisions up to until, since it may be this one.
+	a.watermark = max(a.watermark, until)
+}
+
+// prune drops the logs of keys idle for two windows at now, and the skip
+// records one window past their end. A window more than needed: a key's
+// decisions can come a little behind the newest time the audit has seen
+// (other goroutines' clocks, or drains between them), and a key that comes
+// back after its log or its skip record is gone gets a new log that trusts
+// nothing before the watermark. Keys idle for two windows hold nothing
+// inside any window of theirs, so memory stays within the bound: the units
+// admitted in one window, per key.
+func (a *auditor) prune(now int64) {
+	cut := now - 2*a.window
+	for key, k := range a.keys {
+		if k.newest <= cut {
+			a.entries -= int64(len(k.log) - k.head)
+			a.watermark = max(a.watermark, satAdd(k.newest, a.window))
+			delete(a.keys, key)
+		}
+	}
+	for key, up := range a.skipped {
+		until := *up
+		if until <= now-a.window {
+			a.watermark = max(a.watermark, until)
+			delete(a.skipped, key)
+		}
+	}
+}
+
+// Audit drains the self-audit's buffer and returns its counts (see
+// AuditReport for how to read them). It returns the zero report, Share 0,
+// when Config.Audit is 0. It is safe for concurrent use with decisions and
+// with itself; it takes the audit's lock (never held on the decision path)
+// and replays every decision buffered since the last drain.
+func (e *Engine) Audit() AuditReport {
+	if e.audit == nil {
+		return AuditReport{}
+	}
+	return e.audit.report()
+}

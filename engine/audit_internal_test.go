@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAuditRingConcurrent: producers push through a small ring for many
+// laps while one consumer pops; every event pushed is popped exactly once,
+// and every push that failed found the ring full.
+func TestAuditRingConcurrent(t *testing.T) {
+	const producers, each = 4, 5000
+	r := newAuditRing(64)
+	var wg sync.WaitGroup
+	pushed := make([][]bool, producers)
+	for p := range producers {
+		pushed[p] = make([]bool, each)
+		wg.Go(func() {
+			for i := range each {
+				_, pushed[p][i] = r.push(auditEvent{key: "k", t: int64(p), n: int64(i)})
+			}
+		})
+	}
+	seen := make([][]int, producers)
+	for p := range seen {
+		seen[p] = make([]int, each)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for finished := false; ; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		for {
+			ev, ok := r.pop()
+			if !ok {
+				break
+			}
+			seen[ev.t][ev.n]++
+		}
+		if finished {
+			break
+		}
+	}
+	var ok, full int
+	for p := range producers {
+		for i := range each {
+			switch {
+			case pushed[p][i] && seen[p][i] == 1:
+				ok++
+			case !pushed[p][i] && seen[p][i] == 0:
+				full++
+			default:
+				t.Fatalf("event %d/%d: pushed %v, seen %d times", p, i, pushed[p][i], seen[p][i])
+			}
+		}
+	}
+	require.Positive(t, ok)
+	t.Logf("%d events passed, %d found the ring full", ok, full)
+}
+
+// unadmitAt buffers an unadmit of n units admitted at ref, replayed at t,
+// as Engine.auditCancel does (with t = ref) before the engine's Cancel.
+func (a *auditor) unadmitAt(key string, ref, n, t int64) {
+	a.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+}
+
+// TestAuditUnadmit: an unadmit event takes units of the named admission
+// out of the key's log, never below zero, and counts as missed when the
+// admission has left the window. The engine here has no Cancel, so it
+// still counts the units: the audit then sees its denials as false, which
+// is how the test observes the log.
+func TestAuditUnadmit(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	e, err := New(Config{Limit: 10, Window: time.Second, SubWindows: 10, Algorithm: SlidingWindowStrict, Audit: 1, DisableEviction: true})
+	require.NoError(t, err)
+	defer e.Close()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ns := func(ms int) int64 { return at(ms).UnixNano() }
+	require.True(t, e.AllowAt("k", 6, at(100)).Allowed)
+	require.True(t, e.AllowAt("k", 4, at(120)).Allowed)
+	e.audit.unadmitAt("k", ns(100), 3, ns(150))
+	// The engine holds 10, the log 7: a denial of 3 is false, of 4 right.
+	require.False(t, e.AllowAt("k", 3, at(200)).Allowed)
+	require.False(t, e.AllowAt("k", 4, at(200)).Allowed)
+	r := e.Audit()
+	require.Equal(t, int64(1), r.FalseDenies)
+	require.Equal(t, int64(1), r.Unadmits)
+	require.Zero(t, r.UnadmitMissed)
+	// More than the admission had: only its 3 remaining units go.
+	e.audit.unadmitAt("k", ns(100), 50, ns(250))
+	require.False(t, e.AllowAt("k", 6, at(300)).Allowed) // log 4: 4 + 6 ≤ 10, false
+	require.False(t, e.AllowAt("k", 7, at(300)).Allowed) // 4 + 7 > 10, right
+	// Again: nothing left of it. And an admission never made.
+	e.audit.unadmitAt("k", ns(100), 1, ns(310))
+	e.audit.unadmitAt("k", ns(110), 1, ns(310))
+	e.audit.unadmitAt("nobody", ns(110), 1, ns(310))
+	r = e.Audit()
+	require.Equal(t, int64(2), r.FalseDenies)
+	require.Equal(t, int64(5), r.Unadmits)
+	require.Equal(t, int64(3), r.UnadmitMissed)
+	require.Equal(t, int64(2), r.Entries, "an emptied entry stays until it leaves the window")
+	// After the window the admission is gone: missed.
+	require.True(t, e.AllowAt("k", 1, at(1500)).Allowed)
+	e.Audit()
+	e.audit.unadmitAt("k", ns(120), 1, ns(120))
+	r = e.Audit()
+	require.Equal(t, int64(4), r.UnadmitMissed)
+	require.Equal(t, int64(1), r.Entries)
+}
+
+// TestShadowKeyUnadmit exercises the log's own method at its edges.
+func TestShadowKeyUnadmit(t *testing.T) {
+	k := &shadowKey{}
+	for i, n := range []int64{2, 5, 3} {
+		k.log = append(k.log, auditEntry{t: int64(10 * i), ref: int64(10 * i), n: n})
+		k.sum += n
+	}
+	require.Equal(t, int64(5), k.unadmit(10, 9))
+	require.Equal(t, int64(0), k.unadmit(10, 1))
+	require.Equal(t, int64(5), k.sum)
+	require.Equal(t, int64(1), k.unadmit(0, 1))
+	require.Equal(t, 1, k.expire(0)) // the entry at 0 (1 unit left) leaves
+	require.Equal(t, int64(3), k.sum)
+	require.Equal(t, int64(0), k.unadmit(0, 1), "an entry that has left the window is not touched")
+}
+
+// TestAuditDrainsInBackground: without any Audit call, the engine's own
+// goroutine drains the buffer, so a buffer smaller than the traffic over a
+// long run drops nothing as long as each drain period fits in it.
+func TestAuditDrainsInBackground(t *testing.T) {
+	e, err := New(Config{Limit: 1 << 30, Window: time.Second, Audit: 1, AuditBuffer: MinAuditBuffer, DisableEviction: true})
+	require.NoError(t, err)
+	defer e.Close()
+	t0 := time.Unix(1_700_000_000, 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		e.AllowAt(fmt.Sprint(i%8), 1, t0)
+		if i%MinAuditBuffer == MinAuditBuffer-1 {
+			// Wait until the background drain has emptied the buffer.
+			for e.audit.ring.tail.Load() != func() uint64 { e.audit.mu.Lock(); defer e.audit.mu.Unlock(); return e.audit.ring.head }() {
+				if time.Now().After(deadline) {
+					t.Fatal("the background drain did not run")
+				}
+				runtime.Gosched() // the drain runs on a real ticker; no sleep
+			}
+			if i >= 4*MinAuditBuffer {
+				break
+			}
+		}
+	}
+	r := e.Audit()
+	require.Zero(t, r.Dropped)
+	require.Equal(t, int64(5*MinAuditBuffer), r.Decisions)
+}
+
+// TestShadowKeyGivesMemoryBack: a log that held a burst shrinks once the
+// burst has left the window, so its capacity stays within 4× its live
+// entries plus shadowSlack.
+func TestShadowKeyGivesMemoryBack(t *testing.T) {
+	k := &shadowKey{}
+	for i := range 10_000 {
+		k.log = append(k.log, auditEntry{t: int64(i), ref: int64(i), n: 1})
+		k.sum++
+	}
+	require.Equal(t, 9_990, k.expire(9_989))
+	require.Equal(t, 10, len(k.log)-k.head)
+	require.LessOrEqual(t, cap(k.log), 4*10+shadowSlack)
+	require.Equal(t, int64(10), k.sum)
+	require.Equal(t, int64(9_990), k.log[k.head].t)
+	// Steady traffic keeps amortised O(1) work: one entry in, one out.
+	for i := 10_000; i < 100_000; i++ {
+		k.log = append(k.log, auditEntry{t: int64(i), ref: int64(i), n: 1})
+		k.sum++
+		k.expire(int64(i) - 10)
+		require.LessOrEqual(t, cap(k.log), 4*10+shadowSlack)
+	}
+	require.Equal(t, int64(10), k.sum)
+}
+
+// TestAuditLateDecision: a decision buffered after a drain replayed a later
+// sub-window of its key (its goroutine preempted between deciding and
+// buffering) is replayed but not judged; one in the same sub-window, or
+// in order, is judged.
+func TestAuditLateDecision(t *testing.T) {
+	e, err := New(Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: SlidingWindowStrict, Audit: 1, DisableEviction: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Close()) // no background drain: the test orders the drains
+	base := time.Unix(1_700_000_000, 0).UnixNano()
+	ms := func(n int64) int64 { return base + n*int64(time.Millisecond) }
+	e.audit.record("k", ms(520), 1, 2, true) // sub-window 5
+	e.audit.record("k", ms(510), 1, 2, true) // same sub-window, out of order
+	e.Audit()
+	e.audit.record("k", ms(350), 1, 2, true) // sub-window 3, after 5 was replayed
+	r := e.Audit()
+	require.Equal(t, int64(3), r.Decisions)
+	require.Equal(t, int64(2), r.Judged)
+	require.Equal(t, int64(1), r.Unjudged)
+	require.Zero(t, r.FalseAdmits, "the late admission would have counted 3 > 2")
+	require.Equal(t, int64(3), r.Entries, "its unit is in the log all the same")
+	// At its own time (350 ms), where the engine counted it: at 1.4 s it has
+	// left the window (0.4 s, 1.4 s], the two at 510 and 520 ms have not.
+	// Placed at the newest time (520 ms) it would still count: 3 > 2.
+	e.audit.record("k", ms(1400), 0, 2, true) // n = 0 only to observe C; the engine never records it
+	r = e.Audit()
+	require.Zero(t, r.FalseAdmits)
+	require.Equal(t, int64(3), r.Entries, "510, 520 and the empty one at 1.4 s")
+	// An admission far older than the window is out of it at once.
+	e.audit.record("k", ms(300), 1, 2, true)
+	r = e.Audit()
+	require.Equal(t, int64(3), r.Entries)
+	require.Equal(t, int64(2), r.Unjudged)
+}
+
+// TestAuditUnadmitConcurrent: goroutines admit and take back their own
+// admissions while others drain; every unadmit finds its admission, and
+// every log ends empty of units.
+func TestAuditUnadmitConcurrent(t *testing.T) {
+	e, err := New(Config{Limit: 1 << 20, Window: time.Hour, Audit: 1, DisableEviction: true, AuditBuffer: 1 << 16})
+	require.NoError(t, err)
+	defer e.Close()
+	base := time.Unix(1_700_000_000, 0)
+	const workers, each = 4, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			key := fmt.Sprint("k", w)
+			for i := range each {
+				at := base.Add(time.Duration(i) * time.Millisecond)
+				n := int64(1 + i%3)
+				if !e.AllowAt(key, n, at).Allowed {
+					t.Error("refused")
+					return
+				}
+				e.audit.unadmitAt(key, at.UnixNano(), n, at.UnixNano())
+				if i%100 == 0 {
+					e.Audit()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r := e.Audit()
+	require.Zero(t, r.Dropped)
+	require.Equal(t, int64(workers*each), r.Unadmits)
+	require.Zero(t, r.UnadmitMissed)
+	e.audit.mu.Lock()
+	defer e.audit.mu.Unlock()
+	for key, k := range e.audit.keys {
+		require.Zero(t, k.sum, key)
+	}
+}
