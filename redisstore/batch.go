@@ -77,6 +77,18 @@ type judgedError struct{ err error }
 func (j *judgedError) Error() string { return j.err.Error() }
 func (j *judgedError) Unwrap() error { return j.err }
 
+// mayHaveCounted marks the error of a round trip given up because its
+// context ended (the caller's, or a batch's latest deadline) with
+// errNotAnswered: the call may have reached Redis and been counted. An
+// error reply is left alone: Redis answered.
+func mayHaveCounted(ctx context.Context, err error) error {
+	var reply redis.Error
+	if ctx.Err() == nil || errors.Is(err, errNotAnswered) || errors.As(err, &reply) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errNotAnswered, err)
+}
+
 // heldError is a queued call's result when the breaker opened before a
 // sender took it: the call was never sent, and err is the breaker's error
 // for a policy answer (it wraps ErrUnavailable).
@@ -111,7 +123,7 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 			// on, so that calls queued behind this one are held, not
 			// sent into the outage (see send).
 			b.l.tripOn(ctx, key, err, sentAt)
-			err = &judgedError{err}
+			err = &judgedError{mayHaveCounted(ctx, err)}
 		}
 		b.handOn()
 		return d, at, err
@@ -255,7 +267,7 @@ func (b *batcher) send(batch []*call) {
 		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
 		if err != nil {
 			l.tripOn(ctx, c.key, err, sentAt)
-			err = &judgedError{err}
+			err = &judgedError{mayHaveCounted(ctx, err)}
 		}
 		c.done <- result{d, at, err}
 		return
@@ -301,7 +313,7 @@ func (b *batcher) send(batch []*call) {
 		var r result
 		if err != nil {
 			l.tripOn(ctx, c.key, err, sentAt)
-			r.err = &judgedError{err}
+			r.err = &judgedError{mayHaveCounted(ctx, err)}
 		} else {
 			r.d, r.at, r.err = parse(res, c.limit)
 		}

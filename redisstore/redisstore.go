@@ -48,7 +48,9 @@ const (
 	// FailOpen admits, recording nothing.
 	FailOpen
 	// FallbackLocal decides with an in-process engine holding a share of
-	// the limit (WithFallbackLocal).
+	// the limit (WithFallbackLocal); its Decision's Limit is that share. A
+	// cost above the share but within the key's limit is denied with
+	// RetryAfter one sub-window, not Never: it can fit once Redis answers.
 	FallbackLocal
 )
 
@@ -382,7 +384,7 @@ func unboundedReads(client redis.UniversalClient) bool {
 
 func (l *Limiter) checkBounds() error {
 	if l.width%1000 != 0 {
-		return fmt.Errorf("redisstore: the sub-window width %v is not a whole number of microseconds (Redis TIME's resolution): choose Window and SubWindows so that Window/SubWindows is", time.Duration(l.width))
+		return fmt.Errorf("redisstore: the sub-window width %v is not a whole number of microseconds (Redis TIME's resolution): choose Window and SubWindows so that Window/SubWindows is a whole number of µs", time.Duration(l.width))
 	}
 	if int64(l.cfg.Window) >= MaxExact-2*l.width {
 		return fmt.Errorf("redisstore: Config.Window = %v: Window plus two sub-windows must be below 2^53 ns (about 104 days) for the script's exact arithmetic", l.cfg.Window)
@@ -402,9 +404,11 @@ func (l *Limiter) checkBounds() error {
 // fallback engine's sweeper (that engine still decides after Close, without
 // reclaiming idle keys), and waits for the round trips in flight to come
 // back. A round trip (a decision's or a probe's) on a stalled server is
-// bounded by the client's ReadTimeout (5 s by default in go-redis v9), or
-// by its context's deadline with ContextTimeoutEnabled; see
-// ErrUnboundedRoundTrip.
+// bounded by the client's ReadTimeout (5 s by default in go-redis v9) once
+// per attempt, and go-redis retries a timed-out command up to MaxRetries
+// times (3 by default): so by (1 + MaxRetries) × ReadTimeout, plus the
+// retries' backoff. With ContextTimeoutEnabled it is bounded by its
+// context's deadline instead; see ErrUnboundedRoundTrip.
 //
 // A hybrid limiter, from the moment Close is called, decides no more
 // locally: every later decision is exact, one script call as in the plain
@@ -460,9 +464,11 @@ func (l *Limiter) Stats() Stats {
 //
 // for example "ringlimit:{tenant-7}:w100000n10" for a 1 s window in 10
 // sub-windows (FixedWindow: N = 0 and the width is the window). Escaping
-// maps '\' to "\\", '{' to "\(" and '}' to "\)", so the tag always ends at
-// the closing brace added here, distinct user keys stay distinct, and the
-// geometry, outside the tag, never moves the key to another Cluster slot.
+// maps '\' to "\\", '{' to "\(" and '}' to "\)", and the empty key to "\e"
+// (Redis Cluster ignores an empty tag), so the tag always ends at the
+// closing brace added here and is never empty, distinct user keys stay
+// distinct, and the geometry, outside the tag, never moves the key to
+// another Cluster slot.
 //
 // The geometry in the name means that limiters whose sub-windows differ
 // never read each other's counters: a deploy that changes Window,
@@ -478,6 +484,12 @@ func (l *Limiter) Key(k string) string {
 	b.Grow(len(l.opts.prefix) + len(k) + 2 + len(l.geo))
 	b.WriteString(l.opts.prefix)
 	b.WriteByte('{')
+	if k == "" {
+		// Redis Cluster ignores an empty tag "{}" and hashes the whole
+		// name: the empty key gets a tag of its own. Escaping never
+		// writes a '\' followed by 'e', so no other key's tag is "\e".
+		b.WriteString(`\e`)
+	}
 	for i := 0; i < len(k); i++ {
 		switch c := k[i]; c {
 		case '\\':
@@ -688,7 +700,13 @@ func (l *Limiter) policy(key string, n, limit int64) engine.Decision {
 	case FailOpen:
 		return engine.Decision{Allowed: true, Limit: limit, Remaining: max(0, limit-n)}
 	case FallbackLocal:
-		return l.local.AllowN(key, n)
+		d := l.local.AllowN(key, n)
+		if !d.Allowed && d.RetryAfter == engine.Never {
+			// n is above the local share but within the key's limit: it
+			// can fit once Redis answers, so not Never.
+			d.RetryAfter = time.Duration(l.width)
+		}
+		return d
 	}
 	if n == 0 {
 		return engine.Decision{Allowed: true, Limit: limit}
