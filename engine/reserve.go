@@ -125,10 +125,10 @@ func (r *Reservation) At() time.Time {
 //   - Cancel was called on it before (Cancel is idempotent, also when called
 //     concurrently: one call returns the units, the others report false);
 //   - the sub-window has left the key's window: the key has seen a request
-//     at or after the end of the window that started with that sub-window
-//     (SlidingWindow and SlidingWindowStrict: N sub-windows later;
-//     FixedWindow: the next window; SlidingLog: Window after the recorded
-//     time), so the units no longer count anywhere. The slot may hold a
+//     that late or later (SlidingWindow and SlidingWindowStrict: N+1
+//     sub-windows after it, since the window at sub-window e+N still counts
+//     e's units; FixedWindow: the next window; SlidingLog: Window after the
+//     recorded time), so the units no longer count anywhere. The slot may hold a
 //     newer sub-window by then, and is never touched;
 //   - the key's state was reclaimed after being idle, or retired and
 //     replaced: its units are outside every window of the new state.
@@ -204,7 +204,11 @@ type Request struct {
 //
 // A request with a nil Engine is refused with RetryAfter Never, like a
 // request that can never fit. The requests may name one engine and key more
-// than once; each is reserved on its own.
+// than once; each is reserved on its own, so their units add up, and a
+// denial's RetryAfter counts the earlier ones' units that are then given
+// back: requests on one key that can never fit together are not refused
+// with Never. Keys that the earlier requests created stay, empty, after a
+// refusal, until swept; they take MaxKeys room as any key does.
 //
 // The all-or-nothing holds for what the engines count: the cancelled units
 // are returned to their sub-windows (see Reservation.Cancel), which, with
@@ -214,41 +218,49 @@ type Request struct {
 // holds units it then returns can be refused falsely (as around any
 // Cancel), never admitted falsely.
 //
-// It allocates nothing when every key exists: reqs is the caller's slice,
-// and the reservations live on the stack (one frame per request).
+// If a request panics (a Config.KeyLimit that panics), the requests
+// reserved before it are cancelled as the panic unwinds: the panic goes
+// on, and nothing is consumed.
+//
+// It allocates nothing when every key exists and there are at most
+// allowAllStack (8) requests: reqs is the caller's slice, and the
+// reservations live in an array on the stack. More requests take one
+// slice of Reservations from the heap; any number is decided.
 func AllowAll(now time.Time, reqs ...Request) (int, Decision) {
 	t := clock.UnixNano(now)
-	d := Decision{Allowed: true}
-	if len(reqs) > 0 {
-		d.Remaining = -1 // no Decision yet; any admitted one replaces it
+	var stack [allowAllStack]Reservation
+	held := stack[:]
+	if len(reqs) > len(stack) {
+		held = make([]Reservation, len(reqs))
 	}
-	i, d := allowFrom(t, reqs, d)
-	return i, d
+	// kept counts the reservations admitted so far, held[:kept]. Until
+	// every request is admitted they are given back, on a denial and on a
+	// panic alike, newest first.
+	kept := 0
+	defer func() {
+		for j := kept - 1; j >= 0; j-- {
+			held[j].Cancel()
+		}
+	}()
+	best := Decision{Allowed: true}
+	for k := range reqs {
+		q := &reqs[k]
+		if q.Engine == nil {
+			return k, Decision{RetryAfter: Never}
+		}
+		r := &held[k]
+		q.Engine.reserve(r, q.Key, q.N, t)
+		if !r.d.Allowed {
+			return k, r.d
+		}
+		if k == 0 || r.d.Remaining < best.Remaining {
+			best = r.d
+		}
+		kept = k + 1
+	}
+	kept = 0 // all admitted: every reservation stands
+	return -1, best
 }
 
-// allowFrom reserves reqs[0] at t, then the rest; on a denial anywhere it
-// cancels its own reservation and returns the denial's index, relative to
-// reqs. best is the admitted Decision with the least Remaining so far.
-func allowFrom(t int64, reqs []Request, best Decision) (int, Decision) {
-	if len(reqs) == 0 {
-		return -1, best
-	}
-	q := reqs[0]
-	if q.Engine == nil {
-		return 0, Decision{RetryAfter: Never}
-	}
-	var res Reservation
-	q.Engine.reserve(&res, q.Key, q.N, t)
-	if !res.d.Allowed {
-		return 0, res.d
-	}
-	if best.Remaining < 0 || res.d.Remaining < best.Remaining {
-		best = res.d
-	}
-	i, d := allowFrom(t, reqs[1:], best)
-	if i < 0 {
-		return -1, d
-	}
-	res.Cancel()
-	return i + 1, d
-}
+// allowAllStack is how many of AllowAll's reservations live on its stack.
+const allowAllStack = 8

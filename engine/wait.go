@@ -22,8 +22,9 @@ type WaitClock interface {
 	After(d time.Duration) (ch <-chan struct{}, stop func())
 }
 
-// Errors of Wait, for errors.Is. Each error Wait returns also names the key,
-// n and the limit.
+// Errors of Wait, for errors.Is. Wait wraps each of them in an error that
+// also names the key, n and the limit; when ctx ends, Wait returns ctx's
+// error as it is.
 var (
 	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
 	// n above the key's limit, a Config.KeyLimit result out of range, or

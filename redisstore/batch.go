@@ -48,9 +48,10 @@ type result struct {
 }
 
 // batcher sends decisions to Redis, at most maxSenders round trips at a
-// time. A caller that can keep its own deadline (its context can never
-// end, or the client enforces context deadlines) and finds a sender's slot
-// free makes its own round trip, one EVALSHA. Any other caller queues its
+// time. A caller that has no deadline to keep (its context has none: it
+// never ends, or only by cancellation, as an HTTP request's) or can keep
+// its own (the client enforces context deadlines) and finds a sender's
+// slot free makes its own round trip, one EVALSHA. Any other caller queues its
 // call and waits on its own channel and on its context, so that it returns
 // by its deadline whatever the client does; if a slot is free it starts a
 // sender goroutine. A sender takes every queued call (up to maxBatch),
@@ -106,11 +107,13 @@ var (
 // trip, and returns by ctx's end.
 func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (engine.Decision, time.Time, error) {
 	dl, hasDeadline := ctx.Deadline()
-	// A caller whose context can never end has no deadline to keep, and
-	// one whose client enforces context deadlines (ContextTimeoutEnabled)
+	// A caller whose context has no deadline has none to keep (a
+	// cancellation, as of an HTTP request whose client went away, then
+	// returns with the round trip, within the client's timeouts), and one
+	// whose client enforces context deadlines (ContextTimeoutEnabled)
 	// keeps its own: such a caller, when a sender's slot is free, makes
 	// its own round trip, sparing two goroutine handoffs.
-	inline := ctx.Done() == nil || hasDeadline && b.l.ctxTimeouts
+	inline := !hasDeadline || b.l.ctxTimeouts
 	b.mu.Lock()
 	if inline && b.senders < maxSenders {
 		b.senders++

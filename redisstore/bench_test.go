@@ -18,7 +18,8 @@ import (
 
 // BenchmarkVsRedisRate runs one redis-server and, on it, go-redis/redis_rate
 // (GCRA, the baseline) and redisstore side by side (with a context that
-// never ends, as redis_rate's calls here; with a 1 s deadline, which takes
+// never ends, as redis_rate's calls here; with a cancellable context
+// without a deadline, as an HTTP request's; with a 1 s deadline, which takes
 // the sender handoff; and the hybrid mode on 9 hot keys), at 1 and 64
 // concurrent callers, over 1,000 keys
 // whose limit is high enough that nearly every decision admits. Each
@@ -67,6 +68,17 @@ func BenchmarkVsRedisRate(b *testing.B) {
 		}},
 		{"redisstore", func(key string) error {
 			d, err := l.AllowN(ctx, key, 1)
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("redisstore denied %q: %+v", key, d)
+			}
+			return err
+		}},
+		{"redisstore-cancellable", func(key string) error {
+			// A caller whose context can be cancelled but has no
+			// deadline (an HTTP request's) makes its own round trip.
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			d, err := l.AllowN(cctx, key, 1)
 			if err == nil && !d.Allowed {
 				err = fmt.Errorf("redisstore denied %q: %+v", key, d)
 			}

@@ -534,13 +534,16 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // state, AllowN answers the same way at once, without a round trip.
 //
 // AllowN returns by ctx's deadline (plus the scheduling delay), whatever
-// the client's options: the round trip runs on one of the limiter's
-// senders, and a caller whose context ends first gets the policy's answer
-// with an error wrapping ErrUnavailable and ctx's error (for example
-// context.DeadlineExceeded). If its request had not been sent yet, it is
-// never sent and Redis counts nothing for it; if it had, Redis may count
-// it. Calls made while a round trip is in flight go to Redis together, as
-// one pipeline, when a sender is free; a lone call is sent at once.
+// the client's options: when ctx has a deadline and the client does not
+// enforce it (no ContextTimeoutEnabled), the round trip runs on one of the
+// limiter's senders, and a caller whose context ends first gets the
+// policy's answer with an error wrapping ErrUnavailable and ctx's error
+// (for example context.DeadlineExceeded). If its request had not been
+// sent yet, it is never sent and Redis counts nothing for it; if it had,
+// Redis may count it (the error says which). A caller without a deadline
+// makes its own round trip when a sender's slot is free; a cancellation
+// then returns with the round trip. Calls made while the senders are busy
+// go to Redis together, as one pipeline; a lone call is sent at once.
 //
 // When ctx is already done (cancelled, or its deadline has passed) before
 // the call, AllowN asks nothing and returns a zero Decision (Allowed false,
