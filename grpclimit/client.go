@@ -93,9 +93,11 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 
 // Client paces outgoing calls with a limiter, for an egress limit towards
 // a third-party API: a call the limiter refuses waits for the limiter's
-// RetryAfter on a timer, then asks again, and is sent when admitted. The
-// engine has no Wait API yet, so each wait is one RetryAfter sleep,
-// bounded by the call's deadline and context and by WithMaxWait:
+// RetryAfter on a timer, then asks again, and is sent when admitted. It
+// does not use engine.Wait, which waits on one engine alone: the Client
+// paces a Redis limiter alike, and bounds the total wait by WithMaxWait.
+// Each wait is one RetryAfter sleep, bounded by the call's deadline and
+// context and by WithMaxWait:
 //
 //   - when the wait would end at or after the call's deadline, or take
 //     the total past WithMaxWait, the call fails at once with
