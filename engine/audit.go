@@ -98,11 +98,21 @@ func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result
 //go:noinline
 func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref, n int64, cancel func() bool) bool {
 	t := max(e.geo.Newest(ring), ref)
-	e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+	// A log that SetLimit moved into a larger allocation is retired, and
+	// its Newest says nothing: the key's newest time is its current ring's
+	// (a reservation's ring may be any earlier one).
+	if cur, ok := e.tab.Load(e.tab.Hash(key), key); ok && cur != ring {
+		t = max(t, e.geo.Newest(cur))
+	}
+	pos, pushed := e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
 	if cancel() {
 		return true
 	}
-	e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evReadmit})
+	if pushed {
+		// Undo exactly what this unadmit took, not what another cancel
+		// of the same ref took: the id names it.
+		e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, id: pos, kind: evReadmit})
+	}
 	return false
 }
 
@@ -139,7 +149,10 @@ type auditEvent struct {
 	ref   int64 // evUnadmit, evReadmit: the time of the admission
 	n     int64
 	limit int64 // the key's limit the engine decided with
-	kind  uint8
+	// id: an evReadmit's is the buffer position of the evUnadmit it
+	// undoes (see auditCancel); unused otherwise.
+	id   uint64
+	kind uint8
 }
 
 // cacheLine pads the buffer's tail away from the fields around it: writers
@@ -214,6 +227,9 @@ func (r *auditRing) pop() (auditEvent, bool) {
 		return auditEvent{}, false
 	}
 	ev := c.ev
+	if ev.kind == evUnadmit {
+		ev.id = r.head // its position, which its evReadmit names
+	}
 	c.ev = auditEvent{}              // no reference to the key is kept
 	c.seq.Store(r.head + r.mask + 1) // frees the cell for the next lap
 	r.head++
@@ -371,8 +387,12 @@ type AuditReport struct {
 	Keys    int
 	Entries int64
 	// KeysSkipped counts sampled keys that were refused a log, or lost
-	// theirs, because AuditMaxKeys or AuditMaxEntries was reached; Skipped
-	// counts their decisions, which are not in Decisions.
+	// theirs, because AuditMaxKeys or AuditMaxEntries was reached, each
+	// once while it stays out; Skipped counts their decisions, which are
+	// not in Decisions. The audit remembers at most max(AuditMaxKeys,
+	// 4096) keys kept out at a time; keys beyond those are not told apart,
+	// and not counted in KeysSkipped (a lower bound then), only their
+	// decisions in Skipped.
 	KeysSkipped, Skipped int64
 	// Dropped counts sampled decisions that found the buffer full
 	// (AuditBuffer): not in Decisions, and the window after each is
@@ -394,6 +414,7 @@ type auditor struct {
 	window     int64 // W, ns
 	width      int64 // the sub-window the engine clamps times to (1 for a log)
 	maxKeys    int
+	maxSkipped int // skip records: max(maxKeys, minSkipRecords)
 	maxEntries int64
 	share      float64
 
@@ -403,6 +424,10 @@ type auditor struct {
 	// decision). Updated through the pointer: assigning an existing string
 	// key would store the caller's copy of it (Go updates string keys).
 	skipped map[string]*int64
+	// taken: the units each replayed unadmit took out of a log, by its
+	// buffer position, for an evReadmit that undoes it (only unadmits that
+	// took units; dropped by prune two windows on).
+	taken   map[uint64]takenUnits
 	entries int64
 	scratch []auditEvent
 	now     int64 // the newest decision time drained
@@ -426,10 +451,12 @@ func newAuditor(nc normalized) *auditor {
 		ring:       newAuditRing(nc.auditBuffer),
 		window:     int64(nc.Window),
 		maxKeys:    nc.auditMaxKeys,
+		maxSkipped: max(nc.auditMaxKeys, minSkipRecords),
 		maxEntries: nc.auditMaxEntries,
 		share:      nc.Audit,
 		keys:       map[string]*shadowKey{},
 		skipped:    map[string]*int64{},
+		taken:      map[uint64]takenUnits{},
 		kick:       make(chan struct{}, 1),
 	}
 	a.dropFrom.Store(math.MaxInt64)
@@ -448,7 +475,9 @@ func (a *auditor) record(key string, t, n, limit int64, allowed bool) {
 	a.push(auditEvent{key: key, t: t, n: n, limit: limit, kind: kind})
 }
 
-func (a *auditor) push(ev auditEvent) {
+// push buffers ev, and returns its buffer position and whether it was
+// buffered (else it was dropped, and counted).
+func (a *auditor) push(ev auditEvent) (uint64, bool) {
 	pos, ok := a.ring.push(ev)
 	if ok {
 		if pos&(a.ring.mask>>2) == a.ring.mask>>2 {
@@ -457,7 +486,7 @@ func (a *auditor) push(ev auditEvent) {
 			// scheduled while every core is busy deciding.
 			a.wake()
 		}
-		return
+		return pos, true
 	}
 	a.wake()
 	// The window around a dropped decision is quarantined, from its time
@@ -472,6 +501,7 @@ func (a *auditor) push(ev auditEvent) {
 	for cur := a.dropUntil.Load(); until > cur && !a.dropUntil.CompareAndSwap(cur, until); cur = a.dropUntil.Load() {
 	}
 	a.dropped.Add(1)
+	return pos, false
 }
 
 // wake asks the engine's goroutine for a drain without waiting for its
@@ -585,23 +615,18 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	k := a.keys[ev.key]
 	if k == nil {
 		if ev.kind == evUnadmit || ev.kind == evReadmit {
-			a.countTakeBack(ev.kind, 0)
+			a.takeBack(nil, ev)
 			return
 		}
 		if len(a.keys) >= a.maxKeys {
-			a.rep.KeysSkipped++
-			a.skip(ev)
+			a.skip(ev) // counts the key in KeysSkipped if it can remember it
 			return
 		}
 		k = &shadowKey{trustAfter: a.watermark, newest: math.MinInt64}
 		a.keys[strings.Clone(ev.key)] = k
 	}
-	switch ev.kind {
-	case evUnadmit:
-		a.countTakeBack(ev.kind, k.unadmit(ev.ref, ev.n))
-		return
-	case evReadmit:
-		a.countTakeBack(ev.kind, k.readmit(ev.ref, ev.n))
+	if ev.kind == evUnadmit || ev.kind == evReadmit {
+		a.takeBack(k, ev)
 		return
 	}
 	// Time never runs backwards for a key. ev.t is already the engine's
@@ -667,28 +692,49 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	}
 }
 
-// countTakeBack counts an unadmit that took units out of a log (or none:
-// they had left the exact window, or the key has no log), or a readmit
-// that undid one because the engine's Cancel gave nothing back.
-func (a *auditor) countTakeBack(kind uint8, units int64) {
-	if kind == evUnadmit {
-		a.rep.Unadmits++
-		if units == 0 {
-			a.rep.UnadmitMissed++
+// takeBack replays an unadmit (k's log gives up to n units recorded at
+// ref; none when k is nil: the key has no log) or a readmit: the engine's
+// Cancel gave nothing back, so the units that very unadmit took (by its
+// id, not any unadmit's of the same ref: two reservations can share one)
+// are put back, and its counts undone.
+func (a *auditor) takeBack(k *shadowKey, ev *auditEvent) {
+	if ev.kind == evUnadmit {
+		var took int64
+		if k != nil {
+			took = k.unadmit(ev.ref, ev.n)
 		}
+		a.rep.Unadmits++
+		if took == 0 {
+			a.rep.UnadmitMissed++
+			return
+		}
+		a.taken[ev.id] = takenUnits{units: took, t: ev.t}
 		return
 	}
+	tk, ok := a.taken[ev.id]
+	delete(a.taken, ev.id)
 	a.rep.Unadmits--
-	if units == 0 {
+	if !ok {
 		a.rep.UnadmitMissed--
+		return
+	}
+	if k != nil {
+		k.readmit(ev.ref, tk.units)
 	}
 }
+
+// minSkipRecords is the least number of keys kept out of the logs that
+// the audit remembers (and counts in KeysSkipped), whatever AuditMaxKeys.
+const minSkipRecords = 4096
+
+// takenUnits is what one unadmit took out of a log, at its time t.
+type takenUnits struct{ units, t int64 }
 
 // skip counts a decision of a key that has no log, and keeps the key out
 // of the logs until its units have left the window.
 func (a *auditor) skip(ev *auditEvent) {
 	if ev.kind == evUnadmit || ev.kind == evReadmit {
-		a.countTakeBack(ev.kind, 0)
+		a.takeBack(nil, ev)
 		return
 	}
 	a.rep.Skipped++
@@ -697,12 +743,15 @@ func (a *auditor) skip(ev *auditEvent) {
 		*cur = max(*cur, until)
 		return
 	}
-	if len(a.skipped) < a.maxKeys {
+	if len(a.skipped) < a.maxSkipped {
 		a.skipped[strings.Clone(ev.key)] = ptr(until)
+		a.rep.KeysSkipped++
 		return
 	}
 	// No room to remember the key: every key that gets a log from now on
-	// distrusts its decisions up to until, since it may be this one.
+	// distrusts its decisions up to until, since it may be this one. Nor
+	// can it be told from a key counted before: KeysSkipped does not count
+	// it (a lower bound then; Skipped still counts its decisions).
 	a.watermark = max(a.watermark, until)
 }
 
@@ -728,6 +777,11 @@ func (a *auditor) prune(now int64) {
 		if until <= now-a.window {
 			a.watermark = max(a.watermark, until)
 			delete(a.skipped, key)
+		}
+	}
+	for id, tk := range a.taken { // an unadmit whose readmit was dropped, or never came
+		if tk.t <= cut {
+			delete(a.taken, id)
 		}
 	}
 }
