@@ -67,7 +67,10 @@ type batcher struct {
 	senders int             // senders running
 	rounds  atomic.Uint64   // round trips sent; tests read it
 	piped   atomic.Uint64   // of them, pipelines of more than one call
-	idle    []chan struct{} // closed when senders drops to 0 (Close waits on one)
+	idle    []chan struct{} // closed when senders drops to 0 (tests wait on one)
+	// inflight: the send time (since()+1; 0: free) of each round trip in
+	// flight, one per sender slot (see begin).
+	inflight [maxSenders]atomic.Int64
 }
 
 // judgedError is a failed round trip's error once the sender has judged it
@@ -119,15 +122,18 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 		b.senders++
 		b.mu.Unlock()
 		b.rounds.Add(1)
-		sentAt := b.l.since()
+		slot := b.begin()
 		d, at, err := b.l.evalOne(ctx, b.l.client, key, n, limit, reserve)
 		if err != nil {
 			// Judge the failure for the breaker before the slot passes
 			// on, so that calls queued behind this one are held, not
 			// sent into the outage (see send).
-			b.l.tripOn(ctx, key, err, sentAt)
+			b.l.tripOn(ctx, key, err)
 			err = &judgedError{mayHaveCounted(ctx, err)}
+		} else {
+			b.l.answered()
 		}
+		b.end(slot)
 		b.handOn()
 		return d, at, err
 	}
@@ -213,7 +219,43 @@ func (b *batcher) release() {
 	}
 }
 
-// wait returns when no sender runs (Close).
+// begin records that a round trip is being sent, in a free slot of
+// inflight (there is one: a round trip runs only in one of the maxSenders
+// sender slots), and returns the slot, −1 if none was free.
+func (b *batcher) begin() int {
+	b.l.sending()
+	t := b.l.since() + 1
+	for i := range b.inflight {
+		if b.inflight[i].CompareAndSwap(0, t) {
+			return i
+		}
+	}
+	return -1
+}
+
+// end records that the round trip begun in slot came back.
+func (b *batcher) end(slot int) {
+	if slot >= 0 {
+		b.inflight[slot].Store(0)
+	}
+}
+
+// waitInFlight returns when the round trips in flight at its call have
+// come back (Close): not those begun after it, which under sustained
+// traffic never all end.
+func (b *batcher) waitInFlight() {
+	var was [maxSenders]int64
+	for i := range b.inflight {
+		was[i] = b.inflight[i].Load()
+	}
+	for i := range b.inflight {
+		for was[i] != 0 && b.inflight[i].Load() == was[i] {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// wait returns when no sender runs (tests).
 func (b *batcher) wait() {
 	b.mu.Lock()
 	if b.senders == 0 {
@@ -264,13 +306,16 @@ func (b *batcher) send(batch []*call) {
 	}
 	l := b.l
 	b.rounds.Add(1)
-	sentAt := l.since()
+	slot := b.begin()
+	defer b.end(slot)
 	if len(live) == 1 {
 		c := live[0]
 		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
 		if err != nil {
-			l.tripOn(ctx, c.key, err, sentAt)
+			l.tripOn(ctx, c.key, err)
 			err = &judgedError{mayHaveCounted(ctx, err)}
+		} else {
+			l.answered() // also when its caller has given up: Redis answers
 		}
 		c.done <- result{d, at, err}
 		return
@@ -311,11 +356,17 @@ func (b *batcher) send(batch []*call) {
 		}
 		_, _ = pipe.Exec(ctx)
 	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil {
+			l.answered() // before the failures are judged: Redis answers
+			break
+		}
+	}
 	for i, c := range live {
 		res, err := cmds[i].Result()
 		var r result
 		if err != nil {
-			l.tripOn(ctx, c.key, err, sentAt)
+			l.tripOn(ctx, c.key, err)
 			r.err = &judgedError{mayHaveCounted(ctx, err)}
 		} else {
 			r.d, r.at, r.err = parse(res, c.limit)

@@ -305,7 +305,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		if ctxDone(ctx) == nil && !keyError(err) { // Redis failed, not the caller's deadline or this key
 			h.fail(err)
 		}
-		return l.fail(ctx, key, n, limit, err, 0)
+		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return h.adjust(d, n, reserve), nil
@@ -330,7 +330,7 @@ func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, reserve in
 	limit := l.cfg.Limit
 	d, _, err := l.batch.do(ctx, key, n, limit, reserve)
 	if err != nil {
-		return l.fail(ctx, key, n, limit, err, 0)
+		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return l.hyb.adjust(d, n, reserve), nil

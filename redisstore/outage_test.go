@@ -117,15 +117,17 @@ func TestBreakerWhatTrips(t *testing.T) {
 	p.delay.Store(int64(200 * time.Millisecond))
 	// A cancellation (go-redis notices it only while dialing, waiting for
 	// a connection or backing off; the fail path is the same) never opens
-	// it, even with no reply since the send. The deadline rule, at its
-	// edge: a reply at or after the send keeps it closed; none since the
-	// send opens it.
+	// it, even with round trips unanswered for long. The deadline rule,
+	// at its edge: round trips unanswered for less than deadlineGrace keep
+	// it closed; for deadlineGrace, it opens.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	timeout := fmt.Errorf("i/o timeout: %w", context.DeadlineExceeded)
-	l.lastOK.Store(1000)
-	l.tripOn(cctx, "k", context.Canceled, 2000)
-	l.tripOn(cctx, "k", timeout, 2000)
+	g := int64(deadlineGrace)
+	l.pending.Store(1) // unanswered since the limiter began
+	l.tripOn(cctx, "k", context.Canceled)
+	l.tripOn(cctx, "k", timeout)
+	l.tripOn(cctx, "k", fmt.Errorf("%w: %w", errAbandoned, context.Canceled)) // never sent, cancelled
 	if st := l.Stats(); st.BreakerOpens != 0 || l.br.err() != nil {
 		t.Fatalf("a caller's cancellation opened the breaker: %+v", st)
 	}
@@ -136,7 +138,7 @@ func TestBreakerWhatTrips(t *testing.T) {
 		t.Fatal("no error reply")
 	}
 	for _, err := range []error{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), reply} {
-		l.tripOn(cctx, "k", err, 2000)
+		l.tripOn(cctx, "k", err)
 		if l.br.err() == nil {
 			t.Fatalf("%v with a cancelled context did not open the breaker", err)
 		}
@@ -144,36 +146,36 @@ func TestBreakerWhatTrips(t *testing.T) {
 			t.Fatal("the probe did not close the breaker")
 		}
 	}
-	l.lastOK.Store(1000) // the probes' replies moved it
-	g := int64(deadlineGrace)
+	if l.pending.Load() != 0 {
+		t.Fatal("the probes' replies did not end the unanswered span")
+	}
 	dctx, dcancel := context.WithTimeout(ctx, time.Nanosecond)
 	defer dcancel()
 	<-dctx.Done()
-	l.tripOn(dctx, "k", timeout, 1000)
+	l.tripOn(dctx, "k", timeout)
 	if l.br.err() != nil {
-		t.Fatal("a deadline opened the breaker although Redis answered during the call")
+		t.Fatal("a deadline opened the breaker with no round trip unanswered")
 	}
-	l.tripOn(staleDeadline{ctx}, "k", timeout, 999)
+	l.pending.Store(l.since() + 1 - g + int64(time.Millisecond)) // unanswered for just under deadlineGrace
+	l.tripOn(dctx, "k", timeout)
+	l.tripOn(staleDeadline{ctx}, "k", timeout)
 	if l.br.err() != nil {
-		t.Fatal("a passed deadline (timer not fired) opened the breaker although Redis answered during the call")
+		t.Fatal("a deadline opened the breaker with round trips unanswered for less than deadlineGrace")
 	}
-	l.tripOn(dctx, "k", timeout, 1000+g)
-	if l.br.err() != nil {
-		t.Fatal("a deadline opened the breaker although Redis answered deadlineGrace before the send")
-	}
-	l.tripOn(dctx, "k", timeout, 1001+g)
+	l.pending.Store(l.since() + 1 - g)
+	l.tripOn(dctx, "k", timeout)
 	if l.br.err() == nil {
-		t.Fatal("a deadline with no reply since deadlineGrace before the send did not open the breaker")
+		t.Fatal("a deadline with round trips unanswered for deadlineGrace did not open the breaker")
 	}
 	if !l.br.probeOnce() {
 		t.Fatal("the probe (200 ms behind the proxy, within its 500 ms) did not close the breaker")
 	}
 
-	// For real: every reply held 200 ms, a 20 ms deadline, nothing
-	// answered meanwhile nor in the deadlineGrace before (the last reply,
-	// the probe's, is moved back past it): it opens.
+	// For real: every reply held 200 ms, a 20 ms deadline, and round
+	// trips unanswered for twice deadlineGrace (set so, rather than
+	// waited for): it opens.
 	opens := l.Stats().BreakerOpens
-	l.lastOK.Store(l.since() - 2*g)
+	l.pending.Store(l.since() + 1 - 2*g)
 	tctx, tcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer tcancel()
 	if _, err := l.AllowN(tctx, "k", 1); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {

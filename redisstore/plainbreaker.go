@@ -26,10 +26,10 @@ const (
 	// dials, retry backoff and, with ContextTimeoutEnabled, reads.
 	probeTimeout = 500 * time.Millisecond
 	// deadlineGrace: a caller's deadline that passes during its call opens
-	// the breaker only when no round trip has succeeded since deadlineGrace
-	// before the call was sent. A server slower than a caller's deadline
-	// (a latency spike, callers with budgets of a few ms) is not an outage
-	// while it answers others; a stalled one answers nobody.
+	// the breaker only when round trips have gone unanswered for this long
+	// (see stalled). A server slower than a caller's deadline (a latency
+	// spike, callers with budgets of a few ms) is not an outage while it
+	// answers; a stalled one answers nobody.
 	deadlineGrace = 100 * time.Millisecond
 )
 
@@ -55,16 +55,22 @@ const (
 // What opens it: a connection error, a timeout of the client's own, any
 // error reply (LOADING, READONLY, BUSY, OOM, a script error, ...) except
 // WRONGTYPE (another client's value at one key fails that key alone), and a
-// deadline of the caller's that passed during the call when no round trip
-// has succeeded since 100 ms before the call was sent (the server answered
-// nobody in that time; if it answered others, the server is slower than
-// this caller's deadline, not down). A
+// deadline of the caller's that passed during the call when round trips
+// have gone unanswered for 100 ms: the first one sent since the last reply
+// is that old (the server answered nobody in that time; a server that
+// answers, if more slowly than this caller's deadline, is not down). A
 // caller's cancellation never opens it, unless the error itself shows
-// Redis failing (an error reply, a refused connection).
+// Redis failing (an error reply, a refused connection, the client's own
+// timeout). With a ClusterClient, a call given up before it was sent
+// opens nothing (it says nothing about its own node).
 //
 // With a ClusterClient there is one breaker per master node (by the
 // address that owns the key's slot, looked up per decision in the client's
-// cached slot map): one node down leaves the others' keys to Redis. With
+// cached slot map): one node down leaves the others' keys to Redis, but
+// a stalled node's round trips hold the limiter's two senders until the
+// client gives them up, and calls for other nodes queue behind them
+// meanwhile (give such a client a short ReadTimeout, or
+// ContextTimeoutEnabled). With
 // any other client (a Ring included) there is one breaker per Limiter.
 func WithBreaker(minWait, maxWait time.Duration) Option {
 	return func(o *options) error {
@@ -168,39 +174,59 @@ func (l *Limiter) breakerErr(ctx context.Context, key string) error {
 	return nil
 }
 
-// since is the Limiter's monotonic clock, for comparing a call's send time
-// with the last reply's.
+// since is the Limiter's monotonic clock, for the age of unanswered
+// round trips.
 func (l *Limiter) since() int64 { return int64(time.Since(l.born)) }
 
-// answered records that a round trip succeeded now. lastOK only moves
-// forward (a CAS on the larger value), so that a reply is never hidden by
-// an older one stored after it.
-func (l *Limiter) answered() {
-	if l.bg == nil {
+// sending records that a round trip is being sent: the first one after
+// the last success starts the span of unanswered round trips (pending is
+// since()+1 then; 0 while none is unanswered).
+func (l *Limiter) sending() {
+	if l.bg == nil || l.pending.Load() != 0 {
 		return
 	}
-	now := l.since()
-	for {
-		old := l.lastOK.Load()
-		if now <= old || l.lastOK.CompareAndSwap(old, now) {
-			return
-		}
+	l.pending.CompareAndSwap(0, l.since()+1)
+}
+
+// answered records that a round trip got a reply (of any of its calls,
+// whether or not its callers still wait for it): Redis answers.
+func (l *Limiter) answered() {
+	if l.bg != nil && l.pending.Load() != 0 {
+		l.pending.Store(0)
 	}
 }
 
+// stalled reports whether round trips have gone unanswered for
+// deadlineGrace: sent since the last reply, the first of them that long
+// ago. A server slower than a caller's deadline answers within it; an
+// idle limiter has none unanswered; a stalled server answers nobody.
+func (l *Limiter) stalled() bool {
+	p := l.pending.Load()
+	return p != 0 && l.since()+1-p >= int64(deadlineGrace)
+}
+
 // tripOn opens key's breaker, if there is one, after a decision's round
-// trip sent at sent failed with err (see WithBreaker for which failures
-// do).
-func (l *Limiter) tripOn(ctx context.Context, key string, err error, sent int64) {
+// trip failed with err (see WithBreaker for which failures do).
+func (l *Limiter) tripOn(ctx context.Context, key string, err error) {
 	if l.bg == nil || l.closed.Load() || keyError(err) {
 		return
 	}
+	if errors.Is(err, errAbandoned) && l.cluster != nil {
+		// Never sent: it waited behind round trips to some node, maybe
+		// not key's. (With one breaker, the deadline rule below judges
+		// it: round trips unanswered for deadlineGrace are a stall.)
+		return
+	}
 	if cerr := ctxDone(ctx); cerr != nil && !provesDown(err) {
-		if errors.Is(cerr, context.Canceled) {
+		ctxErr := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+		if errors.Is(cerr, context.Canceled) && ctxErr {
 			return // the caller gave up: nothing is known about Redis
 		}
-		if l.lastOK.Load() >= sent-int64(deadlineGrace) {
-			return // the caller's deadline, and Redis answered someone lately: a slow reply, not an outage
+		// A deadline (or a cancellation whose round trip then failed on
+		// the client's own timeout, which opens it as always): only a
+		// stall opens it, not a reply slower than this caller's budget.
+		if errors.Is(cerr, context.DeadlineExceeded) && !l.stalled() {
+			return
 		}
 	}
 	pb := l.breakerFor(ctx, key, true)
@@ -237,6 +263,7 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	}
 	ctx, cancel := context.WithTimeout(l.bg, probeTimeout)
 	defer cancel()
+	l.sending()
 	err := l.probeCall(ctx, key)
 	if err == nil {
 		l.answered()

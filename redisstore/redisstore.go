@@ -228,7 +228,7 @@ type Limiter struct {
 	bg        context.Context // a probe's parent, cancelled by Close
 	bgCancel  context.CancelFunc
 	born      time.Time    // the origin of since()
-	lastOK    atomic.Int64 // since() at the latest successful round trip
+	pending   atomic.Int64 // since()+1 at the first round trip sent after the last reply; 0: none (see stalled)
 	closed    atomic.Bool  // Close was called: the breakers are off
 
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
@@ -402,8 +402,9 @@ func (l *Limiter) checkBounds() error {
 // A plain limiter has nothing to flush: Close turns its breaker off (every
 // later decision tries Redis), stops its prober and waits for it, stops the
 // fallback engine's sweeper (that engine still decides after Close, without
-// reclaiming idle keys), and waits for the round trips in flight to come
-// back. A round trip (a decision's or a probe's) on a stalled server is
+// reclaiming idle keys), and waits for the round trips in flight when it
+// is called to come back (not for those that decisions after it start). A
+// round trip (a decision's or a probe's) on a stalled server is
 // bounded by the client's ReadTimeout (5 s by default in go-redis v9) once
 // per attempt, and go-redis retries a timed-out command up to MaxRetries
 // times (3 by default): so by (1 + MaxRetries) × ReadTimeout, plus the
@@ -436,7 +437,7 @@ func (l *Limiter) Close() error {
 		if l.local != nil {
 			_ = l.local.Close()
 		}
-		l.batch.wait()
+		l.batch.waitInFlight()
 	})
 	return l.closeErr
 }
@@ -563,7 +564,6 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
 	}
-	sent := l.since()
 	d, _, err := l.batch.do(ctx, key, n, limit, 0)
 	if err != nil {
 		var held *heldError
@@ -571,9 +571,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 			l.fallbacks.Add(1)
 			return l.policy(key, n, limit), held.err
 		}
-		return l.fail(ctx, key, n, limit, err, sent)
+		return l.fail(ctx, key, n, limit, err)
 	}
-	l.answered()
 	l.redisDecisions.Add(1)
 	return d, nil
 }
@@ -664,18 +663,17 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	return d, time.UnixMicro(v[3]), nil
 }
 
-// fail counts a failed round trip for a decision sent at sent (since()),
-// reports it, opens the plain mode's breaker if the failure says so, and
+// fail counts a failed round trip for a decision, reports it, opens the plain mode's breaker if the failure says so, and
 // answers with the failure policy. It is the one place a failed decision
 // becomes a policy answer. When ctx is done by now, the error wraps its
 // error too (a client without ContextTimeoutEnabled reports a deadline as a
 // network timeout, or not at all).
-func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error, sent int64) (engine.Decision, error) {
+func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
 	var judged *judgedError
 	if errors.As(err, &judged) {
 		err = judged.err // the sender judged it for the breaker already
 	} else {
-		l.tripOn(ctx, key, err, sent)
+		l.tripOn(ctx, key, err)
 	}
 	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w (%w)", err, cerr)
