@@ -70,13 +70,13 @@ func (e *Engine) acquireAudited(r ringslot.Ring, key string, n, t, limit int64) 
 // units at, plus one, when they were admitted; else 0.
 //
 //go:noinline
-func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result) int64 {
+func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result) (ref int64, id uint64) {
 	eff := e.effective(t, res.Epoch)
-	e.audit.record(key, eff, n, limit, res.Allowed)
+	id = e.audit.record(key, eff, n, limit, res.Allowed)
 	if !res.Allowed {
-		return 0
+		return 0, 0
 	}
-	return eff + 1
+	return eff + 1, id
 }
 
 // auditCancel buffers that a reservation's n units, recorded in the
@@ -96,7 +96,7 @@ func (e *Engine) auditReserve(key string, t, n, limit int64, res ringslot.Result
 // are replayed before it, as they happened.
 //
 //go:noinline
-func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref, n int64, cancel func() bool) bool {
+func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref int64, id uint64, n int64, cancel func() bool) bool {
 	t := max(e.geo.Newest(ring), ref)
 	// A log that SetLimit moved into a larger allocation is retired, and
 	// its Newest says nothing: the key's newest time is its current ring's
@@ -104,16 +104,18 @@ func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref, n int64, cance
 	if cur, ok := e.tab.Load(e.tab.Hash(key), key); ok && cur != ring {
 		t = max(t, e.geo.Newest(cur))
 	}
-	pos, pushed := e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
-	if cancel() {
-		return true
-	}
+	pos, pushed := e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, id: id, kind: evUnadmit})
+	ok := cancel()
 	if pushed {
-		// Undo exactly what this unadmit took, not what another cancel
-		// of the same ref took: the id names it.
-		e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, id: pos, kind: evReadmit})
+		// Settle exactly this unadmit (its position names it): keep it,
+		// or undo what it took.
+		kind := evReadmit
+		if ok {
+			kind = evKept
+		}
+		e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, id: pos, kind: kind})
 	}
-	return false
+	return ok
 }
 
 // effective is the time a decision at t was made at, given its Result's
@@ -138,8 +140,9 @@ func (e *Engine) Audited(key string) bool { return e.sampled(e.tab.Hash(key)) }
 const (
 	evAdmit   uint8 = iota // n units admitted at t
 	evDeny                 // n units refused at t
-	evUnadmit              // n units admitted at ref are being returned (a Cancel, before the engine's)
-	evReadmit              // the engine did not take them back after all: the unadmit is undone
+	evUnadmit              // n units of the admission id (admitted at ref) are being returned (a Cancel, before the engine's)
+	evReadmit              // the engine did not take them back after all: the unadmit id is undone
+	evKept                 // the engine took them back: the unadmit id stands
 )
 
 // auditEvent is one sampled decision, as the buffer holds it.
@@ -149,9 +152,12 @@ type auditEvent struct {
 	ref   int64 // evUnadmit, evReadmit: the time of the admission
 	n     int64
 	limit int64 // the key's limit the engine decided with
-	// id: an evReadmit's is the buffer position of the evUnadmit it
-	// undoes (see auditCancel); unused otherwise.
-	id   uint64
+	// id: an evUnadmit's names the admission (its entry's id: its admit
+	// event's buffer position + 1; 0: unknown); an evReadmit's or evKept's
+	// is the buffer position of the evUnadmit it settles.
+	id uint64
+	// pos is the event's own buffer position (set as it is popped).
+	pos  uint64
 	kind uint8
 }
 
@@ -227,9 +233,7 @@ func (r *auditRing) pop() (auditEvent, bool) {
 		return auditEvent{}, false
 	}
 	ev := c.ev
-	if ev.kind == evUnadmit {
-		ev.id = r.head // its position, which its evReadmit names
-	}
+	ev.pos = r.head
 	c.ev = auditEvent{}              // no reference to the key is kept
 	c.seq.Store(r.head + r.mask + 1) // frees the cell for the next lap
 	r.head++
@@ -237,9 +241,13 @@ func (r *auditRing) pop() (auditEvent, bool) {
 }
 
 // auditEntry is one admitted decision in a key's exact log: n units at the
-// effective time t; ref is the decision's own time, which an unadmit names;
-// gone the units unadmits took out, which a readmit can put back.
-type auditEntry struct{ t, ref, n, gone int64 }
+// effective time t; id is its admit event's buffer position + 1, which an
+// unadmit of a reservation names.
+type auditEntry struct {
+	t  int64
+	id uint64
+	n  int64
+}
 
 // shadowKey is the exact sliding log of one sampled key: its admitted
 // units whose effective time is inside (newest − W, newest], oldest first,
@@ -289,42 +297,59 @@ func (k *shadowKey) insert(en auditEntry) {
 	k.log = slices.Insert(k.log, k.head+i, en)
 }
 
-// unadmit takes n units of the admission made at ref back: from the live
-// entries recorded at ref, newest first, never below zero (entries at one
-// ref are at one time, so which of them gives the units back does not
-// change any count). It returns the units removed: 0 when that admission
-// has left the window (or was never in the log).
-func (k *shadowKey) unadmit(ref, n int64) int64 {
-	var took int64
-	// An entry's t is at least its ref, and t never decreases along the
-	// log: the search stops at the first entry older than ref.
-	for i := len(k.log) - 1; i >= k.head && took < n && k.log[i].t >= ref; i-- {
-		if en := &k.log[i]; en.ref == ref && en.n > 0 {
-			d := min(n-took, en.n)
-			en.n -= d
-			en.gone += d
-			k.sum -= d
-			took += d
+// unadmit takes up to n units of the admission id (admitted at ref) back
+// out of the log, and returns how many, and the entry as it was, with n
+// the units taken, when that emptied it: an emptied entry is removed, so
+// that reservations cancelled over and over do not fill the log. It
+// returns 0 when that admission has left the window (or was never in the
+// log, or id is 0).
+func (k *shadowKey) unadmit(ref int64, id uint64, n int64) (took int64, removed auditEntry, emptied bool) {
+	if id == 0 {
+		return 0, removed, false
+	}
+	// An entry's t is at least its own decision's time, and t never
+	// decreases along the log: the search stops at the first entry older
+	// than ref.
+	for i := len(k.log) - 1; i >= k.head && k.log[i].t >= ref; i-- {
+		if en := &k.log[i]; en.id == id {
+			took = min(n, en.n)
+			en.n -= took
+			k.sum -= took
+			if en.n == 0 {
+				removed = *en
+				removed.n = took
+				k.log = slices.Delete(k.log, i, i+1)
+				return took, removed, true
+			}
+			return took, removed, false
 		}
 	}
-	return took
+	return 0, removed, false
 }
 
-// readmit puts back up to n units that unadmits took out of the live
-// entries recorded at ref, and returns how many: an unadmit whose Cancel
-// the engine then refused is undone, for the units still in the window.
-func (k *shadowKey) readmit(ref, n int64) int64 {
-	var put int64
-	for i := len(k.log) - 1; i >= k.head && put < n && k.log[i].t >= ref; i-- {
-		if en := &k.log[i]; en.ref == ref && en.gone > 0 {
-			d := min(n-put, en.gone)
-			en.n += d
-			en.gone -= d
-			k.sum += d
-			put += d
+// readmit puts back what one unadmit took: units into the admission id's
+// entry, or the entry it removed, if still inside the window at the key's
+// newest time. It reports whether the entry was put back whole.
+func (k *shadowKey) readmit(tk takenUnits, window int64) (reinserted bool) {
+	if tk.units == 0 {
+		return false
+	}
+	if tk.emptied {
+		if tk.t <= k.newest-window {
+			return false // left the window meanwhile
+		}
+		k.insert(auditEntry{t: tk.t, id: tk.id, n: tk.units})
+		k.sum += tk.units
+		return true
+	}
+	for i := len(k.log) - 1; i >= k.head && k.log[i].t >= tk.ref; i-- {
+		if en := &k.log[i]; en.id == tk.id {
+			en.n += tk.units
+			k.sum += tk.units
+			return false
 		}
 	}
-	return put
+	return false
 }
 
 // AuditReport is what Engine.Audit returns: the self-audit's counts since
@@ -387,8 +412,10 @@ type AuditReport struct {
 	Keys    int
 	Entries int64
 	// KeysSkipped counts sampled keys that were refused a log, or lost
-	// theirs, because AuditMaxKeys or AuditMaxEntries was reached, each
-	// once while it stays out; Skipped counts their decisions, which are
+	// theirs, because AuditMaxKeys or AuditMaxEntries was reached: once
+	// per refusal, which lasts until the key's unlogged units have left the
+	// window (a key refused again after that counts again); Skipped counts
+	// their decisions, which are
 	// not in Decisions. The audit remembers at most max(AuditMaxKeys,
 	// 4096) keys kept out at a time; keys beyond those are not told apart,
 	// and not counted in KeysSkipped (a lower bound then), only their
@@ -466,13 +493,20 @@ func newAuditor(nc normalized) *auditor {
 // record buffers one sampled decision. It is kept out of line so that the
 // unsampled path stays as small as it was.
 //
+// It returns the admission's id for a Cancel (its buffer position + 1;
+// 0 when it was dropped).
+//
 //go:noinline
-func (a *auditor) record(key string, t, n, limit int64, allowed bool) {
+func (a *auditor) record(key string, t, n, limit int64, allowed bool) uint64 {
 	kind := evDeny
 	if allowed {
 		kind = evAdmit
 	}
-	a.push(auditEvent{key: key, t: t, n: n, limit: limit, kind: kind})
+	pos, ok := a.push(auditEvent{key: key, t: t, n: n, limit: limit, kind: kind})
+	if !ok {
+		return 0
+	}
+	return pos + 1
 }
 
 // push buffers ev, and returns its buffer position and whether it was
@@ -493,7 +527,7 @@ func (a *auditor) push(ev auditEvent) (uint64, bool) {
 	// (a decision before it cannot count its units) to one window after.
 	// Written before dropped, which the drain reads after them.
 	from, until := ev.t, satAdd(ev.t, a.window)
-	if ev.kind == evUnadmit || ev.kind == evReadmit {
+	if ev.kind >= evUnadmit {
 		from = min(from, ev.ref) // from its admission's time
 	}
 	for cur := a.dropFrom.Load(); from < cur && !a.dropFrom.CompareAndSwap(cur, from); cur = a.dropFrom.Load() {
@@ -614,8 +648,10 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	}
 	k := a.keys[ev.key]
 	if k == nil {
-		if ev.kind == evUnadmit || ev.kind == evReadmit {
-			a.takeBack(nil, ev)
+		if ev.kind >= evUnadmit {
+			// An audited key whose log was dropped (idle two windows):
+			// a cancel finds nothing, and counts as missed.
+			a.takeBack(&noLog, ev)
 			return
 		}
 		if len(a.keys) >= a.maxKeys {
@@ -625,7 +661,7 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		k = &shadowKey{trustAfter: a.watermark, newest: math.MinInt64}
 		a.keys[strings.Clone(ev.key)] = k
 	}
-	if ev.kind == evUnadmit || ev.kind == evReadmit {
+	if ev.kind >= evUnadmit {
 		a.takeBack(k, ev)
 		return
 	}
@@ -676,9 +712,9 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		// the key's newest time it would stay in the window too long, and
 		// the next decisions could be judged against a unit the engine
 		// no longer counts.
-		k.insert(auditEntry{t: ev.t, ref: ev.t, n: ev.n})
+		k.insert(auditEntry{t: ev.t, id: ev.pos + 1, n: ev.n})
 	} else {
-		k.log = append(k.log, auditEntry{t: t, ref: ev.t, n: ev.n})
+		k.log = append(k.log, auditEntry{t: t, id: ev.pos + 1, n: ev.n})
 	}
 	k.sum += ev.n
 	a.entries++
@@ -692,48 +728,64 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	}
 }
 
-// takeBack replays an unadmit (k's log gives up to n units recorded at
-// ref; none when k is nil: the key has no log) or a readmit: the engine's
-// Cancel gave nothing back, so the units that very unadmit took (by its
-// id, not any unadmit's of the same ref: two reservations can share one)
-// are put back, and its counts undone.
+// takeBack replays the events of a Cancel of an audited reservation (k:
+// the key's log, nil when it has none). An unadmit takes the admission's
+// units out of the log at once (the engine's cancel comes right after it)
+// and remembers what it took, by its own position; the settling event
+// that follows it counts it (evKept: Unadmits, and UnadmitMissed when it
+// took nothing) or puts back exactly what it took (evReadmit: the engine
+// gave nothing back). A key kept out of the logs by a cap (k nil) counts
+// nothing: its decisions are Skipped, not audited.
 func (a *auditor) takeBack(k *shadowKey, ev *auditEvent) {
-	if ev.kind == evUnadmit {
-		var took int64
-		if k != nil {
-			took = k.unadmit(ev.ref, ev.n)
-		}
-		a.rep.Unadmits++
-		if took == 0 {
-			a.rep.UnadmitMissed++
+	switch ev.kind {
+	case evUnadmit:
+		if k == nil {
 			return
 		}
-		a.taken[ev.id] = takenUnits{units: took, t: ev.t}
-		return
+		took, en, emptied := k.unadmit(ev.ref, ev.id, ev.n)
+		if emptied {
+			a.entries--
+		}
+		a.taken[ev.pos] = takenUnits{t: en.t, ref: ev.ref, id: ev.id, units: took, emptied: emptied, at: ev.t}
+	case evKept:
+		tk, ok := a.taken[ev.id]
+		delete(a.taken, ev.id)
+		if ok {
+			a.rep.Unadmits++
+			if tk.units == 0 {
+				a.rep.UnadmitMissed++
+			}
+		}
+	case evReadmit:
+		tk, ok := a.taken[ev.id]
+		delete(a.taken, ev.id)
+		if ok && k != nil && k.readmit(tk, a.window) {
+			a.entries++
+		}
 	}
-	tk, ok := a.taken[ev.id]
-	delete(a.taken, ev.id)
-	a.rep.Unadmits--
-	if !ok {
-		a.rep.UnadmitMissed--
-		return
-	}
-	if k != nil {
-		k.readmit(ev.ref, tk.units)
-	}
+}
+
+// noLog stands for the log of an audited key that has none now (dropped
+// after two idle windows): empty, never written.
+var noLog shadowKey
+
+// takenUnits is what one unadmit took out of a log: units of the
+// admission id (admitted at ref, its entry at t), the entry removed when
+// emptied; at is the unadmit's time, for prune.
+type takenUnits struct {
+	t, ref, units, at int64
+	id                uint64
+	emptied           bool
 }
 
 // minSkipRecords is the least number of keys kept out of the logs that
 // the audit remembers (and counts in KeysSkipped), whatever AuditMaxKeys.
 const minSkipRecords = 4096
 
-// takenUnits is what one unadmit took out of a log, at its time t.
-type takenUnits struct{ units, t int64 }
-
 // skip counts a decision of a key that has no log, and keeps the key out
 // of the logs until its units have left the window.
 func (a *auditor) skip(ev *auditEvent) {
-	if ev.kind == evUnadmit || ev.kind == evReadmit {
+	if ev.kind >= evUnadmit {
 		a.takeBack(nil, ev)
 		return
 	}
@@ -779,8 +831,8 @@ func (a *auditor) prune(now int64) {
 			delete(a.skipped, key)
 		}
 	}
-	for id, tk := range a.taken { // an unadmit whose readmit was dropped, or never came
-		if tk.t <= cut {
+	for id, tk := range a.taken { // an unadmit whose settling event was dropped
+		if tk.at <= cut {
 			delete(a.taken, id)
 		}
 	}

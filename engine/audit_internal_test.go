@@ -66,17 +66,20 @@ func TestAuditRingConcurrent(t *testing.T) {
 	t.Logf("%d events passed, %d found the ring full", ok, full)
 }
 
-// unadmitAt buffers an unadmit of n units admitted at ref, replayed at t,
-// as Engine.auditCancel does (with t = ref) before the engine's Cancel.
-func (a *auditor) unadmitAt(key string, ref, n, t int64) {
-	a.push(auditEvent{key: key, t: t, ref: ref, n: n, kind: evUnadmit})
+// takeBackAt buffers an unadmit of n units of the admission id (made at
+// ref), at t, and its settling as kept: what Engine.auditCancel does around
+// an engine Cancel that gave the units back.
+func (a *auditor) takeBackAt(key string, ref int64, id uint64, n, t int64) {
+	pos, _ := a.push(auditEvent{key: key, t: t, ref: ref, n: n, id: id, kind: evUnadmit})
+	a.push(auditEvent{key: key, t: t, ref: ref, n: n, id: pos, kind: evKept})
 }
 
-// TestAuditUnadmit: an unadmit event takes units of the named admission
-// out of the key's log, never below zero, and counts as missed when the
-// admission has left the window. The engine here has no Cancel, so it
-// still counts the units: the audit then sees its denials as false, which
-// is how the test observes the log.
+// TestAuditUnadmit: an unadmit takes units of the named admission out of
+// the key's log, never below zero, removes the entry it empties, and
+// counts as missed when the admission has left the window (or is unknown,
+// or its key has no log). The engine's own units stay (no
+// engine Cancel here): the audit then sees its denials as false, which is
+// how the test observes the log.
 func TestAuditUnadmit(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	e, err := New(Config{Limit: 10, Window: time.Second, SubWindows: 10, Algorithm: SlidingWindowStrict, Audit: 1, DisableEviction: true})
@@ -84,9 +87,11 @@ func TestAuditUnadmit(t *testing.T) {
 	defer e.Close()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	ns := func(ms int) int64 { return at(ms).UnixNano() }
-	require.True(t, e.AllowAt("k", 6, at(100)).Allowed)
-	require.True(t, e.AllowAt("k", 4, at(120)).Allowed)
-	e.audit.unadmitAt("k", ns(100), 3, ns(150))
+	r1 := e.ReserveAt("k", 6, at(100))
+	r2 := e.ReserveAt("k", 4, at(120))
+	require.True(t, r1.Decision().Allowed && r2.Decision().Allowed)
+	require.NotZero(t, r1.auditID)
+	e.audit.takeBackAt("k", r1.audit-1, r1.auditID, 3, ns(150))
 	// The engine holds 10, the log 7: a denial of 3 is false, of 4 right.
 	require.False(t, e.AllowAt("k", 3, at(200)).Allowed)
 	require.False(t, e.AllowAt("k", 4, at(200)).Allowed)
@@ -94,42 +99,63 @@ func TestAuditUnadmit(t *testing.T) {
 	require.Equal(t, int64(1), r.FalseDenies)
 	require.Equal(t, int64(1), r.Unadmits)
 	require.Zero(t, r.UnadmitMissed)
-	// More than the admission had: only its 3 remaining units go.
-	e.audit.unadmitAt("k", ns(100), 50, ns(250))
+	require.Equal(t, int64(2), r.Entries)
+	// More than the admission had: only its 3 remaining units go, and its
+	// emptied entry with them.
+	e.audit.takeBackAt("k", r1.audit-1, r1.auditID, 50, ns(250))
 	require.False(t, e.AllowAt("k", 6, at(300)).Allowed) // log 4: 4 + 6 ≤ 10, false
 	require.False(t, e.AllowAt("k", 7, at(300)).Allowed) // 4 + 7 > 10, right
-	// Again: nothing left of it. And an admission never made.
-	e.audit.unadmitAt("k", ns(100), 1, ns(310))
-	e.audit.unadmitAt("k", ns(110), 1, ns(310))
-	e.audit.unadmitAt("nobody", ns(110), 1, ns(310))
+	r = e.Audit()
+	require.Equal(t, int64(1), r.Entries, "the emptied entry is removed")
+	// Again: nothing left of it. An unknown admission. A key with no log
+	// (not kept out by a cap: as a key whose idle log was dropped).
+	e.audit.takeBackAt("k", r1.audit-1, r1.auditID, 1, ns(310))
+	e.audit.takeBackAt("k", ns(110), 0, 1, ns(310))
+	e.audit.takeBackAt("nobody", ns(110), 7, 1, ns(310))
 	r = e.Audit()
 	require.Equal(t, int64(2), r.FalseDenies)
 	require.Equal(t, int64(5), r.Unadmits)
 	require.Equal(t, int64(3), r.UnadmitMissed)
-	require.Equal(t, int64(2), r.Entries, "an emptied entry stays until it leaves the window")
 	// After the window the admission is gone: missed.
 	require.True(t, e.AllowAt("k", 1, at(1500)).Allowed)
 	e.Audit()
-	e.audit.unadmitAt("k", ns(120), 1, ns(120))
+	e.audit.takeBackAt("k", r2.audit-1, r2.auditID, 4, ns(1500))
 	r = e.Audit()
 	require.Equal(t, int64(4), r.UnadmitMissed)
 	require.Equal(t, int64(1), r.Entries)
 }
 
-// TestShadowKeyUnadmit exercises the log's own method at its edges.
+// TestShadowKeyUnadmit exercises the log's own methods at their edges.
 func TestShadowKeyUnadmit(t *testing.T) {
 	k := &shadowKey{}
 	for i, n := range []int64{2, 5, 3} {
-		k.log = append(k.log, auditEntry{t: int64(10 * i), ref: int64(10 * i), n: n})
+		k.log = append(k.log, auditEntry{t: int64(10 * i), id: uint64(i + 1), n: n})
 		k.sum += n
 	}
-	require.Equal(t, int64(5), k.unadmit(10, 9))
-	require.Equal(t, int64(0), k.unadmit(10, 1))
-	require.Equal(t, int64(5), k.sum)
-	require.Equal(t, int64(1), k.unadmit(0, 1))
-	require.Equal(t, 1, k.expire(0)) // the entry at 0 (1 unit left) leaves
-	require.Equal(t, int64(3), k.sum)
-	require.Equal(t, int64(0), k.unadmit(0, 1), "an entry that has left the window is not touched")
+	took, _, emptied := k.unadmit(10, 2, 9)
+	require.Equal(t, int64(5), took)
+	require.True(t, emptied)
+	require.Len(t, k.log, 2)
+	took, _, _ = k.unadmit(10, 2, 1)
+	require.Zero(t, took, "gone")
+	took, _, _ = k.unadmit(10, 3, 1) // the entry at 20, id 3, found from ref 10
+	require.Equal(t, int64(1), took)
+	require.Equal(t, int64(4), k.sum)
+	took, _, emptied = k.unadmit(0, 1, 1)
+	require.Equal(t, int64(1), took)
+	require.False(t, emptied)
+	// A readmit puts back what its unadmit took, into the same entry, or
+	// re-inserts an entry it emptied while it is inside the window.
+	k.newest = 20
+	require.False(t, k.readmit(takenUnits{ref: 0, id: 1, units: 1}, 100))
+	require.True(t, k.readmit(takenUnits{t: 10, ref: 10, id: 2, units: 5, emptied: true}, 100))
+	require.Equal(t, int64(9), k.sum)
+	require.Equal(t, []auditEntry{{t: 0, id: 1, n: 2}, {t: 10, id: 2, n: 5}, {t: 20, id: 3, n: 2}}, k.log[k.head:])
+	require.False(t, k.readmit(takenUnits{t: 10, ref: 10, id: 2, units: 5, emptied: true}, 5), "left the window")
+	require.Equal(t, 1, k.expire(0)) // the entry at 0 leaves
+	require.Equal(t, int64(7), k.sum)
+	took, _, _ = k.unadmit(0, 1, 1)
+	require.Zero(t, took, "an entry that has left the window is not touched")
 }
 
 // TestAuditDrainsInBackground: without any Audit call, the engine's own
@@ -167,7 +193,7 @@ func TestAuditDrainsInBackground(t *testing.T) {
 func TestShadowKeyGivesMemoryBack(t *testing.T) {
 	k := &shadowKey{}
 	for i := range 10_000 {
-		k.log = append(k.log, auditEntry{t: int64(i), ref: int64(i), n: 1})
+		k.log = append(k.log, auditEntry{t: int64(i), id: uint64(i + 1), n: 1})
 		k.sum++
 	}
 	require.Equal(t, 9_990, k.expire(9_989))
@@ -177,7 +203,7 @@ func TestShadowKeyGivesMemoryBack(t *testing.T) {
 	require.Equal(t, int64(9_990), k.log[k.head].t)
 	// Steady traffic keeps amortised O(1) work: one entry in, one out.
 	for i := 10_000; i < 100_000; i++ {
-		k.log = append(k.log, auditEntry{t: int64(i), ref: int64(i), n: 1})
+		k.log = append(k.log, auditEntry{t: int64(i), id: uint64(i + 1), n: 1})
 		k.sum++
 		k.expire(int64(i) - 10)
 		require.LessOrEqual(t, cap(k.log), 4*10+shadowSlack)
@@ -235,11 +261,12 @@ func TestAuditUnadmitConcurrent(t *testing.T) {
 			for i := range each {
 				at := base.Add(time.Duration(i) * time.Millisecond)
 				n := int64(1 + i%3)
-				if !e.AllowAt(key, n, at).Allowed {
+				r := e.ReserveAt(key, n, at)
+				if !r.Decision().Allowed {
 					t.Error("refused")
 					return
 				}
-				e.audit.unadmitAt(key, at.UnixNano(), n, at.UnixNano())
+				e.audit.takeBackAt(key, r.audit-1, r.auditID, n, at.UnixNano())
 				if i%100 == 0 {
 					e.Audit()
 				}

@@ -202,17 +202,18 @@ func decision(res ringslot.Result, limit int64) Decision {
 // 1 … limit. It also returns the decision's effective epoch (a log: time),
 // or −1 for a refused time, for the stress test's checker.
 func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
-	d, _, at := e.decideRing(key, n, t)
+	d, _, at, _ := e.decideRing(key, n, t)
 	return d, at
 }
 
 // decideRing is decideSlow that also returns the ring the decision was made
-// on (invalid when it was made on none), for ReserveAt.
+// on (invalid when it was made on none) and, for a key the self-audit
+// samples, the admission's id in its log (0: none), for ReserveAt.
 //
 //go:noinline
-func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, int64) {
+func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, int64, uint64) {
 	if t < 0 {
-		return Decision{Limit: e.limit, RetryAfter: Never}, ringslot.Ring{}, -1
+		return Decision{Limit: e.limit, RetryAfter: Never}, ringslot.Ring{}, -1, 0
 	}
 	h := e.tab.Hash(key)
 	r, ok := e.tab.Load(h, key)
@@ -227,10 +228,10 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 					d.Remaining = limit
 					d.RetryAfter = e.cfg.idle
 				}
-				return d, ringslot.Ring{}, e.geo.EpochOf(t)
+				return d, ringslot.Ring{}, e.geo.EpochOf(t), 0
 			}
 			if !r.Valid() { // a peek at an absent key: its window is empty
-				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(t)
+				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(t), 0
 			}
 		} else {
 			limit = e.ringLimit(r)
@@ -246,21 +247,22 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 			if n < 1 || n > limit {
 				// A peek creates nothing; the window is empty from the
 				// retirement on.
-				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(max(t, e.geo.RetiredAt(r)))
+				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(max(t, e.geo.RetiredAt(r))), 0
 			}
 			r, ok = e.replace(h, key, r, t)
 			continue
 		}
 		d := decision(res, limit)
+		var aid uint64
 		switch {
 		case n == 0: // even where a clamped time puts the estimate over the limit
 			d.Allowed, d.RetryAfter = true, 0
 		case n < 0:
 			d.Allowed, d.RetryAfter = false, Never
 		case n <= limit && e.sampled(h):
-			e.audit.record(key, e.effective(t, res.Epoch), n, limit, d.Allowed)
+			aid = e.audit.record(key, e.effective(t, res.Epoch), n, limit, d.Allowed)
 		}
-		return d, r, res.Epoch
+		return d, r, res.Epoch, aid
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // back. When it was Allowed, Cancel returns its units to the sub-window they
 // were recorded in (docs/design.md §3b).
 //
-// A Reservation is a value, so that Reserve and Cancel allocate nothing (96
+// A Reservation is a value, so that Reserve and Cancel allocate nothing (104
 // bytes on 64-bit platforms). It must not be copied after it is returned
 // (go vet's copylocks check reports copies): a copy is the same claim on
 // the same units, and the engine keeps no state per reservation, so
@@ -32,10 +32,12 @@ type Reservation struct {
 	e     *Engine
 	key   string
 	ring  ringslot.Ring
-	at    int64  // the effective epoch (SlidingLog: time, ns) the units were recorded at
-	n     int64  // units recorded; 0 when nothing was (denied, or n = 0)
-	audit int64  // for a key the self-audit samples: the time its log recorded the units at, plus one; else 0
-	state uint32 // atomic: 0 until Cancel claims the units, then 1
+	at    int64 // the effective epoch (SlidingLog: time, ns) the units were recorded at
+	n     int64 // units recorded; 0 when nothing was (denied, or n = 0)
+	audit int64 // for a key the self-audit samples: the time its log recorded the units at, plus one; else 0
+	// auditID names the admission in the self-audit's log (0: unknown).
+	auditID uint64
+	state   uint32 // atomic: 0 until Cancel claims the units, then 1
 }
 
 // noCopy makes go vet's copylocks check report copies of a Reservation.
@@ -75,19 +77,19 @@ func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
 						out.ring, out.at, out.n = r, res.Epoch, n
 					}
 					if e.sampled(h) { // Config.Audit's one branch, as in fast
-						out.audit = e.auditReserve(key, t, n, limit, res)
+						out.audit, out.auditID = e.auditReserve(key, t, n, limit, res)
 					}
 					return
 				}
 			}
 		}
 	}
-	d, r, at := e.decideRing(key, n, t) // audits the decision itself
+	d, r, at, aid := e.decideRing(key, n, t) // audits the decision itself
 	out.d = d
 	if d.Allowed && n >= 1 && r.Valid() {
 		out.ring, out.at, out.n = r, at, n
 		if e.audit != nil && e.sampled(e.tab.Hash(key)) {
-			out.audit = e.effective(t, at) + 1
+			out.audit, out.auditID = e.effective(t, at)+1, aid
 		}
 	}
 }
@@ -153,7 +155,7 @@ func (r *Reservation) Cancel() bool {
 		return false
 	}
 	if r.audit != 0 {
-		return r.e.auditCancel(r.key, r.ring, r.audit-1, r.n, func() bool { return r.e.cancel(r.key, r.ring, r.at, r.n) })
+		return r.e.auditCancel(r.key, r.ring, r.audit-1, r.auditID, r.n, func() bool { return r.e.cancel(r.key, r.ring, r.at, r.n) })
 	}
 	return r.e.cancel(r.key, r.ring, r.at, r.n)
 }
