@@ -33,7 +33,7 @@ func adv5Perms(n int) [][]int {
 func TestReview5AuditSameInstantPerms(t *testing.T) {
 	perms := adv5Perms(5)
 	for _, alg := range allAlgorithms {
-		for seed := int64(0); seed < 8; seed++ {
+		for seed := int64(0); seed < 3; seed++ { // 8 seeds found nothing more; 3 keep -race under 25 s
 			t.Run(fmt.Sprintf("%v/%d", alg, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewSource(seed))
 				bad := 0
