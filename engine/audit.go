@@ -200,12 +200,21 @@ func newAuditRing(size int) *auditRing {
 	return r
 }
 
-// push appends ev, or reports false when the buffer is full. Lock-free: a
-// failed CAS means another writer claimed the position.
-// The position it took is returned too (for the drain's wake-up).
-func (r *auditRing) push(ev auditEvent) (uint64, bool) {
+// push appends ev, or reports false when the buffer is full, or when keep
+// > 0 and fewer than keep cells after it are free: a decision leaves the
+// last cells to take-backs (see auditor.push). Lock-free: a failed CAS
+// means another writer claimed the position. The position it took is
+// returned too (for the drain's wake-up and the take-backs' ids).
+func (r *auditRing) push(ev auditEvent, keep uint64) (uint64, bool) {
 	pos := r.tail.Load()
 	for {
+		if keep > 0 {
+			// The cell keep positions on still holds an event of the
+			// previous lap: fewer than keep cells are free.
+			if c := &r.cells[(pos+keep)&r.mask]; int64(c.seq.Load()-(pos+keep)) < 0 {
+				return pos, false
+			}
+		}
 		c := &r.cells[pos&r.mask]
 		switch d := int64(c.seq.Load() - pos); {
 		case d == 0:
@@ -512,7 +521,14 @@ func (a *auditor) record(key string, t, n, limit int64, allowed bool) uint64 {
 // push buffers ev, and returns its buffer position and whether it was
 // buffered (else it was dropped, and counted).
 func (a *auditor) push(ev auditEvent) (uint64, bool) {
-	pos, ok := a.ring.push(ev)
+	var keep uint64
+	if ev.kind < evUnadmit {
+		// Decisions leave the last eighth of the buffer to Cancel's
+		// take-backs, whose loss would leave cancelled units in a log
+		// for a window: a sequential caller's are never dropped.
+		keep = (a.ring.mask + 1) / 8
+	}
+	pos, ok := a.ring.push(ev, keep)
 	if ok {
 		if pos&(a.ring.mask>>2) == a.ring.mask>>2 {
 			// Every quarter buffer: drain now, not at the next tick, and
@@ -529,6 +545,11 @@ func (a *auditor) push(ev auditEvent) (uint64, bool) {
 	from, until := ev.t, satAdd(ev.t, a.window)
 	if ev.kind >= evUnadmit {
 		from = min(from, ev.ref) // from its admission's time
+		// Its admission's entry may sit anywhere in the key's newest
+		// sub-window (the log places it at the key's newest decision time,
+		// and ev.t is that sub-window's start): a dropped take-back leaves
+		// it in the log until one window after that sub-window's end.
+		until = satAdd(ev.t, satAdd(a.width, a.window))
 	}
 	for cur := a.dropFrom.Load(); from < cur && !a.dropFrom.CompareAndSwap(cur, from); cur = a.dropFrom.Load() {
 	}

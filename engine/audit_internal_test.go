@@ -22,7 +22,7 @@ func TestAuditRingConcurrent(t *testing.T) {
 		pushed[p] = make([]bool, each)
 		wg.Go(func() {
 			for i := range each {
-				_, pushed[p][i] = r.push(auditEvent{key: "k", t: int64(p), n: int64(i)})
+				_, pushed[p][i] = r.push(auditEvent{key: "k", t: int64(p), n: int64(i)}, 0)
 			}
 		})
 	}
@@ -167,9 +167,10 @@ func TestAuditDrainsInBackground(t *testing.T) {
 	defer e.Close()
 	t0 := time.Unix(1_700_000_000, 0)
 	deadline := time.Now().Add(10 * time.Second)
+	const batch = MinAuditBuffer - MinAuditBuffer/8 // decisions' share of the buffer
 	for i := 0; ; i++ {
 		e.AllowAt(fmt.Sprint(i%8), 1, t0)
-		if i%MinAuditBuffer == MinAuditBuffer-1 {
+		if i%batch == batch-1 {
 			// Wait until the background drain has emptied the buffer.
 			for e.audit.ring.tail.Load() != func() uint64 { e.audit.mu.Lock(); defer e.audit.mu.Unlock(); return e.audit.ring.head }() {
 				if time.Now().After(deadline) {
@@ -177,14 +178,14 @@ func TestAuditDrainsInBackground(t *testing.T) {
 				}
 				runtime.Gosched() // the drain runs on a real ticker; no sleep
 			}
-			if i >= 4*MinAuditBuffer {
+			if i >= 4*batch {
 				break
 			}
 		}
 	}
 	r := e.Audit()
 	require.Zero(t, r.Dropped)
-	require.Equal(t, int64(5*MinAuditBuffer), r.Decisions)
+	require.Equal(t, int64(5*batch), r.Decisions)
 }
 
 // TestShadowKeyGivesMemoryBack: a log that held a burst shrinks once the
@@ -282,5 +283,41 @@ func TestAuditUnadmitConcurrent(t *testing.T) {
 	defer e.audit.mu.Unlock()
 	for key, k := range e.audit.keys {
 		require.Zero(t, k.sum, key)
+	}
+}
+
+// A Cancel whose take-back finds even Cancel's share of the buffer full is
+// dropped: its units stay in the log, and the quarantine must last until
+// they leave it. The unit sits at the key's newest decision time, past the
+// start of the sub-window the unadmit is timed at, so the quarantine runs
+// one window past that sub-window's end (the third review found a Strict
+// false admit when it ran one window past the start).
+func TestAuditDroppedTakeBackQuarantine(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindowStrict, SlidingLog} {
+		e, err := New(Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+		require.NoError(t, err)
+		require.NoError(t, e.Close()) // no background drain: the test fills the buffer
+		base := time.Unix(1_700_000_000, 0)
+		at := func(us int) time.Time { return base.Add(time.Duration(us) * time.Microsecond) }
+		require.True(t, e.AllowAt("a", 1, at(5_000_000)).Allowed)
+		require.False(t, e.AllowAt("a", 2, at(5_656_600)).Allowed)
+		e.Audit()
+		r := e.ReserveAt("a", 1, at(5_335_000))
+		require.True(t, r.Decision().Allowed)
+		// Fill every cell, Cancel's share too, with events that replay as
+		// nothing (settling an unadmit that never was, of a key with no log).
+		for {
+			if _, ok := e.audit.ring.push(auditEvent{key: "zz", kind: evKept, id: 1 << 60}, 0); !ok {
+				break
+			}
+		}
+		dropped := e.audit.dropped.Load() // not Audit: it would drain
+		require.True(t, r.Cancel())
+		require.Equal(t, dropped+1, e.audit.dropped.Load(), "the unadmit was dropped (and so no settling event sent)")
+		e.Audit() // empties the buffer
+		require.True(t, e.AllowAt("a", 2, at(6_643_500)).Allowed)
+		rep := e.Audit()
+		require.Equal(t, dropped+1, rep.Dropped, "the admission at 6.6435 s was buffered")
+		require.Zero(t, rep.FalseAdmits, "%v: %+v", alg, rep)
 	}
 }

@@ -206,8 +206,10 @@ type Config struct {
 	// drains into the logs (every AuditDrainInterval, whenever a quarter
 	// of it has filled, and at each Engine.Audit): 0 means
 	// DefaultAuditBuffer, otherwise a power of two in MinAuditBuffer …
-	// MaxAuditBuffer. A decision that finds it full is
-	// counted in AuditReport.Dropped, never lost silently. Needs Audit > 0.
+	// MaxAuditBuffer. Decisions fill at most seven eighths of it; the
+	// last eighth is kept for Reservation.Cancel's take-backs. A decision
+	// or take-back that finds it full is counted in AuditReport.Dropped,
+	// never lost silently. Needs Audit > 0.
 	AuditBuffer int
 }
 

@@ -60,7 +60,7 @@ func TestReview4AuditDropAtEpochZero(t *testing.T) {
 			zero := time.Unix(0, 0)
 			e := advNew(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
 			e.Close()
-			for i := 0; i < 64; i++ {
+			for i := 0; i < 56; i++ { // decisions fill 7/8 of the buffer; the rest is Cancel's
 				e.AllowAt("k", 1, zero)
 			}
 			if !e.AllowAt("k", 900, zero).Allowed { // dropped
@@ -75,7 +75,7 @@ func TestReview4AuditDropAtEpochZero(t *testing.T) {
 			}
 			r = e.Audit()
 			t.Logf("%+v", r)
-			if r.Judged != 0 && (r.FalseDenies != 0 || r.Judged > 64) {
+			if r.Judged != 0 && (r.FalseDenies != 0 || r.Judged > 56) {
 				t.Errorf("judged inside the window of a drop at t=0: %+v", r)
 			}
 		})
