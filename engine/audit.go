@@ -780,7 +780,8 @@ func (a *auditor) takeBack(k *shadowKey, ev *auditEvent) {
 	case evReadmit:
 		tk, ok := a.taken[ev.id]
 		delete(a.taken, ev.id)
-		if ok && k != nil && k.readmit(tk, a.window) {
+		// noLog stands for a dropped log and is shared: never written.
+		if ok && k != nil && k != &noLog && k.readmit(tk, a.window) {
 			a.entries++
 		}
 	}

@@ -321,3 +321,22 @@ func TestAuditDroppedTakeBackQuarantine(t *testing.T) {
 		require.Zero(t, rep.FalseAdmits, "%v: %+v", alg, rep)
 	}
 }
+
+// A readmit whose key's log was dropped between its unadmit and it (two
+// idle windows, pruned at the end of a drain) puts nothing anywhere: the
+// stand-in for a dropped log is shared by every key and engine, and is
+// never written.
+func TestAuditReadmitWithoutLog(t *testing.T) {
+	e, err := New(Config{Limit: 10, Window: time.Second, Audit: 1, DisableEviction: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	a := e.audit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.taken[7] = takenUnits{t: 5, ref: 5, units: 3, id: 1, emptied: true, at: 5}
+	a.replay(&auditEvent{key: "gone", t: 6, ref: 5, n: 3, id: 7, kind: evReadmit}, quarantine{})
+	require.Empty(t, noLog.log)
+	require.Zero(t, noLog.sum)
+	require.Zero(t, a.entries)
+	require.NotContains(t, a.taken, uint64(7))
+}
