@@ -122,8 +122,11 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 		b.senders++
 		b.mu.Unlock()
 		b.rounds.Add(1)
-		slot := b.begin()
+		slot, span := b.begin()
 		d, at, err := b.l.evalOne(ctx, b.l.client, key, n, limit, reserve)
+		if err != nil && ctxOnly(err) {
+			b.l.notSent(span)
+		}
 		if err != nil {
 			// Judge the failure for the breaker before the slot passes
 			// on, so that calls queued behind this one are held, not
@@ -221,16 +224,17 @@ func (b *batcher) release() {
 
 // begin records that a round trip is being sent, in a free slot of
 // inflight (there is one: a round trip runs only in one of the maxSenders
-// sender slots), and returns the slot, −1 if none was free.
-func (b *batcher) begin() int {
-	b.l.sending()
+// sender slots), and returns the slot, −1 if none was free, and the span
+// of unanswered round trips it started (see Limiter.sending).
+func (b *batcher) begin() (slot int, span int64) {
+	span = b.l.sending()
 	t := b.l.since() + 1
 	for i := range b.inflight {
 		if b.inflight[i].CompareAndSwap(0, t) {
-			return i
+			return i, span
 		}
 	}
-	return -1
+	return -1, span
 }
 
 // end records that the round trip begun in slot came back.
@@ -306,11 +310,14 @@ func (b *batcher) send(batch []*call) {
 	}
 	l := b.l
 	b.rounds.Add(1)
-	slot := b.begin()
+	slot, span := b.begin()
 	defer b.end(slot)
 	if len(live) == 1 {
 		c := live[0]
 		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
+		if err != nil && ctxOnly(err) {
+			l.notSent(span)
+		}
 		if err != nil {
 			l.tripOn(ctx, c.key, err)
 			err = &judgedError{mayHaveCounted(ctx, err)}
@@ -356,11 +363,17 @@ func (b *batcher) send(batch []*call) {
 		}
 		_, _ = pipe.Exec(ctx)
 	}
+	allCtx := true
 	for _, cmd := range cmds {
 		if cmd.Err() == nil {
 			l.answered() // before the failures are judged: Redis answers
+			allCtx = false
 			break
 		}
+		allCtx = allCtx && ctxOnly(cmd.Err())
+	}
+	if allCtx {
+		l.notSent(span)
 	}
 	for i, c := range live {
 		res, err := cmds[i].Result()

@@ -181,11 +181,36 @@ func (l *Limiter) since() int64 { return int64(time.Since(l.born)) }
 // sending records that a round trip is being sent: the first one after
 // the last success starts the span of unanswered round trips (pending is
 // since()+1 then; 0 while none is unanswered).
-func (l *Limiter) sending() {
+//
+// It returns the span's start when this round trip started it, else 0
+// (see notSent).
+func (l *Limiter) sending() int64 {
 	if l.bg == nil || l.pending.Load() != 0 {
-		return
+		return 0
 	}
-	l.pending.CompareAndSwap(0, l.since()+1)
+	if t := l.since() + 1; l.pending.CompareAndSwap(0, t) {
+		return t
+	}
+	return 0
+}
+
+// notSent ends the span of unanswered round trips that the round trip
+// begun with span started, when that round trip ended on its context
+// (go-redis gave it up waiting for a connection or a dial): it may never
+// have reached Redis, so it says nothing of a stall. (Tiny deadlines after
+// an idle spell failed so, and a span they left open made the next burst
+// look stalled: the third review of the breaker.)
+func (l *Limiter) notSent(span int64) {
+	if span != 0 {
+		l.pending.CompareAndSwap(span, 0)
+	}
+}
+
+// ctxOnly reports whether err is a context's error itself, as go-redis
+// returns it when it gives up before the network (a read that times out
+// is a net error instead).
+func ctxOnly(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // answered records that a round trip got a reply (of any of its calls,
