@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,13 +45,13 @@ func WithClientKey(f func(ctx context.Context, cc *grpc.ClientConn, fullMethod s
 func WithClientCost(fullMethod string, cost int64) ClientOption {
 	return func(c *clientConfig) error {
 		if err := validMethod(fullMethod, false); err != nil {
-			return fmt.Errorf("grpclimit: WithClientCost(%s, %d): %w", quote(fullMethod), cost, err)
+			return fmt.Errorf("grpclimit: WithClientCost(%s, %d): %w", untrusted.Quote(fullMethod), cost, err)
 		}
 		if cost < 0 {
-			return fmt.Errorf("grpclimit: WithClientCost(%s, %d): want a cost ≥ 0", quote(fullMethod), cost)
+			return fmt.Errorf("grpclimit: WithClientCost(%s, %d): want a cost ≥ 0", untrusted.Quote(fullMethod), cost)
 		}
 		if _, dup := c.methodCost[fullMethod]; dup {
-			return fmt.Errorf("grpclimit: WithClientCost(%s, …) given twice", quote(fullMethod))
+			return fmt.Errorf("grpclimit: WithClientCost(%s, …) given twice", untrusted.Quote(fullMethod))
 		}
 		c.methodCost[fullMethod] = cost
 		return nil

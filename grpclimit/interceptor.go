@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -140,7 +141,7 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 		if lc.KeyLimit == nil && !lc.PerKeyLimits {
 			for m, cost := range i.cfg.methodCost {
 				if cost > lc.Limit {
-					errs = append(errs, fmt.Errorf("grpclimit: WithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", quote(m), cost, lc.Limit))
+					errs = append(errs, fmt.Errorf("grpclimit: WithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", untrusted.Quote(m), cost, lc.Limit))
 				}
 			}
 		}

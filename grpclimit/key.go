@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -126,22 +127,9 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 		a = ap.Addr()
 	}
 	if !a.IsValid() {
-		return netip.Addr{}, status.Error(codes.Internal, "grpclimit: the peer address "+quote(p.Addr.String())+" ("+p.Addr.Network()+") is not an IP address; key calls on this listener by something else")
+		return netip.Addr{}, status.Error(codes.Internal, "grpclimit: the peer address "+untrusted.Quote(p.Addr.String())+" ("+p.Addr.Network()+") is not an IP address; key calls on this listener by something else")
 	}
 	return a.Unmap().WithZone(""), nil
-}
-
-// quote bounds and quotes untrusted text for an error message.
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return "\"" + strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s) + "\""
 }
 
 // MissingPolicy says what KeyByMetadata does when the value is absent or
@@ -182,7 +170,7 @@ const MaxMetadataValue = 256
 func KeyByMetadata(name string, missing MissingPolicy) Key {
 	name = strings.ToLower(name)
 	if err := validMetadataName(name); err != nil {
-		return keyError(errors.New("grpclimit: KeyByMetadata name = " + quote(name) + ": " + err.Error()))
+		return keyError(errors.New("grpclimit: KeyByMetadata name = " + untrusted.Quote(name) + ": " + err.Error()))
 	}
 	if missing.hasFallback {
 		if err := missing.fallback.Err(); err != nil {

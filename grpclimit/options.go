@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 )
 
 // Option configures an Interceptor. An Option given a bad argument makes
@@ -91,13 +93,13 @@ func WithKey(k Key) Option {
 func WithMethodCost(fullMethod string, cost int64) Option {
 	return func(c *config) error {
 		if err := validMethod(fullMethod, false); err != nil {
-			return fmt.Errorf("grpclimit: WithMethodCost(%s, %d): %w", quote(fullMethod), cost, err)
+			return fmt.Errorf("grpclimit: WithMethodCost(%s, %d): %w", untrusted.Quote(fullMethod), cost, err)
 		}
 		if cost < 0 {
-			return fmt.Errorf("grpclimit: WithMethodCost(%s, %d): want a cost ≥ 0", quote(fullMethod), cost)
+			return fmt.Errorf("grpclimit: WithMethodCost(%s, %d): want a cost ≥ 0", untrusted.Quote(fullMethod), cost)
 		}
 		if _, dup := c.methodCost[fullMethod]; dup {
-			return fmt.Errorf("grpclimit: WithMethodCost(%s, …) given twice", quote(fullMethod))
+			return fmt.Errorf("grpclimit: WithMethodCost(%s, …) given twice", untrusted.Quote(fullMethod))
 		}
 		c.methodCost[fullMethod] = cost
 		return nil
@@ -130,7 +132,7 @@ func WithExempt(methods ...string) Option {
 		}
 		for _, m := range methods {
 			if err := validMethod(m, true); err != nil {
-				return fmt.Errorf("grpclimit: WithExempt(%s): %w", quote(m), err)
+				return fmt.Errorf("grpclimit: WithExempt(%s): %w", untrusted.Quote(m), err)
 			}
 			c.exempt[m] = true
 		}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 )
 
 // MaxProxyHops is the number of hops KeyByXForwardedFor and KeyByForwarded
@@ -80,7 +82,7 @@ func chainKey(fn, header string, trusted []netip.Prefix, ipv6Prefix int, fwd boo
 	return Key{fn: func(r *http.Request) (string, error) {
 		peer, peerSub, ok := parseHop(r.RemoteAddr) // RemoteAddr is short: its substring may be shared
 		if !ok {
-			return "", errors.New("httplimit: cannot parse client address " + quote(r.RemoteAddr))
+			return "", errors.New("httplimit: cannot parse client address " + untrusted.Quote(r.RemoteAddr))
 		}
 		return c.key(peer, peerSub, r.Header[canon])
 	}}
@@ -171,12 +173,12 @@ func (c *ProxyChain) key(peer netip.Addr, peerSub string, lines []string) (strin
 		v := m
 		if c.fwd {
 			if v, err = forValue(m); err != nil {
-				return "", fmt.Errorf("httplimit: Forwarded: %w in element %s", err, quote(m))
+				return "", fmt.Errorf("httplimit: Forwarded: %w in element %s", err, untrusted.Quote(m))
 			}
 		}
 		a, sub, ok := parseHop(v)
 		if !ok {
-			return "", fmt.Errorf("httplimit: %s: unparsable address %s", header, quote(v))
+			return "", fmt.Errorf("httplimit: %s: unparsable address %s", header, untrusted.Quote(v))
 		}
 		last, lastSub, lastSrc = a, sub, it.src
 		if !c.trust.contains(a) {

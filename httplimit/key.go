@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 )
 
 // A Key maps a request to its limiter key. Build one with KeyByIP,
@@ -83,7 +85,7 @@ func KeyByIP(ipv6Prefix int) Key {
 	return Key{fn: func(r *http.Request) (string, error) {
 		a, sub, ok := parseHop(r.RemoteAddr)
 		if !ok {
-			return "", errors.New("httplimit: cannot parse client address " + quote(r.RemoteAddr))
+			return "", errors.New("httplimit: cannot parse client address " + untrusted.Quote(r.RemoteAddr))
 		}
 		return hopKey(a, sub, bits), nil
 	}}
@@ -118,19 +120,6 @@ func ipKey(a netip.Addr, bits int) string {
 	return string(p.AppendTo(buf[:0]))
 }
 
-// quote bounds and quotes untrusted text for an error message.
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return "\"" + strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s) + "\""
-}
-
 // MissingPolicy says what KeyByHeader does when the header is absent or
 // empty. Use MissingReject or MissingFallback.
 type MissingPolicy struct {
@@ -157,7 +146,7 @@ func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, ha
 // a valid header field name (RFC 9110 token characters, 1 … 256 bytes).
 func KeyByHeader(name string, missing MissingPolicy) Key {
 	if !validFieldName(name) {
-		return keyError(errors.New("httplimit: KeyByHeader name = " + quote(name) + ", want a header field name (1 … 256 RFC 9110 token characters)"))
+		return keyError(errors.New("httplimit: KeyByHeader name = " + untrusted.Quote(name) + ", want a header field name (1 … 256 RFC 9110 token characters)"))
 	}
 	if missing.hasFallback {
 		if err := missing.fallback.Err(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/untrusted"
 )
 
 // Option configures a Middleware. An Option given a bad argument makes
@@ -166,11 +168,11 @@ const maxPolicyName = 64
 func WithPolicy(name string, window time.Duration) Option {
 	return func(c *config) error {
 		if len(name) == 0 || len(name) > maxPolicyName {
-			return fmt.Errorf("httplimit: WithPolicy name = %s, want 1 … %d printable ASCII characters", quote(name), maxPolicyName)
+			return fmt.Errorf("httplimit: WithPolicy name = %s, want 1 … %d printable ASCII characters", untrusted.Quote(name), maxPolicyName)
 		}
 		for i := 0; i < len(name); i++ {
 			if name[i] < 0x20 || name[i] > 0x7e {
-				return fmt.Errorf("httplimit: WithPolicy name = %s has byte %#x at %d, want printable ASCII (0x20 … 0x7e)", quote(name), name[i], i)
+				return fmt.Errorf("httplimit: WithPolicy name = %s has byte %#x at %d, want printable ASCII (0x20 … 0x7e)", untrusted.Quote(name), name[i], i)
 			}
 		}
 		if window < 0 {
