@@ -219,6 +219,7 @@ type Stats struct {
 type Limiter struct {
 	client   redis.UniversalClient
 	cfg      engine.Config
+	norm     engine.Config // cfg with engine.New's defaults, for Config
 	opts     options
 	width    int64 // sub-window width, ns
 	span     int
@@ -317,9 +318,11 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if err != nil {
 		return nil, err
 	}
+	norm := e.Config()
+	norm.Clock, norm.CoarseClock, norm.DisableEviction = cfg.Clock, cfg.CoarseClock, cfg.DisableEviction
 	_ = e.Close()
 
-	l := &Limiter{client: client, cfg: cfg, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
+	l := &Limiter{client: client, cfg: cfg, norm: norm, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
 	l.evict.ctx, l.evict.cancel = context.WithCancel(context.Background())
 	n := cfg.SubWindows
 	if n == 0 {
@@ -467,6 +470,15 @@ func (l *Limiter) Close() error {
 	})
 	return l.closeErr
 }
+
+// Config returns the configuration the Limiter decides with: the Config
+// given to New, with the defaults engine.New fills in (SubWindows, for
+// one). The adapters read it as they read an *engine.Engine's: httplimit
+// and grpclimit take the window (w=) and the algorithm, for the bound t=
+// of an admitted response, from it. The fields New ignores (Clock,
+// CoarseClock, Shards, MaxKeys, DisableEviction, SweepInterval) are
+// returned as engine.New would hold them, and still mean nothing here.
+func (l *Limiter) Config() engine.Config { return l.norm }
 
 // Stats returns the counters so far. Each is read separately, so they need
 // not be mutually consistent while decisions run.
