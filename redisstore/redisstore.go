@@ -557,6 +557,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // them if they do, with the engine's rules: n == 0 is allowed and records
 // nothing. The error is nil exactly when the Decision is a real one.
 //
+// A key longer than Config.MaxKeyBytes (engine.DefaultMaxKeyBytes, 4 KiB,
+// when 0) is refused at once, as the engine refuses it: no round trip,
+// nothing stored in Redis, KeyLimit not asked, a nil error, and the
+// Decision {Allowed: false, Limit: 0, Remaining: 0, RetryAfter:
+// engine.Never}, whose Reason() is engine.ReasonKeyTooLong. It counts in
+// no Stats field. So no caller can grow Redis's memory with long keys.
+//
 // A request that can never be admitted is refused at once, without a round
 // trip and with a nil error: n < 0, n above the key's limit, or a KeyLimit
 // result out of range (see New). Its Decision is {Allowed: false, Limit:
@@ -601,6 +608,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // Calls made while the senders are busy go to Redis together, as one
 // pipeline; a lone call is sent at once.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	if len(key) > l.norm.MaxKeyBytes {
+		return engine.Decision{RetryAfter: engine.Never}, nil // ReasonKeyTooLong, as from the engine
+	}
 	limit, ok := l.limitOf(key)
 	if err := ctxDone(ctx); err != nil {
 		return l.gone(key, limit, err, nil)
