@@ -165,7 +165,8 @@ func unavailable(key string, cause error) error {
 // Stats counts a Limiter's outcomes. Each decision is counted in exactly
 // one of RedisDecisions, LocalDecisions, FallbackDecisions and CallerGone,
 // except a request refused without a round trip (n < 0, n above the key's
-// limit, a refused KeyLimit answer), which is in none.
+// limit, a refused KeyLimit answer, a key longer than Config.MaxKeyBytes),
+// which is in none.
 type Stats struct {
 	// RedisDecisions: decisions answered by a script call. That is every
 	// decision of a plain limiter. For a hybrid limiter it is the exact
@@ -269,7 +270,8 @@ var script = redis.NewScript(luaSource)
 // below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
 // Limit < 9,007,199 at a 1 s sub-window). Clock, CoarseClock, Shards,
 // MaxKeys, DisableEviction and SweepInterval are ignored: time is Redis
-// TIME and keys expire by TTL.
+// TIME and keys expire by TTL. Config.MaxKeyBytes is honoured as the
+// engine honours it (see AllowN).
 //
 // Config.KeyLimit gives each key its own limit, and unlike the engine's
 // (called when a key's state is created) it is called on every decision,
@@ -426,6 +428,10 @@ func (l *Limiter) checkBounds() error {
 // Close releases what the Limiter started; it does not close the client.
 // Decisions keep working after Close (see below). Close is idempotent:
 // later and concurrent calls wait for the first and return its result.
+//
+// Close first cancels a maxmemory-policy check in flight (see
+// ErrEvictionPolicy) and waits for it (its round trip is bounded as a
+// decision's, below).
 //
 // A plain limiter has nothing to flush: Close turns its breaker off (every
 // later decision tries Redis), stops its prober and waits for it, stops the
