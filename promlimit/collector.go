@@ -58,6 +58,10 @@ type ClientOutcomes interface{ ~clientOutcomes }
 type BackendStats struct {
 	Failures          uint64 // calls to the backend that failed
 	FallbackDecisions uint64 // decisions its failure policy made instead
+	// CallerGone: calls not decided because the caller's context ended
+	// first (a client that went away, a deadline that passed). They are
+	// the caller's doing, not the backend's: not in Failures.
+	CallerGone uint64
 }
 
 // A kind is the metric families of one kind of Source, with the order of
@@ -101,7 +105,8 @@ var (
 	kindBackend = &kind{name: "Backend", families: []family{
 		{"ringlimit_backend_failures_total", "Calls to the shared limiter's backend (Redis) that failed.", prometheus.CounterValue, false},
 		{"ringlimit_backend_fallback_decisions_total", "Decisions made by the failure policy because the backend failed.", prometheus.CounterValue, false},
-	}, series: []series{{0, ""}, {1, ""}}}
+		{"ringlimit_backend_caller_gone_total", "Calls to the shared limiter answered with nothing admitted because the caller's context ended first (a client that went away, a deadline that passed): the caller's doing, not backend failures.", prometheus.CounterValue, false},
+	}, series: []series{{0, ""}, {1, ""}, {2, ""}}}
 	kindAudit = &kind{name: "Audit", families: []family{
 		{"ringlimit_audit_decisions_total", "Decisions of sampled keys shadowed by the engine's self-audit (Config.Audit), by outcome.", prometheus.CounterValue, true},
 		{"ringlimit_audit_false_decisions_total", "Shadowed decisions the exact log disagrees with: outcome allowed is a false admit (the units the engine admitted in the window plus n exceed the limit), denied a false deny.", prometheus.CounterValue, true},
@@ -183,12 +188,17 @@ func GRPCClient[S ClientOutcomes](limiter string, c interface{ Stats() S }) Sour
 //
 //	ringlimit_backend_failures_total             counter
 //	ringlimit_backend_fallback_decisions_total   counter
+//	ringlimit_backend_caller_gone_total          counter
 //
-// For a *redisstore.Limiter rl:
+// A caller that cancels or whose deadline passes before the backend
+// answers is counted in ringlimit_backend_caller_gone_total and never in
+// ringlimit_backend_failures_total, so that clients giving up on their own
+// requests do not page anyone about the backend. For a
+// *redisstore.Limiter rl:
 //
 //	promlimit.Backend("redis", func() promlimit.BackendStats {
 //		s := rl.Stats()
-//		return promlimit.BackendStats{Failures: s.Failures, FallbackDecisions: s.FallbackDecisions}
+//		return promlimit.BackendStats{Failures: s.Failures, FallbackDecisions: s.FallbackDecisions, CallerGone: s.CallerGone}
 //	})
 //
 // promlimit takes a function rather than the limiter so that its module
@@ -196,7 +206,7 @@ func GRPCClient[S ClientOutcomes](limiter string, c interface{ Stats() S }) Sour
 func Backend(limiter string, f func() BackendStats) Source {
 	return newSource(kindBackend, limiter, f, func() []float64 {
 		s := f()
-		return []float64{float64(s.Failures), float64(s.FallbackDecisions)}
+		return []float64{float64(s.Failures), float64(s.FallbackDecisions), float64(s.CallerGone)}
 	})
 }
 

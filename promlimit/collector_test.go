@@ -166,7 +166,7 @@ func TestCollectorNamed(t *testing.T) {
 		HTTP("api", fakeMiddleware{httplimit.Stats{Allowed: 10, Denied: 2}}),
 		GRPC("rpc", fakeGRPC{grpcStats{Allowed: 5, Denied: 1, Rejected: 2, Errors: 3}}),
 		GRPCClient("partner", fakeClient{clientStats{Admitted: 4, Delayed: 2, Refused: 1, Canceled: 1, Errors: 0, Waited: 1500 * time.Millisecond}}),
-		Backend("redis", func() BackendStats { return BackendStats{Failures: 9, FallbackDecisions: 8} }),
+		Backend("redis", func() BackendStats { return BackendStats{Failures: 9, FallbackDecisions: 8, CallerGone: 11} }),
 		Audit("api", fakeAudit{engine.AuditReport{Share: 0.001, Decisions: 30, Admits: 20, Denies: 10, FalseAdmits: 2, FalseDenies: 3,
 			Judged: 29, Unjudged: 1, WorstWindow: 1.25, Keys: 4, Skipped: 6, Dropped: 7}}),
 	)
@@ -197,6 +197,9 @@ ringlimit_audit_unjudged_total{limiter="api"} 1
 # HELP ringlimit_audit_worst_window_ratio The most units the engine admitted in one window for a sampled key, over its limit, since the engine started.
 # TYPE ringlimit_audit_worst_window_ratio gauge
 ringlimit_audit_worst_window_ratio{limiter="api"} 1.25
+# HELP ringlimit_backend_caller_gone_total Calls to the shared limiter answered with nothing admitted because the caller's context ended first (a client that went away, a deadline that passed): the caller's doing, not backend failures.
+# TYPE ringlimit_backend_caller_gone_total counter
+ringlimit_backend_caller_gone_total{limiter="redis"} 11
 # HELP ringlimit_backend_failures_total Calls to the shared limiter's backend (Redis) that failed.
 # TYPE ringlimit_backend_failures_total counter
 ringlimit_backend_failures_total{limiter="redis"} 9

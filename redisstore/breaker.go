@@ -30,7 +30,8 @@ type breaker struct {
 
 	probe            func(abort <-chan struct{}) error
 	minWait, maxWait time.Duration
-	manual           bool // tests: no goroutine, probes run by probeOnce
+	manual           bool   // tests: no goroutine, probes run by probeOnce
+	onClose          func() // called by the probe that closed the breaker, if set; must not block
 
 	mu      sync.Mutex // guards the fields below, and orders trips against a probe's verdict
 	gen     uint64     // trips so far: a probe closes the breaker only if no trip came during it
@@ -114,6 +115,9 @@ func (b *breaker) probeOnce() bool {
 	}
 	b.open.Store(nil)
 	b.probing = false
+	if b.onClose != nil {
+		b.onClose()
+	}
 	return true
 }
 

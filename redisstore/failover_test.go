@@ -99,8 +99,13 @@ func TestFailover(t *testing.T) {
 	if st := l.Stats(); st.BreakerOpens != before.BreakerOpens+1 || l.br.err() == nil {
 		t.Fatalf("READONLY did not open the breaker: %+v", st)
 	}
-	if !l.br.probeOnce() {
-		t.Fatalf("the probe did not reach the new primary: %v", l.br.err())
+	// Each probe that meets another pooled connection to the demoted node
+	// (New's maxmemory-policy check may have opened one) gets READONLY,
+	// and go-redis drops that connection; the pool holds at most two here.
+	for i := 0; !l.br.probeOnce(); i++ {
+		if i == 2 {
+			t.Fatalf("the probe did not reach the new primary: %v", l.br.err())
+		}
 	}
 	if st := l.Stats(); st.NoScript != before.NoScript+1 {
 		t.Fatalf("no NOSCRIPT on the new primary: %+v", st)

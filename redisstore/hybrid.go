@@ -239,6 +239,7 @@ func (l *Limiter) startHybrid() error {
 		stop:    make(chan struct{}),
 	}
 	h.br = newBreaker(h.probe, o.interval, max(time.Second, o.interval), o.manual)
+	h.br.onClose = l.startCheck // the outage may have been a restart or a failover: another server
 	l.hyb = h
 	if !o.manual {
 		h.loop.Add(1)
@@ -308,6 +309,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
+	l.answeredDecision()
 	return h.adjust(d, n, reserve), nil
 }
 

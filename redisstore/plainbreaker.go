@@ -98,6 +98,7 @@ type plainBreaker struct {
 func (l *Limiter) newPlainBreaker() *plainBreaker {
 	pb := &plainBreaker{l: l}
 	pb.breaker = newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
+	pb.breaker.onClose = l.startCheck // the outage may have been a restart or a failover: another server
 	return pb
 }
 

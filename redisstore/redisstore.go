@@ -36,9 +36,13 @@ import (
 const MaxExact = int64(1) << 53
 
 // Policy is what AllowN decides when Redis cannot be asked (a connection
-// error, a timeout, a context done during the call, a script error). AllowN
+// error, a timeout of the client's own, a stall, a script error). AllowN
 // returns the policy's Decision together with an error wrapping
 // ErrUnavailable, so that a policy answer is never mistaken for Redis's.
+//
+// A policy answers for the backend, never for the caller: a call whose
+// caller's context ends before Redis answers (a client that went away, a
+// deadline that passed) is admitted under no policy (see AllowN).
 type Policy int
 
 const (
@@ -115,10 +119,17 @@ func WithFallbackLocal(share float64) Option {
 // carried). It runs before the policy decides, must be safe for concurrent
 // use and should not block. Decisions answered by the policy while the
 // breaker is open (WithBreaker) or a hybrid limiter is in its failure state
-// make no round trip and do not call it. New also passes it
-// ErrUnboundedRoundTrip, once, when the client's options let a round trip
-// last forever (see New); that is a warning, not a failure, and is not
-// counted in Stats.
+// make no round trip and do not call it. A decision whose caller's context
+// ended first (Stats().CallerGone) is not a failure of Redis's and does not
+// call it either, unless its round trip also failed with an error reply or
+// a refused connection.
+//
+// It also gets warnings, which are not failures and are not counted in
+// Stats: ErrUnboundedRoundTrip, once, from New, when the client's options
+// let a round trip last forever (see New); ErrEvictionPolicy when Redis's
+// maxmemory-policy is not noeviction (read at New and whenever the breaker
+// closes after an outage), and ErrEvictionUnchecked, once, when the
+// policy could not be read.
 func WithOnError(f func(error)) Option {
 	return func(o *options) error { o.onError = f; return nil }
 }
@@ -138,11 +149,12 @@ func WithPrefix(p string) Option {
 
 // ErrUnavailable is wrapped by the error AllowN returns with a decision
 // made by the failure policy rather than by Redis: Redis could not be asked
-// (a connection error, a timeout, the caller's context done during the
-// call, a script error), or the breaker is open (WithBreaker), or a hybrid
-// limiter is in its failure state. The error wraps the cause too, so
-// errors.Is also matches, for example, context.DeadlineExceeded. Close
-// wraps it when units could not be recorded.
+// (a connection error, a timeout of the client's own, a script error), or
+// the breaker is open (WithBreaker), or a hybrid limiter is in its failure
+// state. The error wraps the cause too. Close wraps it when units could
+// not be recorded. It is never wrapped by the error of a call whose
+// caller's context ended first: that wraps the context's error instead
+// (see AllowN).
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
 
 // unavailable wraps cause as a policy answer's error.
@@ -151,10 +163,10 @@ func unavailable(key string, cause error) error {
 }
 
 // Stats counts a Limiter's outcomes. Each decision is counted in exactly
-// one of RedisDecisions, LocalDecisions and FallbackDecisions, except a
-// call whose context was already done when it was made and a request
-// refused without a round trip (n < 0, n above the key's limit, a refused
-// KeyLimit answer), which are in none.
+// one of RedisDecisions, LocalDecisions, FallbackDecisions and CallerGone,
+// except a request refused without a round trip (n < 0, n above the key's
+// limit, a refused KeyLimit answer, a key longer than Config.MaxKeyBytes),
+// which is in none.
 type Stats struct {
 	// RedisDecisions: decisions answered by a script call. That is every
 	// decision of a plain limiter. For a hybrid limiter it is the exact
@@ -168,11 +180,20 @@ type Stats struct {
 	// FallbackDecisions: decisions answered by the failure policy, each
 	// returned with an error wrapping ErrUnavailable.
 	FallbackDecisions uint64
+	// CallerGone: calls answered with nothing admitted because the
+	// caller's context had ended, before the call or before Redis
+	// answered it (a client that went away, a deadline that passed), each
+	// returned with an error wrapping the context's error. They are the
+	// caller's doing, not Redis's failures: they are not in Failures and
+	// do not call the OnError hook (but see WithOnError).
+	CallerGone uint64
 	// Failures: round trips to Redis that failed, each passed to the
 	// OnError hook once: a decision's script call, a breaker probe, a
 	// hybrid flush, probe or last flush at Close (one per flush, however
 	// many keys it carried, also when only some keys failed with
-	// WRONGTYPE).
+	// WRONGTYPE). A decision's round trip whose caller's context ended
+	// first is counted only if it failed with an error reply or a refused
+	// connection.
 	Failures uint64
 	// NoScript: times the script was missing from Redis's cache (NOSCRIPT:
 	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
@@ -199,6 +220,7 @@ type Stats struct {
 type Limiter struct {
 	client   redis.UniversalClient
 	cfg      engine.Config
+	norm     engine.Config // cfg with engine.New's defaults, for Config
 	opts     options
 	width    int64 // sub-window width, ns
 	span     int
@@ -231,7 +253,10 @@ type Limiter struct {
 	pending   atomic.Int64 // since()+1 at the first round trip sent after the last reply; 0: none (see stalled)
 	closed    atomic.Bool  // Close was called: the breakers are off
 
+	evict evictionCheck // maxmemory-policy (eviction.go)
+
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
+	callerGone                                                    atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
 }
 
@@ -245,7 +270,8 @@ var script = redis.NewScript(luaSource)
 // below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
 // Limit < 9,007,199 at a 1 s sub-window). Clock, CoarseClock, Shards,
 // MaxKeys, DisableEviction and SweepInterval are ignored: time is Redis
-// TIME and keys expire by TTL.
+// TIME and keys expire by TTL. Config.MaxKeyBytes is honoured as the
+// engine honours it (see AllowN).
 //
 // Config.KeyLimit gives each key its own limit, and unlike the engine's
 // (called when a key's state is created) it is called on every decision,
@@ -294,9 +320,12 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if err != nil {
 		return nil, err
 	}
+	norm := e.Config()
+	norm.Clock, norm.CoarseClock, norm.DisableEviction = cfg.Clock, cfg.CoarseClock, cfg.DisableEviction
 	_ = e.Close()
 
-	l := &Limiter{client: client, cfg: cfg, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
+	l := &Limiter{client: client, cfg: cfg, norm: norm, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
+	l.evict.ctx, l.evict.cancel = context.WithCancel(context.Background())
 	n := cfg.SubWindows
 	if n == 0 {
 		n = engine.DefaultSubWindows
@@ -350,6 +379,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if unboundedReads(client) {
 		l.report(ErrUnboundedRoundTrip)
 	}
+	l.startCheck()
 	return l, nil
 }
 
@@ -399,6 +429,10 @@ func (l *Limiter) checkBounds() error {
 // Decisions keep working after Close (see below). Close is idempotent:
 // later and concurrent calls wait for the first and return its result.
 //
+// Close first cancels a maxmemory-policy check in flight (see
+// ErrEvictionPolicy) and waits for it (its round trip is bounded as a
+// decision's, below).
+//
 // A plain limiter has nothing to flush: Close turns its breaker off (every
 // later decision tries Redis), stops its prober and waits for it, stops the
 // fallback engine's sweeper (that engine still decides after Close, without
@@ -428,6 +462,7 @@ func (l *Limiter) checkBounds() error {
 // recorded; they are also in Stats().LostUnits.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
+		l.stopChecks()
 		if l.bg != nil {
 			l.stopBreakers()
 		}
@@ -442,6 +477,15 @@ func (l *Limiter) Close() error {
 	return l.closeErr
 }
 
+// Config returns the configuration the Limiter decides with: the Config
+// given to New, with the defaults engine.New fills in (SubWindows, for
+// one). The adapters read it as they read an *engine.Engine's: httplimit
+// and grpclimit take the window (w=) and the algorithm, for the bound t=
+// of an admitted response, from it. The fields New ignores (Clock,
+// CoarseClock, Shards, MaxKeys, DisableEviction, SweepInterval) are
+// returned as engine.New would hold them, and still mean nothing here.
+func (l *Limiter) Config() engine.Config { return l.norm }
+
 // Stats returns the counters so far. Each is read separately, so they need
 // not be mutually consistent while decisions run.
 func (l *Limiter) Stats() Stats {
@@ -449,6 +493,7 @@ func (l *Limiter) Stats() Stats {
 		RedisDecisions:    l.redisDecisions.Load(),
 		LocalDecisions:    l.localDecisions.Load(),
 		FallbackDecisions: l.fallbacks.Load(),
+		CallerGone:        l.callerGone.Load(),
 		Failures:          l.failures.Load(),
 		NoScript:          l.noscript.Load(),
 		Flushes:           l.flushes.Load(),
@@ -518,6 +563,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // them if they do, with the engine's rules: n == 0 is allowed and records
 // nothing. The error is nil exactly when the Decision is a real one.
 //
+// A key longer than Config.MaxKeyBytes (engine.DefaultMaxKeyBytes, 4 KiB,
+// when 0) is refused at once, as the engine refuses it: no round trip,
+// nothing stored in Redis, KeyLimit not asked, a nil error, and the
+// Decision {Allowed: false, Limit: 0, Remaining: 0, RetryAfter:
+// engine.Never}, whose Reason() is engine.ReasonKeyTooLong. It counts in
+// no Stats field. So no caller can grow Redis's memory with long keys.
+//
 // A request that can never be admitted is refused at once, without a round
 // trip and with a nil error: n < 0, n above the key's limit, or a KeyLimit
 // result out of range (see New). Its Decision is {Allowed: false, Limit:
@@ -534,25 +586,40 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // WithBreaker, on by default), and while a hybrid limiter is in its failure
 // state, AllowN answers the same way at once, without a round trip.
 //
+// A caller whose context ends before Redis answers is never admitted,
+// under any policy: nobody waits for the answer, and a policy that
+// admitted it (FailOpen, FallbackLocal) would let a client buy admissions
+// with its own cancels or short deadlines. AllowN returns a zero Decision
+// (Allowed false, Limit set) with an error that wraps ctx's error
+// (context.Canceled or context.DeadlineExceeded) and not ErrUnavailable,
+// counted in Stats().CallerGone, not in Failures, and not passed to the
+// OnError hook. That holds whichever way the call ended: ctx done before
+// the call (nothing is asked), the call given up in the queue or in
+// flight, go-redis returning ctx's error, or the client's own timeout
+// after ctx ended. If Redis's reply and the end of ctx come together, the
+// reply is used: it is the truth, and counted. The breaker still judges
+// such a failed round trip as described at WithBreaker (a stall seen
+// through callers' deadlines opens it), and a caller whose context is
+// live still gets the policy's answer when the client's own timeout ends
+// the round trip or the breaker is open.
+//
 // AllowN returns by ctx's deadline (plus the scheduling delay), whatever
 // the client's options: when ctx has a deadline and the client does not
 // enforce it (no ContextTimeoutEnabled), the round trip runs on one of the
-// limiter's senders, and a caller whose context ends first gets the
-// policy's answer with an error wrapping ErrUnavailable and ctx's error
-// (for example context.DeadlineExceeded). If its request had not been
-// sent yet, it is never sent and Redis counts nothing for it; if it had,
-// Redis may count it (the error says which). A caller without a deadline
-// makes its own round trip when a sender's slot is free; a cancellation
-// then returns with the round trip. Calls made while the senders are busy
-// go to Redis together, as one pipeline; a lone call is sent at once.
-//
-// When ctx is already done (cancelled, or its deadline has passed) before
-// the call, AllowN asks nothing and returns a zero Decision (Allowed false,
-// Limit set) with ctx's error, which does not wrap ErrUnavailable.
+// limiter's senders, and a caller whose context ends first returns then,
+// as above. If its request had not been sent yet, it is never sent and
+// Redis counts nothing for it; if it had, Redis may count it (the error
+// says which). A caller without a deadline makes its own round trip when a
+// sender's slot is free; a cancellation then returns with the round trip.
+// Calls made while the senders are busy go to Redis together, as one
+// pipeline; a lone call is sent at once.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	if len(key) > l.norm.MaxKeyBytes {
+		return engine.Decision{RetryAfter: engine.Never}, nil // ReasonKeyTooLong, as from the engine
+	}
 	limit, ok := l.limitOf(key)
 	if err := ctxDone(ctx); err != nil {
-		return engine.Decision{Limit: limit}, err
+		return l.gone(key, limit, err, nil)
 	}
 	if !ok || n < 0 || n > limit {
 		return engine.Decision{Limit: limit, RetryAfter: engine.Never}, nil
@@ -568,12 +635,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 	if err != nil {
 		var held *heldError
 		if errors.As(err, &held) {
+			if cerr := ctxDone(ctx); cerr != nil {
+				return l.gone(key, limit, cerr, nil) // the hold and the caller's end came together
+			}
 			l.fallbacks.Add(1)
 			return l.policy(key, n, limit), held.err
 		}
 		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
+	l.answeredDecision()
 	return d, nil
 }
 
@@ -663,11 +734,19 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	return d, time.UnixMicro(v[3]), nil
 }
 
-// fail counts a failed round trip for a decision, reports it, opens the plain mode's breaker if the failure says so, and
-// answers with the failure policy. It is the one place a failed decision
-// becomes a policy answer. When ctx is done by now, the error wraps its
-// error too (a client without ContextTimeoutEnabled reports a deadline as a
-// network timeout, or not at all).
+// fail judges a decision's failed round trip for the breaker (opening the
+// plain mode's breaker if the failure says so) and answers the caller. It
+// is the one place a failed decision becomes an answer:
+//
+//   - the caller's context has ended (it went away, or its deadline
+//     passed): nobody waits for a policy answer, and admitting one would
+//     let a caller buy an admission with its own cancel. The answer is
+//     gone's: nothing admitted, whatever the policy.
+//   - else Redis failed: the failure is counted and reported, and the
+//     failure policy answers.
+//
+// The breaker judges the failure the same way in both cases (tripOn): a
+// stall seen through callers' deadlines still opens it.
 func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
 	var judged *judgedError
 	if errors.As(err, &judged) {
@@ -675,13 +754,41 @@ func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err erro
 	} else {
 		l.tripOn(ctx, key, err)
 	}
-	if cerr := ctxDone(ctx); cerr != nil && !errors.Is(err, cerr) {
-		err = fmt.Errorf("%w (%w)", err, cerr)
+	if cerr := ctxDone(ctx); cerr != nil {
+		return l.gone(key, limit, cerr, err)
 	}
 	l.failures.Add(1)
 	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
 	l.fallbacks.Add(1)
 	return l.policy(key, n, limit), unavailable(key, err)
+}
+
+// gone is the answer to a caller whose context ended (cerr) before Redis
+// answered its decision: a zero Decision (Allowed false, Limit set), and
+// an error that wraps cerr and never ErrUnavailable, so that no failure
+// policy can admit it. cause is the round trip's own error, nil when none
+// was made; its text says whether Redis may have counted the call. It is
+// counted in Stats().CallerGone and not passed to the OnError hook, unless
+// cause shows Redis failing whatever the caller did (an error reply, a
+// refused connection): that is a backend failure too, counted in Failures
+// and reported.
+func (l *Limiter) gone(key string, limit int64, cerr, cause error) (engine.Decision, error) {
+	l.callerGone.Add(1)
+	if cause == nil {
+		return engine.Decision{Limit: limit}, cerr
+	}
+	if provesDown(cause) {
+		l.failures.Add(1)
+		l.report(fmt.Errorf("redisstore: key %q: %w", key, cause))
+	}
+	const msg = "redisstore: key %q: nothing admitted, the caller's context ended before Redis answered: "
+	switch {
+	case errors.Is(cause, ErrUnavailable): // never from a round trip; kept out of the chain all the same
+		return engine.Decision{Limit: limit}, fmt.Errorf(msg+"%v: %w", key, cause, cerr)
+	case errors.Is(cause, cerr):
+		return engine.Decision{Limit: limit}, fmt.Errorf(msg+"%w", key, cause)
+	}
+	return engine.Decision{Limit: limit}, fmt.Errorf(msg+"%w (%w)", key, cause, cerr)
 }
 
 // report passes a failed round trip to the OnError hook, if any.

@@ -237,9 +237,10 @@ func TestServerKilled(t *testing.T) {
 	}
 }
 
-// A deadline that passes during the call: the policy answers, and the
-// error wraps both ErrUnavailable and the context's error. The proxy holds
-// every reply for 300 ms; the client honours context deadlines.
+// A deadline that passes during the call: nothing is admitted, even under
+// FailOpen (the caller left; the policy answers for Redis, not for it),
+// and the error wraps the context's error, not ErrUnavailable. The proxy
+// holds every reply for 300 ms; the client honours context deadlines.
 func TestDeadlineDuringCall(t *testing.T) {
 	s := startRedis(t)
 	p := startProxy(t, s.addr())
@@ -253,8 +254,11 @@ func TestDeadlineDuringCall(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	d, err := l.AllowN(dctx, "k", 1)
-	if !d.Allowed || !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+	if d.Allowed || errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%+v %v", d, err)
+	}
+	if st := l.Stats(); st.CallerGone != 1 || st.Failures != 0 || st.FallbackDecisions != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 

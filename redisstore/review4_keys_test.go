@@ -15,7 +15,7 @@ import (
 func TestReview4KeyNames(t *testing.T) {
 	s := startRedis(t)
 	c := s.client()
-	l, err := New(c, engine.Config{Limit: 3, Window: time.Minute, Algorithm: engine.FixedWindow})
+	l, err := New(c, engine.Config{Limit: 3, Window: time.Minute, Algorithm: engine.FixedWindow, MaxKeyBytes: 100000}) // the 100,000-byte key is held
 	if err != nil {
 		t.Fatal(err)
 	}

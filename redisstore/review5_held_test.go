@@ -53,7 +53,7 @@ func TestReview5HeldNeverSent(t *testing.T) {
 				cancel()
 				mu.Lock()
 				all = append(all, key)
-				if err != nil && !errors.Is(err, ErrUnavailable) {
+				if err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled) { // the 100 ms cancels: the caller's, not Redis's
 					t.Errorf("%s: %v", key, err)
 				}
 				if err != nil && (strings.Contains(err.Error(), "breaker is open") || strings.Contains(err.Error(), "counted nothing")) {

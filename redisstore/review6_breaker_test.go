@@ -70,7 +70,7 @@ func TestReview6StallMixedCallersOpens(t *testing.T) {
 	}
 	time.Sleep(3500 * time.Millisecond) // let the 3 s reads and the probe settle
 	st = l.Stats()
-	if got := st.RedisDecisions + st.LocalDecisions + st.FallbackDecisions; int64(got) != calls.Load() {
+	if got := st.RedisDecisions + st.LocalDecisions + st.FallbackDecisions + st.CallerGone; int64(got) != calls.Load() {
 		t.Errorf("decisions counted %d, calls %d: %+v", got, calls.Load(), st)
 	}
 	if int64(st.Failures) != onErr.Load() {

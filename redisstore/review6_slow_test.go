@@ -59,7 +59,7 @@ func TestReview6SlowLinkBurstsNoOpen(t *testing.T) {
 	if st.BreakerOpens != 0 || openAns.Load() != 0 {
 		t.Errorf("breaker opened %d times (%d answers by it) although every round trip was answered within ~60 ms", st.BreakerOpens, openAns.Load())
 	}
-	if got := st.RedisDecisions + st.LocalDecisions + st.FallbackDecisions; int64(got) != calls.Load()+1 {
+	if got := st.RedisDecisions + st.LocalDecisions + st.FallbackDecisions + st.CallerGone; int64(got) != calls.Load()+1 {
 		t.Errorf("decisions counted %d, calls %d", got, calls.Load()+1)
 	}
 	if int64(st.Failures) != onErr.Load() {

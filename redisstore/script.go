@@ -52,7 +52,15 @@ package redisstore
 //
 // Time is Redis TIME, in µs: below 2^53 until the year 2255, so every
 // quantity is an exact integer in Lua's doubles under the bounds New
-// enforces (see checkBounds).
+// enforces (see checkBounds). Per key, time never runs backwards: a TIME
+// before the start of the key's newest sub-window l (the Redis host's
+// clock stepped back, or a replica promoted with a clock behind the old
+// primary's) is taken as that start, as the engine takes a time older
+// than a key's newest. The decision then counts into l, and a denial's
+// RetryAfter adds the lag (l's start − TIME), so that it stays a true
+// bound: the state says nothing can fit before TIME reaches l's start.
+// This needs no field of its own: l is in the state already, so the
+// encoding is unchanged and old and new replicas share keys.
 //
 // Replies {allowed, remaining, retryAfterNs (−1 = Never), t}: t is the
 // time the script decided at, Redis TIME in µs: the hybrid mode's
@@ -88,6 +96,7 @@ local off = t - e0 * w
 -- span (or a new key) when all of it does.
 local raw = redis.call('GET', key)
 local e, l, cur, mid, o0 = e0, -1, 0, 0, 0
+local lag = 0 -- µs: TIME behind the start of the key's newest sub-window (a backward clock step)
 local cur0 = 0 -- c_l as stored
 local d = span + 1
 if raw then
@@ -100,7 +109,7 @@ if raw then
   if span == 0 then o0 = 0 end -- the ring's one count is cur
   if e0 <= l then
     d = 0
-    if e0 < l then e, off = l, 0 end
+    if e0 < l then e, off, lag = l, 0, l * w - t end -- time never runs backwards per key
   elseif e0 - l <= span then
     -- c'_k = c_(k+d): old' = c_d, mid' = c_(d+1) + … + c_span (c_span = cur)
     d = e0 - l
@@ -201,5 +210,7 @@ local function retryAfter()
   end
   return -1
 end
-return {0, rem, retryAfter(), t}
+local ra = retryAfter()
+if ra >= 0 then ra = ra + lag * 1000 end -- the wait for TIME to reach l's sub-window, then the computed one
+return {0, rem, ra, t}
 `

@@ -6,13 +6,16 @@ replace (
 	github.com/ringlimit/ringlimit => ../..
 	github.com/ringlimit/ringlimit/grpclimit => ../../grpclimit
 	github.com/ringlimit/ringlimit/promlimit => ../../promlimit
+	github.com/ringlimit/ringlimit/redisstore => ../../redisstore
 )
 
 require (
 	github.com/prometheus/client_golang v1.25.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
 	github.com/ringlimit/ringlimit/grpclimit v0.0.0-00010101000000-000000000000
 	github.com/ringlimit/ringlimit/promlimit v0.0.0-00010101000000-000000000000
+	github.com/ringlimit/ringlimit/redisstore v0.0.0-00010101000000-000000000000
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -26,6 +29,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -118,7 +118,7 @@ func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 		_ = rl.Close()
 		return rdb.Close()
 	}
-	m, err := newMiddleware(configured{rl, cfg})
+	m, err := newMiddleware(rl)
 	if err != nil {
 		_ = closeAll()
 		return nil, err
@@ -130,15 +130,6 @@ func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 	}
 	return &app{handler: routes(m, httplimit.MetricsHandler(m, nil), admin), m: m, close: closeAll}, nil
 }
-
-// configured is a redisstore.Limiter that reports its Config, from which
-// the middleware takes w= and the bound t= of admitted responses.
-type configured struct {
-	*redisstore.Limiter
-	cfg engine.Config
-}
-
-func (c configured) Config() engine.Config { return c.cfg }
 
 func newMiddleware(l any) (*httplimit.Middleware, error) {
 	return httplimit.NewMiddleware(l,

@@ -145,7 +145,9 @@ func TestTwoInstancesShareOneLimit(t *testing.T) {
 }
 
 // TestRedisLimiterDirectly: a *redisstore.Limiter goes into the
-// middleware as it is, like an *engine.Engine.
+// middleware as it is, like an *engine.Engine, and its Config gives the
+// middleware the window (w=) and the bound t= of admitted responses.
+// Before redisstore had Config, both were missing.
 func TestRedisLimiterDirectly(t *testing.T) {
 	s := startRedis(t)
 	rdb := newRedisClient(s.addr())
@@ -157,13 +159,13 @@ func TestRedisLimiterDirectly(t *testing.T) {
 	defer l.Close()
 	h := httplimit.New(l, httplimit.WithPolicy("shared", 10*time.Second))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	c := serve(t, &app{handler: h})
-	for i, want := range []string{`"shared";r=1`, `"shared";r=0`} {
+	for i, want := range []string{`"shared";r=1;t=11`, `"shared";r=0;t=11`} {
 		code, hdr, _ := c.call("GET", "/", "")
 		if code != 200 {
 			t.Fatalf("request %d: %d", i, code)
 		}
 		wantValues(t, hdr, "RateLimit-Policy", `"shared";q=2;w=10`)
-		wantValues(t, hdr, "RateLimit", want) // no Config(): no admitted t=
+		wantValues(t, hdr, "RateLimit", want) // t=: W + one sub-window, the bound on the units held
 	}
 	if code, _, _ := c.call("GET", "/", ""); code != 429 {
 		t.Fatalf("third: %d", code)

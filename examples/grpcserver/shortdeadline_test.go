@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/grpclimit"
+	"github.com/ringlimit/ringlimit/redisstore"
+)
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietLogger{}) }
+
+// startRedis runs a redis-server on a free loopback port until the test
+// ends, and returns its address.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed: this test needs a real Redis (Debian: apt-get install -y redis-server)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--daemonize", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer PING", addr)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process we do not control
+	}
+	return addr
+}
+
+// delayProxy forwards TCP to target and holds every chunk of replies for
+// delay: a Redis "1 ms away".
+func delayProxy(t *testing.T, target string, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(s, c); _ = s.Close() })
+			wg.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						time.Sleep(delay) // the simulated distance
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// countService is one unary method whose handler counts its runs.
+func countService(runs *atomic.Int64) *grpc.ServiceDesc {
+	const method = "/ringlimit.test.Count/Hit"
+	return &grpc.ServiceDesc{
+		ServiceName: "ringlimit.test.Count",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Hit", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(context.Context, any) (any, error) {
+				runs.Add(1)
+				return wrapperspb.String("ok"), nil
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: method}, h)
+		}}},
+	}
+}
+
+// A gRPC client's own short deadline buys no admission: a real loopback
+// gRPC server limits calls through grpclimit over a redisstore limiter
+// with FailOpen (so a policy answer would admit), and clients send calls
+// with deadlines of 0.3–1.5 ms, shorter than or close to a round trip to
+// Redis. Whatever the machine's speed, the handler may run at most Limit
+// times: every run is a unit Redis counted. Before, a call whose deadline
+// passed before Redis answered was the failure policy's, admitted
+// uncounted: 199 runs of 200 calls at a limit of 5 with Redis 1 ms away,
+// and tens of thousands in 3 s on loopback.
+func TestShortDeadlinesBuyNoAdmissions(t *testing.T) {
+	addr := startRedis(t)
+	for _, tc := range []struct {
+		name       string
+		delay      time.Duration // added to every Redis reply
+		callers    int
+		calls      int // per caller
+		minD, maxD time.Duration
+	}{
+		{"one client, Redis 1 ms away, 0.8 ms deadlines", time.Millisecond, 1, 200, 800 * time.Microsecond, 800 * time.Microsecond},
+		{"32 clients, loopback Redis, 0.3–1.5 ms deadlines", 0, 32, 100, 300 * time.Microsecond, 1500 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raddr := addr
+			if tc.delay > 0 {
+				raddr = delayProxy(t, addr, tc.delay)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: raddr, MaxRetries: -1, PoolSize: 64})
+			defer rdb.Close()
+			const limit = 5
+			rl, err := redisstore.New(rdb, engine.Config{Limit: limit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict},
+				redisstore.WithPolicy(redisstore.FailOpen), redisstore.WithPrefix(t.Name()+":"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rl.Close()
+			var runs atomic.Int64
+			s := grpc.NewServer(grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(rl)))
+			s.RegisterService(countService(&runs), struct{}{})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = s.Serve(ln) }()
+			defer s.Stop()
+			cc := dial(t, ln.Addr().String())
+			// Warm the connection (one call without a tight deadline; it
+			// is counted like any other).
+			wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = cc.Invoke(wctx, "/ringlimit.test.Count/Hit", wrapperspb.String("warm"), new(wrapperspb.StringValue))
+			wcancel()
+
+			codes := make(map[codes.Code]int)
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for g := range tc.callers {
+				wg.Go(func() {
+					for j := range tc.calls {
+						d := tc.minD
+						if tc.maxD > tc.minD {
+							d += time.Duration((g*7919+j*104729)%int(tc.maxD-tc.minD+1)) * time.Nanosecond
+						}
+						cx, cancel := context.WithTimeout(context.Background(), d)
+						err := cc.Invoke(cx, "/ringlimit.test.Count/Hit", wrapperspb.String("x"), new(wrapperspb.StringValue))
+						cancel()
+						mu.Lock()
+						codes[status.Code(err)]++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			s.GracefulStop() // every handler has returned
+			st := rl.Stats()
+			t.Logf("%d calls: handler runs %d, limit %d; client codes %v; redisstore %+v", tc.callers*tc.calls+1, runs.Load(), limit, codes, st)
+			if runs.Load() > limit {
+				t.Errorf("the handler ran %d times, the limit is %d: short deadlines bought admissions", runs.Load(), limit)
+			}
+		})
+	}
+}
