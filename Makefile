@@ -1,22 +1,47 @@
 # ringlimit's commands. `make test` is the test command the README gives and
-# .ci/run runs; `make bench` regenerates the README's benchmark table.
+# .ci/run runs: every module, under -race, then the 32-bit run.
+# `make test-module M=redisstore` runs one module (any folder with a go.mod).
 
 GO        ?= go
 BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 COUNT     ?= 6
 OUT       ?= bench/out
 
-.PHONY: test vet race test386 stress fuzz bench peers profile
+# The modules a user imports or runs, in the order make test runs them.
+# bench/peers (the peer comparison) runs its short tests only.
+MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver
 
-test: vet race test386
+.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile
 
+test: fmt modules peers-short test386
+
+fmt:
+	@files=$$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'); \
+	unformatted=$$(gofmt -l $$files); test -z "$$unformatted" || { echo "gofmt needed:"; echo "$$unformatted"; exit 1; }
+
+# vet and race: the root module alone.
 vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
 # Fuzz targets run on their seed corpus as part of go test.
 race:
 	$(GO) test -race -count=1 ./...
+
+# Each module's vet and tests under -race, one module after another.
+modules:
+	@set -e; for m in $(MODULES); do \
+		echo "== $$m: go vet, go test -race"; \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+	done
+
+peers-short:
+	@echo "== bench/peers: go vet, go test -short"
+	cd bench/peers && $(GO) vet ./... && $(GO) test -short -count=1 ./...
+
+M ?=
+test-module:
+	@test -n "$(M)" && test -f "$(M)/go.mod" || { echo "usage: make test-module M=<folder with a go.mod>, one of: $(MODULES) bench/peers"; exit 2; }
+	cd $(M) && test -z "$$(gofmt -l .)" && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 # 32-bit: catches misaligned 64-bit atomics. -race does not exist on 386.
 # The 386 test binaries run natively where the kernel can run them, else
