@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -104,12 +105,14 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 //     the total past WithMaxWait, the call fails at once with
 //     codes.ResourceExhausted and a RetryInfo detail, rather than
 //     sleeping into a certain failure (counted Refused);
-//   - when the context is done during the wait, the call fails at once
-//     with codes.Canceled or codes.DeadlineExceeded (counted Canceled);
+//   - when the context is done during the wait, or a ContextLimiter fails
+//     once it is done, the call fails at once with codes.Canceled or
+//     codes.DeadlineExceeded (counted Canceled), whatever Decision the
+//     limiter returned with its error;
 //   - a cost that can never fit, and a new key refused by MaxKeys, fail
 //     at once with codes.ResourceExhausted (counted Refused);
-//   - a ContextLimiter that fails is followed as on the server: the call
-//     is sent if its Decision is Allowed, else fails with
+//   - a ContextLimiter that fails otherwise is followed as on the server:
+//     the call is sent if its Decision is Allowed, else fails with
 //     codes.Unavailable (counted Errors).
 //
 // A limited answer with no wait (RetryAfter ≤ 0, which a remote limiter
@@ -145,7 +148,7 @@ type ClientStats struct {
 	Admitted uint64        // sent without waiting
 	Delayed  uint64        // sent after waiting
 	Refused  uint64        // not sent: the wait would pass the deadline or WithMaxWait, or the call can never fit
-	Canceled uint64        // not sent: the context was done while waiting
+	Canceled uint64        // not sent: the context was done while waiting, or when the ContextLimiter failed
 	Errors   uint64        // the ContextLimiter failed; its failure policy decided
 	Waited   time.Duration // total of the waits as scheduled (a cancelled one: until its cancellation), by all calls
 }
@@ -251,6 +254,10 @@ func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 	for {
 		d, err := c.limiter.AllowN(ctx, key, cost)
 		if err != nil {
+			if adapter.CallerGone(ctx, err) {
+				c.canceled.Add(1)
+				return status.FromContextError(ctx.Err()).Err()
+			}
 			c.errs.Add(1)
 			if d.Allowed {
 				return nil

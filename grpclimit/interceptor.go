@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -28,7 +29,8 @@ type Limiter = httplimit.Limiter
 // httplimit.ContextLimiter: *redisstore.Limiter has it. The call's context
 // is passed to AllowN. A non-nil error means the backend could not decide,
 // and the Decision returned with it is its failure policy's: the
-// interceptor follows it (see Interceptor).
+// interceptor follows it, unless the call's context is done by then, when
+// it runs no handler whatever the Decision (see Interceptor).
 type ContextLimiter = httplimit.ContextLimiter
 
 // Metadata keys of the rate-limit fields: gRPC metadata keys are lower
@@ -60,8 +62,14 @@ const cacheLine = 64
 //   - refused because the engine holds Config.MaxKeys keys:
 //     codes.Unavailable with RetryInfo (the engine's hint) and no fields,
 //     as the key has no state (counted Denied);
-//   - a ContextLimiter returned an error: follows the Decision returned
-//     with it: calls the handler if Allowed, else answers
+//   - a ContextLimiter returned an error while the call's context was done
+//     (the client cancelled, or its deadline passed): runs no handler,
+//     whatever Decision the limiter returned, and ends the call with the
+//     context's status, codes.Canceled or codes.DeadlineExceeded
+//     (counted Canceled): the failure policy answers for the backend,
+//     never for a caller who left;
+//   - a ContextLimiter returned an error otherwise: follows the Decision
+//     returned with it: calls the handler if Allowed, else answers
 //     codes.Unavailable, with RetryInfo when its RetryAfter is finite; no
 //     fields, since the backend could not say what the quota is (counted
 //     Errors);
@@ -93,6 +101,8 @@ type Interceptor struct {
 	_         [cacheLine - 8]byte
 	errorsCnt atomic.Uint64
 	_         [cacheLine - 8]byte
+	canceled  atomic.Uint64
+	_         [cacheLine - 8]byte
 }
 
 // Stats are an Interceptor's decision counters since it was built: one
@@ -105,6 +115,7 @@ type Stats struct {
 	Denied   uint64 // ResourceExhausted, or Unavailable for MaxKeys
 	Rejected uint64 // refused before or instead of limiting: key errors, costs that never fit, bugs
 	Errors   uint64 // the ContextLimiter failed; its failure policy decided
+	Canceled uint64 // the ContextLimiter failed after the call's context ended; no handler ran
 }
 
 // NewInterceptor returns an Interceptor over l configured by opts.
@@ -189,7 +200,7 @@ func StreamServerInterceptor(l any, opts ...Option) grpc.StreamServerInterceptor
 
 // Stats returns the counters.
 func (i *Interceptor) Stats() Stats {
-	return Stats{Allowed: i.allowed.Load(), Denied: i.denied.Load(), Rejected: i.rejected.Load(), Errors: i.errorsCnt.Load()}
+	return Stats{Allowed: i.allowed.Load(), Denied: i.denied.Load(), Rejected: i.rejected.Load(), Errors: i.errorsCnt.Load(), Canceled: i.canceled.Load()}
 }
 
 // Unary returns the unary server interceptor.
@@ -322,6 +333,10 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
 	d, err := i.limiter.AllowN(ctx, key, cost)
 	if err != nil {
+		if adapter.CallerGone(ctx, err) {
+			i.canceled.Add(1)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
 		i.errorsCnt.Add(1)
 		if d.Allowed {
 			return nil, nil

@@ -337,7 +337,8 @@ func TestContextLimiter(t *testing.T) {
 }
 
 // TestCancelledCall: a client that gives up while a slow backend decides
-// cancels the context the backend sees; the backend's error is followed.
+// cancels the context the backend sees; the failed decision runs no
+// handler and is counted Canceled.
 func TestCancelledCall(t *testing.T) {
 	entered := make(chan struct{})
 	seen := make(chan error, 1)
@@ -384,7 +385,7 @@ func TestCancelledCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not finish the call")
 	}
-	if s := i.Stats(); s != (Stats{Errors: 1}) {
+	if s := i.Stats(); s != (Stats{Canceled: 1}) {
 		t.Errorf("Stats %+v", s)
 	}
 }
@@ -484,7 +485,7 @@ func TestConcurrentCallsExact(t *testing.T) {
 // line, the last followed by a full line.
 func TestCountersPadded(t *testing.T) {
 	var i Interceptor
-	offs := []uintptr{unsafe.Offsetof(i.allowed), unsafe.Offsetof(i.denied), unsafe.Offsetof(i.rejected), unsafe.Offsetof(i.errorsCnt)}
+	offs := []uintptr{unsafe.Offsetof(i.allowed), unsafe.Offsetof(i.denied), unsafe.Offsetof(i.rejected), unsafe.Offsetof(i.errorsCnt), unsafe.Offsetof(i.canceled)}
 	for n := 1; n < len(offs); n++ {
 		if offs[n]-offs[n-1] != cacheLine {
 			t.Errorf("Interceptor counters %d and %d are %d bytes apart, want %d", n-1, n, offs[n]-offs[n-1], cacheLine)

@@ -150,7 +150,7 @@ func TestEmptyMembersCountTowardTheCap(t *testing.T) {
 // never share a cache line.
 func TestCounterPadding(t *testing.T) {
 	var m Middleware
-	offs := []uintptr{unsafe.Offsetof(m.allowed), unsafe.Offsetof(m.denied), unsafe.Offsetof(m.rejected), unsafe.Offsetof(m.errorsCnt)}
+	offs := []uintptr{unsafe.Offsetof(m.allowed), unsafe.Offsetof(m.denied), unsafe.Offsetof(m.rejected), unsafe.Offsetof(m.errorsCnt), unsafe.Offsetof(m.canceled)}
 	for i := 1; i < len(offs); i++ {
 		if d := offs[i] - offs[i-1]; d != cacheLine {
 			t.Errorf("counter %d is %d bytes after counter %d, want %d", i, d, i-1, cacheLine)

@@ -25,8 +25,15 @@ type Limiter interface {
 // Service Unavailable with Retry-After when RetryAfter is finite and
 // positive. It counts the request as Errors, not Allowed or Denied, and
 // writes no rate-limit fields, since the backend could not say what the
-// quota is. A call cut short because the client went away (the request's
-// context is cancelled) is an error like any other.
+// quota is.
+//
+// An error that comes while the request's context is done (the client
+// went away, or a deadline set upstream passed) is not a backend failure
+// and never buys a handler run: the failure policy answers for the
+// backend, never for the caller, so even a fail-open Decision is ignored.
+// The middleware answers 503 (see Middleware) and counts it Canceled. A
+// Decision returned without an error is followed as usual: an admission
+// the limiter counted is served even if the context ended meanwhile.
 type ContextLimiter interface {
 	AllowN(ctx context.Context, key string, n int64) (engine.Decision, error)
 }

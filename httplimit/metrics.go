@@ -13,10 +13,11 @@ import (
 //	ringlimit_keys                                                     gauge
 //	ringlimit_keys_evicted_total                                       counter
 //	ringlimit_keys_refused_total                                       counter
-//	ringlimit_requests_total{outcome="allowed|denied|error|rejected"}  counter
+//	ringlimit_requests_total{outcome="allowed|canceled|denied|error|rejected"}  counter
 //
 // The outcomes are Stats' fields: "error" counts requests whose
-// ContextLimiter failed (its failure policy admitted or refused them).
+// ContextLimiter failed (its failure policy admitted or refused them),
+// "canceled" those whose context ended before it answered.
 // Either argument may be nil to leave its metrics out (e is nil in front
 // of a Redis limiter).
 //
@@ -62,7 +63,7 @@ func AppendMetrics(b []byte, m *Stats, e *engine.Stats) []byte {
 		for _, c := range []struct {
 			name string
 			v    uint64
-		}{{"allowed", m.Allowed}, {"denied", m.Denied}, {"error", m.Errors}, {"rejected", m.Rejected}} { // sorted, as client_golang sorts label values
+		}{{"allowed", m.Allowed}, {"canceled", m.Canceled}, {"denied", m.Denied}, {"error", m.Errors}, {"rejected", m.Rejected}} { // sorted, as client_golang sorts label values
 			b = append(b, `ringlimit_requests_total{outcome="`...)
 			b = append(b, c.name...)
 			b = append(b, `"} `...)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 // cacheLine is the padding between the hot counters: 64 bytes is the
@@ -35,8 +36,12 @@ const cacheLine = 64
 //   - refused because the engine holds Config.MaxKeys keys: answers 503
 //     with Retry-After and no rate-limit fields, as the key has no state
 //     (counted Denied);
-//   - a ContextLimiter returned an error: follows the Decision it returned
-//     with it (see ContextLimiter; counted Errors);
+//   - a ContextLimiter returned an error while the request's context was
+//     done (the client went away, or a deadline set upstream passed): runs
+//     no handler and answers 503 with no Retry-After, whatever Decision
+//     the limiter returned (counted Canceled; see ContextLimiter);
+//   - a ContextLimiter returned an error otherwise: follows the Decision it
+//     returned with it (see ContextLimiter; counted Errors);
 //   - a key error (400), a cost above the limit (413), a negative cost or a
 //     limit the engine rejected (500): counted Rejected.
 //
@@ -72,6 +77,8 @@ type Middleware struct {
 	_         [cacheLine - 8]byte
 	errorsCnt atomic.Uint64
 	_         [cacheLine - 8]byte
+	canceled  atomic.Uint64
+	_         [cacheLine - 8]byte
 }
 
 // Stats are the middleware's request counters since it was built. They
@@ -82,6 +89,7 @@ type Stats struct {
 	Denied   uint64 // answered 429, or 503 for MaxKeys
 	Rejected uint64 // answered 400, 413 or 500 before or instead of limiting
 	Errors   uint64 // the ContextLimiter failed; its failure policy decided
+	Canceled uint64 // the ContextLimiter failed after the request's context ended; no handler ran
 }
 
 // NewMiddleware returns a Middleware over l configured by opts.
@@ -138,7 +146,7 @@ func New(l any, opts ...Option) func(http.Handler) http.Handler {
 
 // Stats returns the counters.
 func (m *Middleware) Stats() Stats {
-	return Stats{Allowed: m.allowed.Load(), Denied: m.denied.Load(), Rejected: m.rejected.Load(), Errors: m.errorsCnt.Load()}
+	return Stats{Allowed: m.allowed.Load(), Denied: m.denied.Load(), Rejected: m.rejected.Load(), Errors: m.errorsCnt.Load(), Canceled: m.canceled.Load()}
 }
 
 // Handler returns next wrapped by the middleware.
@@ -169,6 +177,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
+		if adapter.CallerGone(r.Context(), err) {
+			m.callerGone(w)
+			return
+		}
 		m.limiterFailed(w, r, next, d)
 		return
 	}
@@ -217,4 +229,16 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next 
 		retry = setRetryAfter(w.Header(), d.RetryAfter)
 	}
 	writeDenial(w, r, http.StatusServiceUnavailable, "rate limiter unavailable", retry)
+}
+
+// callerGone answers a request whose context ended before its
+// ContextLimiter answered: 503, and no handler. Writing nothing would
+// not do: net/http turns a handler that writes nothing into 200 OK, and
+// the context may have ended by a server-side deadline (an upstream
+// context.WithTimeout, http.TimeoutHandler) with the client still waiting
+// for an answer. A client that has left never reads the 503; nginx logs
+// the same case as 499.
+func (m *Middleware) callerGone(w http.ResponseWriter) {
+	m.canceled.Add(1)
+	plainError(w, http.StatusServiceUnavailable, "request ended before the rate limiter answered")
 }

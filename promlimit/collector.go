@@ -38,6 +38,7 @@ type outcomes = struct {
 	Denied   uint64
 	Rejected uint64
 	Errors   uint64
+	Canceled uint64
 }
 
 type clientOutcomes = struct {
@@ -90,10 +91,10 @@ var (
 	}, series: []series{{0, ""}, {1, ""}, {2, ""}}}
 	kindHTTP = &kind{name: "HTTP", families: []family{
 		{"ringlimit_requests_total", "Requests seen by the rate-limit middleware, by outcome.", prometheus.CounterValue, true},
-	}, series: outcomeSeries("allowed", "denied", "rejected", "error")}
+	}, series: outcomeSeries("allowed", "denied", "rejected", "error", "canceled")}
 	kindGRPC = &kind{name: "GRPC", families: []family{
 		{"ringlimit_grpc_decisions_total", "Decisions of the gRPC interceptor (one per unary call, per stream, or per message with WithPerMessage), by outcome.", prometheus.CounterValue, true},
-	}, series: outcomeSeries("allowed", "denied", "rejected", "error")}
+	}, series: outcomeSeries("allowed", "denied", "rejected", "error", "canceled")}
 	kindClient = &kind{name: "GRPCClient", families: []family{
 		{"ringlimit_grpc_client_calls_total", "Outgoing gRPC calls paced by the client interceptor, by how they ended.", prometheus.CounterValue, true},
 		{"ringlimit_grpc_client_wait_seconds_total", "Time outgoing gRPC calls spent waiting for the limiter.", prometheus.CounterValue, false},
@@ -150,21 +151,21 @@ func Engine(limiter string, e interface{ Stats() engine.Stats }) Source {
 
 // HTTP reads an httplimit.Middleware's counters (httplimit.Stats):
 //
-//	ringlimit_requests_total{outcome="allowed|denied|rejected|error"}  counter
+//	ringlimit_requests_total{outcome="allowed|denied|rejected|error|canceled"}  counter
 func HTTP(limiter string, m interface{ Stats() httplimit.Stats }) Source {
 	return newSource(kindHTTP, limiter, m, func() []float64 {
 		s := m.Stats()
-		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors)}
+		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors), float64(s.Canceled)}
 	})
 }
 
 // GRPC reads a grpclimit.Interceptor's counters:
 //
-//	ringlimit_grpc_decisions_total{outcome="allowed|denied|rejected|error"}  counter
+//	ringlimit_grpc_decisions_total{outcome="allowed|denied|rejected|error|canceled"}  counter
 func GRPC[S Outcomes](limiter string, i interface{ Stats() S }) Source {
 	return newSource(kindGRPC, limiter, i, func() []float64 {
 		s := outcomes(i.Stats())
-		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors)}
+		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors), float64(s.Canceled)}
 	})
 }
 

@@ -39,6 +39,7 @@ type grpcStats struct {
 	Denied   uint64
 	Rejected uint64
 	Errors   uint64
+	Canceled uint64
 }
 
 type fakeGRPC struct{ s grpcStats }
@@ -86,7 +87,7 @@ func registry(t *testing.T, sources ...Source) *prometheus.Registry {
 // out.
 func TestFallbackByteCompatible(t *testing.T) {
 	for _, v := range []uint64{0, 1, 2, 999_999, 1_000_000, 1_234_567, 123_456_789_012, 1<<53 + 1, math.MaxInt64, math.MaxUint64} {
-		ms := httplimit.Stats{Allowed: v, Denied: v / 2, Rejected: v / 3, Errors: v / 7}
+		ms := httplimit.Stats{Allowed: v, Denied: v / 2, Rejected: v / 3, Errors: v / 7, Canceled: v / 11}
 		es := engine.Stats{Keys: int64(v / 5), Evicted: int64(v / 11), Refused: int64(v / 13)}
 		for _, c := range []struct {
 			name    string
@@ -216,6 +217,7 @@ ringlimit_grpc_client_wait_seconds_total{limiter="partner"} 1.5
 # HELP ringlimit_grpc_decisions_total Decisions of the gRPC interceptor (one per unary call, per stream, or per message with WithPerMessage), by outcome.
 # TYPE ringlimit_grpc_decisions_total counter
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="allowed"} 5
+ringlimit_grpc_decisions_total{limiter="rpc",outcome="canceled"} 0
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="denied"} 1
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="error"} 3
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="rejected"} 2
@@ -234,6 +236,7 @@ ringlimit_keys_refused_total{limiter="api"} 1
 # HELP ringlimit_requests_total Requests seen by the rate-limit middleware, by outcome.
 # TYPE ringlimit_requests_total counter
 ringlimit_requests_total{limiter="api",outcome="allowed"} 10
+ringlimit_requests_total{limiter="api",outcome="canceled"} 0
 ringlimit_requests_total{limiter="api",outcome="denied"} 2
 ringlimit_requests_total{limiter="api",outcome="error"} 0
 ringlimit_requests_total{limiter="api",outcome="rejected"} 0
@@ -279,8 +282,8 @@ func TestCardinalityBounded(t *testing.T) {
 			r.Header.Set("X-Key", strings.Repeat("k", n+1)+string(rune('a'+k%26))+string(rune(k)))
 			h.ServeHTTP(httptest.NewRecorder(), r)
 		}
-		if got := testutil.CollectAndCount(c); got != 7 {
-			t.Fatalf("after %d000 keys: %d series, want 7", n+1, got)
+		if got := testutil.CollectAndCount(c); got != 8 {
+			t.Fatalf("after %d000 keys: %d series, want 8", n+1, got)
 		}
 	}
 	if e.Stats().Keys < 1000 {
