@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
@@ -110,7 +109,10 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 //     codes.DeadlineExceeded (counted Canceled), whatever Decision the
 //     limiter returned with its error;
 //   - a cost that can never fit, and a new key refused by MaxKeys, fail
-//     at once with codes.ResourceExhausted (counted Refused);
+//     at once with codes.ResourceExhausted (counted Refused); a key above
+//     MaxKeyBytes (or the engine's Config.MaxKeyBytes) fails with
+//     codes.InvalidArgument (counted Refused), and the limiter never sees
+//     it;
 //   - a ContextLimiter that fails otherwise is followed as on the server:
 //     the call is sent if its Decision is Allowed, else fails with
 //     codes.Unavailable (counted Errors).
@@ -250,6 +252,10 @@ func (c *Client) cost(method string) int64 {
 // Client). The interceptors call it; it is exported for calls made by
 // other means.
 func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
+	if len(key) > MaxKeyBytes {
+		c.refused.Add(1)
+		return status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: client-side limit: ", len(key)))
+	}
 	var waited time.Duration
 	for {
 		d, err := c.limiter.AllowN(ctx, key, cost)
@@ -264,18 +270,21 @@ func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 			}
 			return withRetry(codes.Unavailable, "grpclimit: client-side rate limiter unavailable", d.RetryAfter)
 		}
-		switch d.Reason() {
-		case engine.ReasonOK:
+		switch adapter.Classify(d, cost) {
+		case adapter.Admitted:
 			if waited > 0 {
 				c.delayed.Add(1)
 			} else {
 				c.admitted.Add(1)
 			}
 			return nil
-		case engine.ReasonLimited:
-		case engine.ReasonKeysFull:
+		case adapter.Limited:
+		case adapter.KeysFull:
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: too many keys", d.RetryAfter)
+		case adapter.KeyRefused:
+			c.refused.Add(1)
+			return errLimiterKeyTooLong
 		default:
 			c.refused.Add(1)
 			return status.Error(codes.ResourceExhausted, "grpclimit: client-side limit: call cost "+strconv.FormatInt(cost, 10)+" can never fit the limit "+strconv.FormatInt(d.Limit, 10))

@@ -29,7 +29,9 @@
 //     never fit.
 //   - InvalidArgument: the key depends on the call and the call does not
 //     give it (missing metadata, a forged forwarding chain), unless a
-//     KeyFunc returned its own status.
+//     KeyFunc returned its own status; or gives one longer than
+//     MaxKeyBytes (256 bytes, the one cap of every key, as in httplimit;
+//     never truncated).
 //   - Internal: a bug or a deployment the construction could not see: a
 //     negative cost from WithCost, a limit the engine rejected, a peer
 //     that is not an IP address (a Unix socket) under KeyByIP.

@@ -73,7 +73,8 @@ const cacheLine = 64
 //     codes.Unavailable, with RetryInfo when its RetryAfter is finite; no
 //     fields, since the backend could not say what the quota is (counted
 //     Errors);
-//   - a key error: its own status, or codes.InvalidArgument (see Key); a
+//   - a key error: its own status, or codes.InvalidArgument (see Key; also
+//     for a key above MaxKeyBytes or the engine's Config.MaxKeyBytes); a
 //     cost above the key's limit: codes.FailedPrecondition with the
 //     fields; a negative cost or a limit the engine rejected:
 //     codes.Internal (all counted Rejected).
@@ -309,6 +310,9 @@ func (i *Interceptor) exempt(method string) bool {
 // and the call is counted Rejected.
 func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64, error) {
 	key, err := i.cfg.key.fn(ctx, method)
+	if err == nil && len(key) > MaxKeyBytes {
+		err = status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: ", len(key)))
+	}
 	if err != nil {
 		i.rejected.Add(1)
 		if s, ok := status.FromError(err); ok {
@@ -343,29 +347,37 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 		}
 		return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
 	}
-	switch d.Reason() {
-	case engine.ReasonOK:
+	switch adapter.Classify(d, cost) {
+	case adapter.Admitted:
 		i.allowed.Add(1)
 		if i.cfg.below > 0 && float64(max(d.Remaining, 0)) >= i.cfg.below*float64(d.Limit) {
 			return nil, nil
 		}
 		return i.md(d, i.fields.AdmittedReset()), nil
-	case engine.ReasonLimited:
+	case adapter.Limited:
 		i.denied.Add(1)
 		return i.md(d, httplimit.RetrySeconds(d.RetryAfter)),
 			withRetry(codes.ResourceExhausted, "grpclimit: rate limited; retry after "+d.RetryAfter.String(), d.RetryAfter)
-	case engine.ReasonKeysFull:
+	case adapter.KeysFull:
 		i.denied.Add(1)
 		return nil, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
-	default: // ReasonNever
+	case adapter.TooCostly:
 		i.rejected.Add(1)
-		if cost > d.Limit && d.Limit > 0 {
-			return i.md(d, -1), status.Error(codes.FailedPrecondition,
-				"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
-		}
+		return i.md(d, -1), status.Error(codes.FailedPrecondition,
+			"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
+	case adapter.KeyRefused:
+		i.rejected.Add(1)
+		return nil, errLimiterKeyTooLong
+	default: // adapter.Misconfigured
+		i.rejected.Add(1)
 		return nil, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
 	}
 }
+
+// errLimiterKeyTooLong answers a key the limiter itself refused for its
+// length (engine.ReasonKeyTooLong: an engine whose Config.MaxKeyBytes is
+// below MaxKeyBytes).
+var errLimiterKeyTooLong = status.Error(codes.InvalidArgument, "grpclimit: the key is longer than the limiter's cap (engine Config.MaxKeyBytes); refused, never truncated")
 
 // md builds the fields for d with t=reset (−1: none), or nil when they are
 // off. The two values share one backing array.

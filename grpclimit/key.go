@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -27,6 +28,9 @@ import (
 // error from a Key's function is about the call: the interceptor answers
 // it with its gRPC status if it carries one (see KeyFunc), else
 // codes.InvalidArgument, and never falls back to a shared key.
+//
+// Whatever a Key returns, a key longer than MaxKeyBytes is refused by the
+// interceptor before the limiter sees it.
 //
 // A Key is a small value; copy it freely. It is safe for concurrent use if
 // its function is.
@@ -150,18 +154,31 @@ var MissingReject = MissingPolicy{}
 // Compose or a prefix where that matters.
 func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, hasFallback: true} }
 
-// MaxMetadataValue is the longest metadata value KeyByMetadata accepts as
-// a key, in bytes. gRPC servers accept header lists of up to 16 MiB by
-// default, and the engine keeps a key's string for the key's life: a
-// longer value is refused (codes.InvalidArgument) rather than stored. API
-// keys and tenant ids are far shorter; hash longer credentials in a
+// MaxKeyBytes is the longest key an Interceptor passes to its limiter, in
+// bytes: 256, httplimit.MaxKeyBytes. A longer key, from any Key
+// (KeyByMetadata's value, a Compose of parts, a KeyFunc's result), is
+// refused with codes.InvalidArgument and a message naming the cap (counted
+// Rejected), and never truncated, since a cut key could merge two clients.
+// gRPC servers accept header lists of up to 16 MiB by default, and the
+// limiter keeps every key it is given (an engine for the key's life, Redis
+// for a window): keys of unbounded length are a memory denial of service.
+// API keys and tenant ids are far shorter; hash longer credentials in a
 // KeyFunc.
-const MaxMetadataValue = 256
+const MaxKeyBytes = 256
+
+// The httplimit cap is the same constant; these fail to compile if the
+// two ever differ.
+var (
+	_ [MaxKeyBytes - adapter.MaxKeyBytes]struct{}
+	_ [adapter.MaxKeyBytes - MaxKeyBytes]struct{}
+)
 
 // KeyByMetadata keys a call by the value of incoming metadata name (the
 // first value, with surrounding spaces trimmed), such as an API key or a
 // tenant id. A value that is absent or empty is handled by missing; one
-// longer than MaxMetadataValue bytes is refused. The value is used as
+// longer than MaxKeyBytes is refused (codes.InvalidArgument, naming the
+// metadata and the cap), never cut short and never passed to missing.
+// The value is used as
 // sent: authenticate it before trusting it as an identity.
 //
 // name is a metadata key: 1 … 256 characters of a-z, 0-9, '-', '_' and
@@ -178,12 +195,12 @@ func KeyByMetadata(name string, missing MissingPolicy) Key {
 		}
 	}
 	errMissing := status.Error(codes.InvalidArgument, "grpclimit: missing metadata "+name)
-	errLong := status.Error(codes.InvalidArgument, "grpclimit: metadata "+name+" is longer than "+strconv.Itoa(MaxMetadataValue)+" bytes")
+	errLong := status.Error(codes.InvalidArgument, "grpclimit: metadata "+name+" is longer than "+strconv.Itoa(MaxKeyBytes)+" bytes (MaxKeyBytes); refused, never truncated")
 	return Key{fn: func(ctx context.Context, method string) (string, error) {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if vs := md[name]; len(vs) > 0 {
 				if v := strings.TrimSpace(vs[0]); v != "" {
-					if len(v) > MaxMetadataValue {
+					if len(v) > MaxKeyBytes {
 						return "", errLong
 					}
 					return v, nil

@@ -76,8 +76,8 @@ func TestKeyByMetadata(t *testing.T) {
 		{[]string{"x-api-key", "k1", "x-api-key", "k2"}, "k1", codes.OK},
 		{nil, "", codes.InvalidArgument},
 		{[]string{"x-api-key", "   "}, "", codes.InvalidArgument},
-		{[]string{"x-api-key", strings.Repeat("a", MaxMetadataValue)}, strings.Repeat("a", MaxMetadataValue), codes.OK},
-		{[]string{"x-api-key", strings.Repeat("a", MaxMetadataValue+1)}, "", codes.InvalidArgument},
+		{[]string{"x-api-key", strings.Repeat("a", MaxKeyBytes)}, strings.Repeat("a", MaxKeyBytes), codes.OK},
+		{[]string{"x-api-key", strings.Repeat("a", MaxKeyBytes+1)}, "", codes.InvalidArgument},
 	} {
 		got, err := k.Of(callCtx(peerA, c.md...), mSay)
 		if got != c.want || status.Code(err) != c.code {

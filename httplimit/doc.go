@@ -34,8 +34,10 @@
 //     policy refused (Retry-After only when the policy gives a wait).
 //   - 413: the request's cost exceeds the key's limit; it can never fit.
 //   - 400: the key depends on the request and the request does not give
-//     it (a missing header, a forged or unparsable forwarding chain). A key
-//     error never falls back silently to a shared key.
+//     it (a missing header, a forged or unparsable forwarding chain), or
+//     gives one longer than MaxKeyBytes (256 bytes, the one cap of every
+//     key; never truncated). A key error never falls back silently to a
+//     shared key.
 //   - 500: a bug the server's code showed at run time and construction
 //     could not see: a cost function returned a negative cost, or an
 //     engine Config.KeyLimit function returned a limit out of range.

@@ -22,6 +22,9 @@ import (
 // (a missing header, a forged chain): the middleware answers it with 400
 // (see WithKeyErrorHandler), never with a shared key.
 //
+// Whatever a Key returns, a key longer than MaxKeyBytes is refused by the
+// middleware before the limiter sees it.
+//
 // A Key is a small value; copy it freely. It is safe for concurrent use if
 // its function is.
 type Key struct {
@@ -141,7 +144,9 @@ func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, ha
 
 // KeyByHeader keys a request by the value of header name (the first value,
 // with surrounding spaces trimmed), such as an API key or tenant id. A
-// header that is absent or empty is handled by missing. The value is used
+// header that is absent or empty is handled by missing; one longer than
+// MaxKeyBytes is refused (400, naming the header and the cap), never cut
+// short and never passed to missing. The value is used
 // as sent: authenticate it before trusting it as an identity. name must be
 // a valid header field name (RFC 9110 token characters, 1 … 256 bytes).
 func KeyByHeader(name string, missing MissingPolicy) Key {
@@ -155,9 +160,13 @@ func KeyByHeader(name string, missing MissingPolicy) Key {
 	}
 	name = http.CanonicalHeaderKey(name)
 	errMissing := errors.New("httplimit: missing header " + name)
+	errLong := errors.New("httplimit: header " + name + " is longer than " + strconv.Itoa(MaxKeyBytes) + " bytes (MaxKeyBytes); refused, never truncated")
 	return Key{fn: func(r *http.Request) (string, error) {
 		if vs := r.Header[name]; len(vs) > 0 {
 			if v := strings.TrimSpace(vs[0]); v != "" {
+				if len(v) > MaxKeyBytes {
+					return "", errLong
+				}
 				return v, nil
 			}
 		}

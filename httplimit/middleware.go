@@ -13,6 +13,29 @@ import (
 	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
+// MaxKeyBytes is the longest key a Middleware passes to its limiter, in
+// bytes: 256. A longer key, from any Key (KeyByHeader's value, a Compose or
+// KeyByRoute of parts, a KeyFunc's result), is refused as a key error
+// (400, or the WithKeyErrorHandler handler, counted Rejected) with a
+// message naming the cap, and never truncated, since a cut key could merge
+// two clients: the limiter keeps every key it is given (an engine for the
+// key's life, Redis for a window), so keys of unbounded length are a
+// memory denial of service. grpclimit has the same cap. Hash a longer
+// credential in a KeyFunc.
+const MaxKeyBytes = 256
+
+// The grpclimit cap is the same constant; these fail to compile if the two
+// ever differ.
+var (
+	_ [MaxKeyBytes - adapter.MaxKeyBytes]struct{}
+	_ [adapter.MaxKeyBytes - MaxKeyBytes]struct{}
+)
+
+// errLimiterKeyTooLong answers a key the limiter itself refused for its
+// length (engine.ReasonKeyTooLong: an engine whose Config.MaxKeyBytes is
+// below MaxKeyBytes).
+var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the limiter's cap (engine Config.MaxKeyBytes); refused, never truncated")
+
 // cacheLine is the padding between the hot counters: 64 bytes is the
 // cache line of amd64 and of most arm64 cores, so two counters bumped by
 // different requests never share a line.
@@ -42,8 +65,10 @@ const cacheLine = 64
 //     the limiter returned (counted Canceled; see ContextLimiter);
 //   - a ContextLimiter returned an error otherwise: follows the Decision it
 //     returned with it (see ContextLimiter; counted Errors);
-//   - a key error (400), a cost above the limit (413), a negative cost or a
-//     limit the engine rejected (500): counted Rejected.
+//   - a key error (400, including a key above MaxKeyBytes or above the
+//     engine's own Config.MaxKeyBytes), a cost above the limit (413), a
+//     negative cost or a limit the engine rejected (500): counted
+//     Rejected.
 //
 // The rate-limit fields (see HeadersDraft): RateLimit-Policy is
 // "name";q=<limit>;w=<window seconds>, and RateLimit is
@@ -162,6 +187,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	key, err := m.cfg.key.fn(r)
+	if err == nil && len(key) > MaxKeyBytes {
+		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
+	}
 	if err != nil {
 		m.rejected.Add(1)
 		m.cfg.keyErr(w, r, err)
@@ -184,12 +212,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterFailed(w, r, next, d)
 		return
 	}
-	switch d.Reason() {
-	case engine.ReasonOK:
+	switch adapter.Classify(d, cost) {
+	case adapter.Admitted:
 		m.allowed.Add(1)
 		m.writeRateHeaders(w.Header(), d, m.fields.admitted, false)
 		next.ServeHTTP(w, r)
-	case engine.ReasonLimited:
+	case adapter.Limited:
 		m.denied.Add(1)
 		h := w.Header()
 		retry := setRetryAfter(h, d.RetryAfter)
@@ -199,19 +227,21 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 		writeDenial(w, r, http.StatusTooManyRequests, "rate limited", retry)
-	case engine.ReasonKeysFull:
+	case adapter.KeysFull:
 		m.denied.Add(1)
 		retry := setRetryAfter(w.Header(), d.RetryAfter)
 		writeDenial(w, r, http.StatusServiceUnavailable, "too many clients", retry)
-	default: // ReasonNever
+	case adapter.TooCostly:
 		m.rejected.Add(1)
-		if cost > d.Limit && d.Limit > 0 {
-			m.writeRateHeaders(w.Header(), d, -1, true)
-			plainError(w, http.StatusRequestEntityTooLarge,
-				"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
-					strconv.FormatInt(d.Limit, 10)+" per window")
-			return
-		}
+		m.writeRateHeaders(w.Header(), d, -1, true)
+		plainError(w, http.StatusRequestEntityTooLarge,
+			"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
+				strconv.FormatInt(d.Limit, 10)+" per window")
+	case adapter.KeyRefused:
+		m.rejected.Add(1)
+		m.cfg.keyErr(w, r, errLimiterKeyTooLong)
+	default: // adapter.Misconfigured
+		m.rejected.Add(1)
 		plainError(w, http.StatusInternalServerError, "rate limit misconfigured for this client")
 	}
 }
