@@ -65,10 +65,12 @@ func KeyByXForwardedFor(trusted []netip.Prefix, ipv6Prefix int) Key {
 // Elements are split at commas outside quoted strings, walking each line
 // from its end, so quotes in the client's part to the left of the client's
 // element are never read. The for= value may be quoted and carry a port
-// ("[2001:db8::1]:4711"). Besides KeyByXForwardedFor's request errors, an
+// ("[2001:db8::1]:4711"), numeric or obfuscated (RFC 7239 section 6.3:
+// "203.0.113.5:_abc", "[2001:db8::1]:_port"); either way the address is
+// the key. Besides KeyByXForwardedFor's request errors, an
 // element without for= (or with two), an unterminated quoted string in the
-// part read, or a for= that is not an address ("unknown", an obfuscated
-// "_name") is a 400, since no safe key can be derived from it.
+// part read, or a for= whose node is not an address ("unknown", an
+// obfuscated "_name") is a 400, since no safe key can be derived from it.
 func KeyByForwarded(trusted []netip.Prefix, ipv6Prefix int) Key {
 	return chainKey("KeyByForwarded", "Forwarded", trusted, ipv6Prefix, true)
 }
@@ -170,13 +172,14 @@ func (c *ProxyChain) key(peer netip.Addr, peerSub string, lines []string) (strin
 		if m == "" {
 			continue // an empty member: allowed by the list syntax, counted all the same
 		}
-		v := m
+		v, hop := m, m
 		if c.fwd {
 			if v, err = forValue(m); err != nil {
 				return "", fmt.Errorf("httplimit: Forwarded: %w in element %s", err, untrusted.Quote(m))
 			}
+			hop = dropObfuscatedPort(v)
 		}
-		a, sub, ok := parseHop(v)
+		a, sub, ok := parseHop(hop)
 		if !ok {
 			return "", fmt.Errorf("httplimit: %s: unparsable address %s", header, untrusted.Quote(v))
 		}
@@ -391,6 +394,32 @@ func forValue(elem string) (string, error) {
 		val = val[1 : len(val)-1]
 	}
 	return val, nil
+}
+
+// dropObfuscatedPort returns v without an obfuscated port (RFC 7239
+// section 6.3: node-port = port / obfport, obfport = "_" 1*(ALPHA / DIGIT
+// / "." / "_" / "-")) after an IPv4 address or a bracketed IPv6 one, so
+// that parseHop keys the address as it does with a numeric port. Anything
+// else is returned as is, for parseHop to judge: an obfuscated node
+// ("_hidden") stays unparsable.
+func dropObfuscatedPort(v string) string {
+	i := strings.LastIndexByte(v, ':')
+	if i < 0 || i+2 > len(v) || v[i+1] != '_' {
+		return v
+	}
+	for _, c := range []byte(v[i+2:]) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return v
+		}
+	}
+	if i+2 == len(v) { // "_" alone: obfport needs one character after it
+		return v
+	}
+	node := v[:i]
+	if node != "" && (node[0] == '[' && node[len(node)-1] == ']' || strings.IndexByte(node, ':') < 0) {
+		return node
+	}
+	return v
 }
 
 // cutPair cuts s at its first ';' outside quoted strings.
