@@ -445,7 +445,7 @@ func TestStacked(t *testing.T) {
 		mustInterceptorT(t, inner, WithPolicy("per-ip", 0)).Unary()))
 	r := say(t, cc, nil, mSay)
 	wantMD(t, r.header, MDPolicy, `"wide";q=100;w=60`, `"per-ip";q=5;w=10`)
-	wantMD(t, r.header, MDRateLimit, `"wide";r=99;t=60`, `"per-ip";r=4;t=10`)
+	wantMD(t, r.header, MDRateLimit, `"wide";r=99;t=40`, `"per-ip";r=4;t=10`)
 }
 
 // TestConcurrentCallsExact: with the clock still, 64 concurrent calls

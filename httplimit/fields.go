@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
 )
 
 // Fields computes the values of the RateLimit and RateLimit-Policy fields
@@ -18,7 +20,9 @@ import (
 // use. The zero Fields is not usable; build one with NewFields.
 type Fields struct {
 	text     policyText
-	admitted int64 // t= of an admitted response, or −1 to omit it
+	admitted int64 // t= of an admitted response, or −1 to omit it; FixedWindow: see fixed
+	fixed    int64 // FixedWindow's Window in ns, whose reset is computed per response; 0 otherwise
+	clk      engine.Clock
 	values   policyCache
 }
 
@@ -59,6 +63,9 @@ func (f *Fields) init(fn string, l any, name string, window time.Duration) []err
 		}
 		window = lc.Window
 		f.admitted = ceilSeconds(admittedReset(lc))
+		if lc.Algorithm == engine.FixedWindow && lc.Window > 0 {
+			f.fixed, f.clk = int64(lc.Window), lc.Clock
+		}
 	}
 	f.text = newPolicyText(name, window)
 	return errs
@@ -87,10 +94,33 @@ func (f *Fields) RateLimit(remaining, reset int64) string {
 	return string(f.appendRate(buf[:0], remaining, reset))
 }
 
-// AdmittedReset returns the t= of an admitted response in seconds: a true
-// upper bound on when the key's whole quota is free again (see
+// AdmittedReset returns the t= of an admitted response now, in seconds: a
+// true upper bound on when the key's whole quota is free again (see
 // Middleware), or −1 when the limiter does not report its Config.
-func (f *Fields) AdmittedReset() int64 { return f.admitted }
+func (f *Fields) AdmittedReset() int64 {
+	if f.fixed == 0 {
+		return f.admitted
+	}
+	return f.fixedReset()
+}
+
+// fixedReset is the time from now to the end of the Unix-aligned
+// FixedWindow that holds now, rounded up to whole seconds: exactly when
+// the units admitted now stop counting. now is read from the limiter's
+// Config().Clock, or the wall clock when it has none (an engine with
+// CoarseClock reads a clock up to one CoarseClock period behind the wall
+// clock; the rounding up covers that, except near a whole second). The
+// window end is at most now + Window ≤ 2262 + 2^60 ns, inside int64.
+func (f *Fields) fixedReset() int64 {
+	var now int64
+	if f.clk != nil {
+		now = f.clk.UnixNano()
+	} else {
+		now = time.Now().UnixNano()
+	}
+	end := (now/f.fixed + 1) * f.fixed
+	return ceilSeconds(time.Duration(end - now))
+}
 
 // appendRate appends the RateLimit member to b (see RateLimit).
 func (f *Fields) appendRate(b []byte, remaining, reset int64) []byte {

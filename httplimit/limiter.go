@@ -92,7 +92,8 @@ type Configured interface {
 //   - SlidingWindowStrict: reads the same N+1 sub-windows, all in full;
 //     the same bound.
 //   - FixedWindow: a unit counts until the end of its Unix-aligned window,
-//     at most W after now.
+//     at most W after now. The middleware sends that end exactly
+//     (Fields.AdmittedReset); this bound is its ceiling.
 //   - SlidingLog: a unit admitted at s counts while u − W < s, so until
 //     s + W ≤ now + W.
 //

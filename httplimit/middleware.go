@@ -83,8 +83,11 @@ const cacheLine = 64
 // t= on a denial is the Retry-After value (draft section 6: the same point
 // in time). On an admitted response it is a true upper bound on when the
 // key's whole quota is free again without further traffic, from the
-// limiter's Config: Window (FixedWindow, SlidingLog) or Window plus one
-// sub-window (the sliding counters), rounded up (see admittedReset). A
+// limiter's Config: for FixedWindow, exactly the time to the end of the
+// current Unix-aligned window (read from the limiter's Config().Clock, or
+// the wall clock), the same point in time a denial in that window gives;
+// Window (SlidingLog) or Window plus one sub-window (the sliding
+// counters), rounded up, otherwise. A
 // limiter that does not report its Config gets no t= on admitted
 // responses. RateLimit-Policy is built once per distinct limit and reused.
 // WithHeadersBelow leaves the fields out of admitted responses far from
@@ -215,7 +218,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	switch adapter.Classify(d, cost) {
 	case adapter.Admitted:
 		m.allowed.Add(1)
-		m.writeRateHeaders(w.Header(), d, m.fields.admitted, false)
+		m.writeRateHeaders(w.Header(), d, m.fields.AdmittedReset(), false)
 		next.ServeHTTP(w, r)
 	case adapter.Limited:
 		m.denied.Add(1)
