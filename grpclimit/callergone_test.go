@@ -2,60 +2,29 @@ package grpclimit
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// failOpenOnCancel answers a call whose context has ended (or ends while
-// it waits, when block is set) with Allowed and an error wrapping the
-// context's error: a fail-open limiter that took a caller's cancel for a
-// backend failure.
-func failOpenOnCancel(block bool) ContextLimiterFunc {
-	return func(ctx context.Context, _ string, _ int64) (engine.Decision, error) {
-		if block {
-			<-ctx.Done()
-		}
-		if err := ctx.Err(); err != nil {
-			return engine.Decision{Allowed: true}, fmt.Errorf("redis: %w", err)
-		}
-		return engine.Decision{Allowed: true, Limit: 5, Remaining: 4}, nil
-	}
-}
 
 // TestCallerGoneEndsWithContextStatus: a fail-open Decision that comes
 // with an error once the call's context is done runs no handler; the call
 // ends with the context's status, counted Canceled. Before, the failure
 // policy's admission ran the handler uncounted.
 func TestCallerGoneEndsWithContextStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-		want codes.Code
-	}{
-		{"canceled", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			return ctx, cancel
-		}, codes.Canceled},
-		{"deadline", func() (context.Context, context.CancelFunc) {
-			return context.WithDeadline(context.Background(), time.Unix(1, 0))
-		}, codes.DeadlineExceeded},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			i := mustInterceptorT(t, failOpenOnCancel(false), WithKey(KeyByMethod()))
+	for _, tc := range adaptertest.DoneContexts() {
+		t.Run(tc.Name, func(t *testing.T) {
+			i := mustInterceptorT(t, &adaptertest.FailOpenOnCancel{}, WithKey(KeyByMethod()))
 			runs := 0
 			h := func(context.Context, any) (any, error) { runs++; return nil, nil }
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			_, err := i.Unary()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h)
-			if runs != 0 || status.Code(err) != tc.want {
-				t.Fatalf("handler runs %d, status %v; want 0 and %v", runs, status.Code(err), tc.want)
+			want := status.FromContextError(tc.Err).Code()
+			_, err := i.Unary()(tc.Ctx, nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h)
+			if runs != 0 || status.Code(err) != want {
+				t.Fatalf("handler runs %d, status %v; want 0 and %v", runs, status.Code(err), want)
 			}
 			if s := i.Stats(); s != (Stats{Canceled: 1}) {
 				t.Fatalf("Stats %+v, want Canceled 1", s)
@@ -70,7 +39,7 @@ func TestCallerGoneEndsWithContextStatus(t *testing.T) {
 // for the deadline itself, so the verdict does not depend on speed.
 func TestCallerGoneOverLoopback(t *testing.T) {
 	const calls = 20
-	i := mustInterceptorT(t, failOpenOnCancel(true))
+	i := mustInterceptorT(t, &adaptertest.FailOpenOnCancel{Block: true})
 	served := make(chan struct{}, calls) // one per call the interceptor finished
 	outer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		defer func() { served <- struct{}{} }()
@@ -107,7 +76,7 @@ func TestCallerGoneOverLoopback(t *testing.T) {
 // TestClientCallerGone: the client interceptor sends no call when a
 // fail-open limiter fails after the call's context ended.
 func TestClientCallerGone(t *testing.T) {
-	c, err := NewClient(failOpenOnCancel(false))
+	c, err := NewClient(&adaptertest.FailOpenOnCancel{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc"
@@ -126,22 +125,22 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 // A Client is safe for concurrent use and must not be copied after first
 // use.
 type Client struct {
-	limiter  httplimit.Backend
+	limiter  adapter.Backend
 	cfg      clientConfig
 	clk      timers
-	_        [cacheLine]byte
+	_        [adapter.CacheLine]byte
 	admitted atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	delayed  atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	refused  atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	canceled atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	errs     atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	waited   atomic.Int64 // ns
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 }
 
 // ClientStats are a Client's counters since it was built; each call is
@@ -160,22 +159,12 @@ type ClientStats struct {
 // naming the option.
 func NewClient(l any, opts ...ClientOption) (*Client, error) {
 	c := &Client{cfg: clientConfig{methodCost: map[string]int64{}}, clk: realTimers{}}
-	b, err := httplimit.NewBackend(l)
+	b, err := adapter.NewBackend(l)
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: NewClient: %w", err)
 	}
 	c.limiter = b
-	var errs []error
-	for n, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("grpclimit: NewClient: option %d is nil", n))
-			continue
-		}
-		if err := o(&c.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(adapter.ApplyOptions("grpclimit: ", "NewClient", &c.cfg, opts)...); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
-	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -21,17 +19,22 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Limiter is the in-process limiter shape, httplimit.Limiter:
-// *engine.Engine has it.
-type Limiter = httplimit.Limiter
+// Limiter is the in-process shape an Interceptor accepts:
+// *engine.Engine has it. It is httplimit.Limiter's method set.
+type Limiter interface {
+	AllowN(key string, n int64) engine.Decision
+}
 
-// ContextLimiter is the shape of a limiter that can fail,
-// httplimit.ContextLimiter: *redisstore.Limiter has it. The call's context
-// is passed to AllowN. A non-nil error means the backend could not decide,
+// ContextLimiter is the shape of a limiter that can fail, such as
+// *redisstore.Limiter; an Interceptor accepts it as directly as a Limiter.
+// It is httplimit.ContextLimiter's method set. The call's context is
+// passed to AllowN. A non-nil error means the backend could not decide,
 // and the Decision returned with it is its failure policy's: the
 // interceptor follows it, unless the call's context is done by then, when
 // it runs no handler whatever the Decision (see Interceptor).
-type ContextLimiter = httplimit.ContextLimiter
+type ContextLimiter interface {
+	AllowN(ctx context.Context, key string, n int64) (engine.Decision, error)
+}
 
 // Metadata keys of the rate-limit fields: gRPC metadata keys are lower
 // case. Their values are httplimit's RateLimit-Policy and RateLimit.
@@ -39,11 +42,6 @@ const (
 	MDPolicy    = "ratelimit-policy"
 	MDRateLimit = "ratelimit"
 )
-
-// cacheLine is the padding between the hot counters: 64 bytes is the
-// cache line of amd64 and of most arm64 cores, so two counters bumped by
-// different calls never share a line.
-const cacheLine = 64
 
 // Interceptor limits gRPC calls with a Limiter or a ContextLimiter. Build
 // it with NewInterceptor, install Unary and Stream on the server, and read
@@ -80,7 +78,7 @@ const cacheLine = 64
 //     codes.Internal (all counted Rejected).
 //
 // The fields are httplimit's, with the same values for the same limiter
-// and policy (they are computed by httplimit.Fields): ratelimit-policy is
+// and policy (both adapters compute them with the same code): ratelimit-policy is
 // "name";q=<limit>;w=<window seconds> and ratelimit is
 // "name";r=<remaining>;t=<seconds>. Two interceptors in a chain each add
 // their own value, as stacked middlewares add list members.
@@ -90,20 +88,10 @@ const cacheLine = 64
 // as it is received, and a denial's fields go into the trailer metadata
 // (the header has usually been sent by then).
 type Interceptor struct {
-	limiter   httplimit.Backend
-	cfg       config
-	fields    *httplimit.Fields
-	_         [cacheLine]byte
-	allowed   atomic.Uint64
-	_         [cacheLine - 8]byte
-	denied    atomic.Uint64
-	_         [cacheLine - 8]byte
-	rejected  atomic.Uint64
-	_         [cacheLine - 8]byte
-	errorsCnt atomic.Uint64
-	_         [cacheLine - 8]byte
-	canceled  atomic.Uint64
-	_         [cacheLine - 8]byte
+	limiter adapter.Backend
+	cfg     config
+	fields  *adapter.Fields
+	counts  adapter.Counters
 }
 
 // Stats are an Interceptor's decision counters since it was built: one
@@ -123,32 +111,23 @@ type Stats struct {
 //
 // l is a Limiter (an *engine.Engine) or a ContextLimiter (a
 // *redisstore.Limiter); anything else, or a nil l, is an error. If l has a
-// Config method (httplimit.Configured), the window and the algorithm for
-// the fields come from it, as in httplimit.
+// Config() engine.Config method, the window and the algorithm for the
+// fields come from it, as in httplimit.
 //
 // Every misconfiguration is an error here, naming the option and what it
 // allows; errors of several options are joined.
 func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{cfg: defaultConfig()}
-	b, err := httplimit.NewBackend(l)
+	b, err := adapter.NewBackend(l)
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: NewInterceptor: %w", err)
 	}
 	i.limiter = b
-	var errs []error
-	for n, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("grpclimit: NewInterceptor: option %d is nil", n))
-			continue
-		}
-		if err := o(&i.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := adapter.ApplyOptions("grpclimit: ", "NewInterceptor", &i.cfg, opts)
 	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
 		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
 	}
-	if c, ok := l.(httplimit.Configured); ok {
+	if c, ok := l.(adapter.Configured); ok {
 		lc := c.Config()
 		if lc.KeyLimit == nil && !lc.PerKeyLimits {
 			for m, cost := range i.cfg.methodCost {
@@ -160,13 +139,11 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 	}
 	if !i.cfg.noDefaults {
 		for _, m := range DefaultExempt() {
-			i.cfg.exempt[m] = true
+			i.cfg.defaultExempt[m] = true
 		}
 	}
-	f, err := httplimit.NewFields(l, i.cfg.policyName, i.cfg.window)
-	if err != nil {
-		errs = append(errs, errors.New("grpclimit: "+strings.TrimPrefix(err.Error(), "httplimit: ")))
-	}
+	f, err := adapter.NewFields("grpclimit: ", "NewInterceptor", l, i.cfg.policyName, i.cfg.window)
+	errs = append(errs, err)
 	i.fields = f
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -201,7 +178,7 @@ func StreamServerInterceptor(l any, opts ...Option) grpc.StreamServerInterceptor
 
 // Stats returns the counters.
 func (i *Interceptor) Stats() Stats {
-	return Stats{Allowed: i.allowed.Load(), Denied: i.denied.Load(), Rejected: i.rejected.Load(), Errors: i.errorsCnt.Load(), Canceled: i.canceled.Load()}
+	return Stats(i.counts.Load())
 }
 
 // Unary returns the unary server interceptor.
@@ -231,7 +208,7 @@ func (i *Interceptor) Limit(ctx context.Context) error {
 }
 
 func (i *Interceptor) limit(ctx context.Context, method string) error {
-	if i.exempt(method) {
+	if i.exempt(ctx, method) {
 		return nil
 	}
 	key, cost, err := i.prepare(ctx, method)
@@ -248,7 +225,7 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 // Stream returns the stream server interceptor.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if i.exempt(info.FullMethod) {
+		if i.exempt(ss.Context(), info.FullMethod) {
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
@@ -291,17 +268,22 @@ func (s *messageStream) RecvMsg(m any) error {
 	return err
 }
 
-// exempt reports whether method, or its service, is exempt: two map
-// lookups of substrings, no allocation.
-func (i *Interceptor) exempt(method string) bool {
-	if len(i.cfg.exempt) == 0 {
-		return false
+// exempt reports whether a call to method is exempt: its method or its
+// service is in DefaultExempt() (two map lookups of substrings, no
+// allocation), or a WithExempt function says so.
+func (i *Interceptor) exempt(ctx context.Context, method string) bool {
+	if len(i.cfg.defaultExempt) > 0 {
+		if i.cfg.defaultExempt[method] {
+			return true
+		}
+		if j := strings.LastIndexByte(method, '/'); j > 0 && i.cfg.defaultExempt[method[:j+1]] {
+			return true
+		}
 	}
-	if i.cfg.exempt[method] {
-		return true
-	}
-	if j := strings.LastIndexByte(method, '/'); j > 0 {
-		return i.cfg.exempt[method[:j+1]]
+	for _, f := range i.cfg.exempt {
+		if f(ctx, method) {
+			return true
+		}
 	}
 	return false
 }
@@ -314,7 +296,7 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 		err = status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: ", len(key)))
 	}
 	if err != nil {
-		i.rejected.Add(1)
+		i.counts.Rejected.Add(1)
 		if s, ok := status.FromError(err); ok {
 			return "", 0, s.Err()
 		}
@@ -323,7 +305,7 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 	cost := int64(1)
 	if i.cfg.cost != nil {
 		if cost = i.cfg.cost(ctx, method); cost < 0 {
-			i.rejected.Add(1)
+			i.counts.Rejected.Add(1)
 			return "", 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
 		}
 	} else if c, ok := i.cfg.methodCost[method]; ok {
@@ -338,10 +320,10 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 	d, err := i.limiter.AllowN(ctx, key, cost)
 	if err != nil {
 		if adapter.CallerGone(ctx, err) {
-			i.canceled.Add(1)
+			i.counts.Canceled.Add(1)
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		i.errorsCnt.Add(1)
+		i.counts.Errors.Add(1)
 		if d.Allowed {
 			return nil, nil
 		}
@@ -349,27 +331,27 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 	}
 	switch adapter.Classify(d, cost) {
 	case adapter.Admitted:
-		i.allowed.Add(1)
-		if i.cfg.below > 0 && float64(max(d.Remaining, 0)) >= i.cfg.below*float64(d.Limit) {
+		i.counts.Allowed.Add(1)
+		if adapter.Quiet(i.cfg.below, d) {
 			return nil, nil
 		}
 		return i.md(d, i.fields.AdmittedReset()), nil
 	case adapter.Limited:
-		i.denied.Add(1)
-		return i.md(d, httplimit.RetrySeconds(d.RetryAfter)),
+		i.counts.Denied.Add(1)
+		return i.md(d, adapter.RetrySeconds(d.RetryAfter)),
 			withRetry(codes.ResourceExhausted, "grpclimit: rate limited; retry after "+d.RetryAfter.String(), d.RetryAfter)
 	case adapter.KeysFull:
-		i.denied.Add(1)
+		i.counts.Denied.Add(1)
 		return nil, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
 	case adapter.TooCostly:
-		i.rejected.Add(1)
+		i.counts.Rejected.Add(1)
 		return i.md(d, -1), status.Error(codes.FailedPrecondition,
 			"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
 	case adapter.KeyRefused:
-		i.rejected.Add(1)
+		i.counts.Rejected.Add(1)
 		return nil, errLimiterKeyTooLong
 	default: // adapter.Misconfigured
-		i.rejected.Add(1)
+		i.counts.Rejected.Add(1)
 		return nil, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
 	}
 }
@@ -382,7 +364,7 @@ var errLimiterKeyTooLong = status.Error(codes.InvalidArgument, "grpclimit: the k
 // md builds the fields for d with t=reset (−1: none), or nil when they are
 // off. The two values share one backing array.
 func (i *Interceptor) md(d engine.Decision, reset int64) metadata.MD {
-	if !i.cfg.headers {
+	if i.cfg.style == 0 {
 		return nil
 	}
 	vals := [...]string{i.fields.Policy(d.Limit), i.fields.RateLimit(d.Remaining, reset)}

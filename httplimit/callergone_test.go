@@ -7,58 +7,23 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
-
-// failOpenOnCancel is a ContextLimiter whose failure policy admits: it
-// answers a call whose context has ended (or ends while it waits, when
-// block is set) with Allowed and an error wrapping the context's error, as
-// a fail-open Redis limiter did before it learnt to tell a caller's
-// cancel from a backend failure.
-type failOpenOnCancel struct {
-	block   bool
-	entered chan struct{} // receives once per call, when block is set
-}
-
-func (f *failOpenOnCancel) AllowN(ctx context.Context, _ string, _ int64) (engine.Decision, error) {
-	if f.block {
-		f.entered <- struct{}{}
-		<-ctx.Done()
-	}
-	if err := ctx.Err(); err != nil {
-		return engine.Decision{Allowed: true}, fmt.Errorf("redis: %w", err)
-	}
-	return engine.Decision{Allowed: true, Limit: 5, Remaining: 4}, nil
-}
 
 // TestCallerGoneRunsNoHandler: a fail-open Decision that comes with an
 // error while the request's context is done (cancelled, or past its
 // deadline) runs no handler and is answered 503, counted Canceled, never
 // Errors. Before, the failure policy's admission ran the handler uncounted.
 func TestCallerGoneRunsNoHandler(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-	}{
-		{"canceled", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			return ctx, cancel
-		}},
-		{"deadline", func() (context.Context, context.CancelFunc) {
-			return context.WithDeadline(context.Background(), time.Unix(1, 0))
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := mustMiddleware(t, &failOpenOnCancel{})
+	for _, tc := range adaptertest.DoneContexts() {
+		t.Run(tc.Name, func(t *testing.T) {
+			m := mustMiddleware(t, &adaptertest.FailOpenOnCancel{})
 			var runs int
 			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs++ }))
-			ctx, cancel := tc.ctx()
-			defer cancel()
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(tc.Ctx))
 			if runs != 0 || w.Code != http.StatusServiceUnavailable {
 				t.Fatalf("handler runs %d, status %d; want 0 and 503", runs, w.Code)
 			}
@@ -101,7 +66,7 @@ func (f ContextLimiterFunc) AllowN(ctx context.Context, key string, n int64) (en
 // cancel reaches the server, so the verdict does not depend on timing.
 func TestCallerGoneOverLoopback(t *testing.T) {
 	const clients = 20
-	f := &failOpenOnCancel{block: true, entered: make(chan struct{})}
+	f := &adaptertest.FailOpenOnCancel{Block: true, Entered: make(chan struct{})}
 	m := mustMiddleware(t, f)
 	var runs atomic.Int64
 	served := make(chan struct{}, clients) // one per request the middleware finished
@@ -125,7 +90,7 @@ func TestCallerGoneOverLoopback(t *testing.T) {
 			}
 			errs <- err
 		}()
-		<-f.entered // the limiter is deciding this request
+		<-f.Entered // the limiter is deciding this request
 		cancel()
 	}
 	for range clients {

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/internal/adapter"
@@ -35,11 +33,6 @@ var (
 // length (engine.ReasonKeyTooLong: an engine whose Config.MaxKeyBytes is
 // below MaxKeyBytes).
 var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the limiter's cap (engine Config.MaxKeyBytes); refused, never truncated")
-
-// cacheLine is the padding between the hot counters: 64 bytes is the
-// cache line of amd64 and of most arm64 cores, so two counters bumped by
-// different requests never share a line.
-const cacheLine = 64
 
 // Middleware limits requests with a Limiter or a ContextLimiter. Build it
 // with NewMiddleware, wrap handlers with Handler, and read its counters
@@ -93,20 +86,10 @@ const cacheLine = 64
 // WithHeadersBelow leaves the fields out of admitted responses far from
 // the limit.
 type Middleware struct {
-	limiter   Backend
-	cfg       config
-	fields    Fields
-	_         [cacheLine]byte
-	allowed   atomic.Uint64
-	_         [cacheLine - 8]byte
-	denied    atomic.Uint64
-	_         [cacheLine - 8]byte
-	rejected  atomic.Uint64
-	_         [cacheLine - 8]byte
-	errorsCnt atomic.Uint64
-	_         [cacheLine - 8]byte
-	canceled  atomic.Uint64
-	_         [cacheLine - 8]byte
+	limiter adapter.Backend
+	cfg     config
+	fields  *adapter.Fields
+	counts  adapter.Counters
 }
 
 // Stats are the middleware's request counters since it was built. They
@@ -124,7 +107,7 @@ type Stats struct {
 //
 // l is a Limiter (an *engine.Engine) or a ContextLimiter (a
 // *redisstore.Limiter); anything else, or a nil l, is an error. If l has a
-// Config method (Configured), the window and the algorithm come from it.
+// Config() engine.Config method, the window and the algorithm come from it.
 //
 // Every misconfiguration is an error here, naming the option and what it
 // allows: a bad argument to an Option or to a Key helper, a WithPolicy
@@ -132,32 +115,18 @@ type Stats struct {
 // joined.
 func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
-	b, err := NewBackend(l)
+	b, err := adapter.NewBackend(l)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: NewMiddleware: %w", err)
 	}
 	m.limiter = b
-	var errs []error
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("httplimit: NewMiddleware: option %d is nil", i))
-			continue
-		}
-		if err := o(&m.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, m.fields.init("NewMiddleware", l, m.cfg.policyName, m.cfg.window)...)
-	if err := errors.Join(errs...); err != nil {
+	errs := adapter.ApplyOptions("httplimit: ", "NewMiddleware", &m.cfg, opts)
+	f, err := adapter.NewFields("httplimit: ", "NewMiddleware", l, m.cfg.policyName, m.cfg.window)
+	m.fields = f
+	if err := errors.Join(append(errs, err)...); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// isNil reports whether l is nil or a nil pointer.
-func isNil(l any) bool {
-	v := reflect.ValueOf(l)
-	return !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil())
 }
 
 // New returns NewMiddleware(l, opts...).Handler, and panics if
@@ -174,7 +143,7 @@ func New(l any, opts ...Option) func(http.Handler) http.Handler {
 
 // Stats returns the counters.
 func (m *Middleware) Stats() Stats {
-	return Stats{Allowed: m.allowed.Load(), Denied: m.denied.Load(), Rejected: m.rejected.Load(), Errors: m.errorsCnt.Load(), Canceled: m.canceled.Load()}
+	return Stats(m.counts.Load())
 }
 
 // Handler returns next wrapped by the middleware.
@@ -185,23 +154,25 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.cfg.exempt != nil && m.cfg.exempt(r) {
-		next.ServeHTTP(w, r)
-		return
+	for _, f := range m.cfg.exempt {
+		if f(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
 	}
 	key, err := m.cfg.key.fn(r)
 	if err == nil && len(key) > MaxKeyBytes {
 		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
 	}
 	if err != nil {
-		m.rejected.Add(1)
+		m.counts.Rejected.Add(1)
 		m.cfg.keyErr(w, r, err)
 		return
 	}
 	cost := int64(1)
 	if m.cfg.cost != nil {
 		if cost = m.cfg.cost(r); cost < 0 {
-			m.rejected.Add(1)
+			m.counts.Rejected.Add(1)
 			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
 			return
 		}
@@ -217,11 +188,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	switch adapter.Classify(d, cost) {
 	case adapter.Admitted:
-		m.allowed.Add(1)
+		m.counts.Allowed.Add(1)
 		m.writeRateHeaders(w.Header(), d, m.fields.AdmittedReset(), false)
 		next.ServeHTTP(w, r)
 	case adapter.Limited:
-		m.denied.Add(1)
+		m.counts.Denied.Add(1)
 		h := w.Header()
 		retry := setRetryAfter(h, d.RetryAfter)
 		m.writeRateHeaders(h, d, retry, true)
@@ -231,20 +202,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		writeDenial(w, r, http.StatusTooManyRequests, "rate limited", retry)
 	case adapter.KeysFull:
-		m.denied.Add(1)
+		m.counts.Denied.Add(1)
 		retry := setRetryAfter(w.Header(), d.RetryAfter)
 		writeDenial(w, r, http.StatusServiceUnavailable, "too many clients", retry)
 	case adapter.TooCostly:
-		m.rejected.Add(1)
+		m.counts.Rejected.Add(1)
 		m.writeRateHeaders(w.Header(), d, -1, true)
 		plainError(w, http.StatusRequestEntityTooLarge,
 			"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
 				strconv.FormatInt(d.Limit, 10)+" per window")
 	case adapter.KeyRefused:
-		m.rejected.Add(1)
+		m.counts.Rejected.Add(1)
 		m.cfg.keyErr(w, r, errLimiterKeyTooLong)
 	default: // adapter.Misconfigured
-		m.rejected.Add(1)
+		m.counts.Rejected.Add(1)
 		plainError(w, http.StatusInternalServerError, "rate limit misconfigured for this client")
 	}
 }
@@ -252,7 +223,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // limiterFailed serves a request whose ContextLimiter returned an error,
 // following the failure policy's Decision d.
 func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision) {
-	m.errorsCnt.Add(1)
+	m.counts.Errors.Add(1)
 	if d.Allowed {
 		next.ServeHTTP(w, r)
 		return
@@ -272,6 +243,6 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next 
 // for an answer. A client that has left never reads the 503; nginx logs
 // the same case as 499.
 func (m *Middleware) callerGone(w http.ResponseWriter) {
-	m.canceled.Add(1)
+	m.counts.Canceled.Add(1)
 	plainError(w, http.StatusServiceUnavailable, "request ended before the rate limiter answered")
 }

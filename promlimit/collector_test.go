@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 type fakeEngine struct{ s engine.Stats }
@@ -100,7 +101,12 @@ func TestFallbackByteCompatible(t *testing.T) {
 			{"engine", nil, &es, []Source{Engine("", fakeEngine{es})}},
 		} {
 			want, _ := scrape(t, registry(t, c.sources...))
-			got := string(httplimit.AppendMetrics(nil, c.ms, c.es))
+			var mc *adapter.Counts // what httplimit.MetricsHandler writes for c.ms
+			if c.ms != nil {
+				v := adapter.Counts(*c.ms)
+				mc = &v
+			}
+			got := string(adapter.AppendMetrics(nil, mc, c.es))
 			if got != want {
 				t.Errorf("%s at %d: the fallback differs from client_golang\nfallback:\n%s\nclient_golang:\n%s", c.name, v, got, want)
 			}
