@@ -9,6 +9,11 @@
 // seconds until the quota is free), one list member per middleware, and
 // optionally the legacy X-RateLimit-* headers. See Middleware.
 //
+// Several limits on one request (per IP and per tenant) go either in one
+// middleware, NewMulti, which over engines charges all of them or none,
+// or in nested middlewares, each of which charges its own limit
+// independently, also for requests an inner one then refuses.
+//
 // # Configuration errors
 //
 // A mistake in the server's configuration is the server's problem, never a

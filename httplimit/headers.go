@@ -48,13 +48,13 @@ const (
 	hRetryAfter = "Retry-After"
 )
 
-// writeRateHeaders adds this middleware's rate-limit fields for d. reset
+// writeRateHeaders adds the rate-limit fields of policy f for d. reset
 // is the t= / X-RateLimit-Reset value in seconds, or −1 to omit it. Unless
 // force is set (denials), WithHeadersBelow may skip them. The dynamic
 // values are built in one stack buffer and converted to one string, and
 // the header slices this middleware creates share one backing array: two
 // allocations for any style (RateLimit-Policy comes from the cache).
-func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset int64, force bool) {
+func (m *Middleware) writeRateHeaders(h http.Header, f *adapter.Fields, d engine.Decision, reset int64, force bool) {
 	style := m.cfg.style
 	if style == 0 {
 		return
@@ -63,7 +63,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 	if !force && adapter.Quiet(m.cfg.below, d) {
 		return
 	}
-	pv := m.fields.Value(d.Limit)
+	pv := f.Value(d.Limit)
 	draft := style&HeadersDraft != 0
 	legacy := style&HeadersLegacy != 0 && legacyWins(h, remaining)
 
@@ -76,7 +76,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 	n := 0
 	mark := func() { ends[n] = len(b); n++ }
 	if draft {
-		b = m.fields.AppendRate(b, remaining, reset)
+		b = f.AppendRate(b, remaining, reset)
 		mark()
 	}
 	if legacy {

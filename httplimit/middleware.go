@@ -67,7 +67,10 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 // "name";q=<limit>;w=<window seconds>, and RateLimit is
 // "name";r=<remaining>;t=<seconds>. Each middleware adds one member to
 // each field, after those already set, so stacked middlewares (a per-IP
-// limit around a per-tenant one) show every policy. w= is present when the
+// limit around a per-tenant one) show every policy. Stacked middlewares
+// charge independently: the outer one has charged a request by the time
+// an inner one refuses it (429, 413). NewMulti decides several policies in
+// one middleware and, over engines, charges none of them for a refusal. w= is present when the
 // window is known (from the limiter's Config, or WithPolicy) and a whole
 // number of seconds: the draft's w is whole seconds, and rounding a 100 ms
 // window up to w=1 would advertise a rate ten times lower than the real
@@ -89,6 +92,7 @@ type Middleware struct {
 	limiter adapter.Backend
 	cfg     config
 	fields  *adapter.Fields
+	multi   *multi // NewMulti's policies; nil for NewMiddleware
 	counts  adapter.Counters
 }
 
@@ -160,22 +164,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			return
 		}
 	}
-	key, err := m.cfg.key.fn(r)
-	if err == nil && len(key) > MaxKeyBytes {
-		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
-	}
-	if err != nil {
-		m.counts.Rejected.Add(1)
-		m.cfg.keyErr(w, r, err)
+	if m.multi != nil {
+		m.serveMulti(w, r, next)
 		return
 	}
-	cost := int64(1)
-	if m.cfg.cost != nil {
-		if cost = m.cfg.cost(r); cost < 0 {
-			m.counts.Rejected.Add(1)
-			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
-			return
-		}
+	key, ok := m.key(w, r, m.cfg.key)
+	if !ok {
+		return
+	}
+	cost, ok := m.cost(w, r)
+	if !ok {
+		return
 	}
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
@@ -186,16 +185,54 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.limiterFailed(w, r, next, d)
 		return
 	}
-	switch adapter.Classify(d, cost) {
-	case adapter.Admitted:
+	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
-		m.writeRateHeaders(w.Header(), d, m.fields.AdmittedReset(), false)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
 		next.ServeHTTP(w, r)
+		return
+	}
+	m.refuse(w, r, d, cost, m.fields)
+}
+
+// key computes r's key with k; on an error (or a key above MaxKeyBytes)
+// it answers the request and returns false.
+func (m *Middleware) key(w http.ResponseWriter, r *http.Request, k Key) (string, bool) {
+	key, err := k.fn(r)
+	if err == nil && len(key) > MaxKeyBytes {
+		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
+	}
+	if err != nil {
+		m.counts.Rejected.Add(1)
+		m.cfg.keyErr(w, r, err)
+		return "", false
+	}
+	return key, true
+}
+
+// cost computes r's cost; a negative one is answered 500 and returns
+// false.
+func (m *Middleware) cost(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	if m.cfg.cost == nil {
+		return 1, true
+	}
+	cost := m.cfg.cost(r)
+	if cost < 0 {
+		m.counts.Rejected.Add(1)
+		plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
+		return 0, false
+	}
+	return cost, true
+}
+
+// refuse answers a Decision d for cost units that did not admit, with the
+// fields of f.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, d engine.Decision, cost int64, f *adapter.Fields) {
+	switch adapter.Classify(d, cost) {
 	case adapter.Limited:
 		m.counts.Denied.Add(1)
 		h := w.Header()
 		retry := setRetryAfter(h, d.RetryAfter)
-		m.writeRateHeaders(h, d, retry, true)
+		m.writeRateHeaders(h, f, d, retry, true)
 		if m.cfg.deny != nil {
 			m.cfg.deny.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
 			return
@@ -207,7 +244,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		writeDenial(w, r, http.StatusServiceUnavailable, "too many clients", retry)
 	case adapter.TooCostly:
 		m.counts.Rejected.Add(1)
-		m.writeRateHeaders(w.Header(), d, -1, true)
+		m.writeRateHeaders(w.Header(), f, d, -1, true)
 		plainError(w, http.StatusRequestEntityTooLarge,
 			"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
 				strconv.FormatInt(d.Limit, 10)+" per window")

@@ -24,6 +24,8 @@ type config struct {
 	policyName string
 	window     time.Duration
 	below      float64 // WithHeadersBelow's share; 0 sends the fields always
+	keySet     bool    // WithKey was given
+	policySet  bool    // WithPolicy was given
 }
 
 func defaultConfig() config {
@@ -48,7 +50,7 @@ func WithKey(k Key) Option {
 		if err := k.Err(); err != nil {
 			return wrapConfig("WithKey", err)
 		}
-		c.key = k
+		c.key, c.keySet = k, true
 		return nil
 	}
 }
@@ -158,7 +160,7 @@ func WithPolicy(name string, window time.Duration) Option {
 		if err := adapter.CheckPolicy("httplimit: ", name, window); err != nil {
 			return err
 		}
-		c.policyName, c.window = name, window
+		c.policyName, c.window, c.policySet = name, window, true
 		return nil
 	}
 }
