@@ -8,6 +8,10 @@
 // google.rpc.RetryInfo detail when the key's window is full; health
 // checks and reflection are exempt by default. On the client, a Client
 // paces outgoing calls, for an egress limit towards a third-party API.
+// Several limits on one call (per IP and per tenant) go in one
+// interceptor, NewMultiInterceptor, which over engines charges all of them
+// or none, or in chained interceptors, each of which charges its own limit
+// independently.
 //
 // # Configuration errors
 //

@@ -81,7 +81,11 @@ const (
 // and policy (both adapters compute them with the same code): ratelimit-policy is
 // "name";q=<limit>;w=<window seconds> and ratelimit is
 // "name";r=<remaining>;t=<seconds>. Two interceptors in a chain each add
-// their own value, as stacked middlewares add list members.
+// their own value, as stacked middlewares add list members, and each
+// charges its limit independently: the outer one has charged a call by
+// the time an inner one refuses it. NewMultiInterceptor decides several
+// policies in one interceptor and, over engines, charges none of them for
+// a refusal.
 //
 // A stream is charged once, when it starts, with the fields in its header
 // metadata; with WithPerMessage, each message the client sends is charged
@@ -91,6 +95,7 @@ type Interceptor struct {
 	limiter adapter.Backend
 	cfg     config
 	fields  *adapter.Fields
+	multi   *multi // NewMultiInterceptor's policies; nil for NewInterceptor
 	counts  adapter.Counters
 }
 
@@ -123,25 +128,8 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 		return nil, fmt.Errorf("grpclimit: NewInterceptor: %w", err)
 	}
 	i.limiter = b
-	errs := adapter.ApplyOptions("grpclimit: ", "NewInterceptor", &i.cfg, opts)
-	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
-		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
-	}
-	if c, ok := l.(adapter.Configured); ok {
-		lc := c.Config()
-		if lc.KeyLimit == nil && !lc.PerKeyLimits {
-			for m, cost := range i.cfg.methodCost {
-				if cost > lc.Limit {
-					errs = append(errs, fmt.Errorf("grpclimit: WithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", untrusted.Quote(m), cost, lc.Limit))
-				}
-			}
-		}
-	}
-	if !i.cfg.noDefaults {
-		for _, m := range DefaultExempt() {
-			i.cfg.defaultExempt[m] = true
-		}
-	}
+	errs := i.configure("NewInterceptor", opts)
+	errs = append(errs, i.checkCosts("", l)...)
 	f, err := adapter.NewFields("grpclimit: ", "NewInterceptor", l, i.cfg.policyName, i.cfg.window)
 	errs = append(errs, err)
 	i.fields = f
@@ -149,6 +137,41 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 		return nil, err
 	}
 	return i, nil
+}
+
+// configure applies opts and the defaults they leave.
+func (i *Interceptor) configure(fn string, opts []Option) []error {
+	errs := adapter.ApplyOptions("grpclimit: ", fn, &i.cfg, opts)
+	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
+		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
+	}
+	if !i.cfg.noDefaults {
+		for _, m := range DefaultExempt() {
+			i.cfg.defaultExempt[m] = true
+		}
+	}
+	return errs
+}
+
+// checkCosts refuses a WithMethodCost that no call could ever fit under
+// limiter l's limit, when l reports one for every key. where names the
+// policy, or is "".
+func (i *Interceptor) checkCosts(where string, l any) []error {
+	c, ok := l.(adapter.Configured)
+	if !ok || adapter.IsNil(l) {
+		return nil
+	}
+	lc := c.Config()
+	if lc.KeyLimit != nil || lc.PerKeyLimits {
+		return nil
+	}
+	var errs []error
+	for m, cost := range i.cfg.methodCost {
+		if cost > lc.Limit {
+			errs = append(errs, fmt.Errorf("grpclimit: %sWithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", where, untrusted.Quote(m), cost, lc.Limit))
+		}
+	}
+	return errs
 }
 
 // mustInterceptor is NewInterceptor that panics, as regexp.MustCompile
@@ -211,11 +234,23 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	if i.exempt(ctx, method) {
 		return nil
 	}
+	var md metadata.MD
+	if i.multi != nil {
+		keys, cost, err := i.prepareMulti(ctx, method)
+		if err != nil {
+			return err
+		}
+		md, err = i.decideMulti(ctx, keys, cost)
+		if md != nil {
+			_ = grpc.SetHeader(ctx, md)
+		}
+		return err
+	}
 	key, cost, err := i.prepare(ctx, method)
 	if err != nil {
 		return err
 	}
-	md, err := i.decide(ctx, key, cost)
+	md, err = i.decide(ctx, key, cost)
 	if md != nil {
 		_ = grpc.SetHeader(ctx, md) // fails only once the header is sent: a handler's choice
 	}
@@ -229,6 +264,24 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
+		var md metadata.MD
+		if i.multi != nil {
+			keys, cost, err := i.prepareMulti(ctx, info.FullMethod)
+			if err != nil {
+				return err
+			}
+			if i.cfg.perMessage {
+				return handler(srv, &messageStream{ServerStream: ss, i: i, keys: keys, cost: cost})
+			}
+			md, err = i.decideMulti(ctx, keys, cost)
+			if md != nil {
+				_ = ss.SetHeader(md)
+			}
+			if err != nil {
+				return err
+			}
+			return handler(srv, ss)
+		}
 		key, cost, err := i.prepare(ctx, info.FullMethod)
 		if err != nil {
 			return err
@@ -236,7 +289,7 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if i.cfg.perMessage {
 			return handler(srv, &messageStream{ServerStream: ss, i: i, key: key, cost: cost})
 		}
-		md, err := i.decide(ctx, key, cost)
+		md, err = i.decide(ctx, key, cost)
 		if md != nil {
 			_ = ss.SetHeader(md)
 		}
@@ -252,6 +305,7 @@ type messageStream struct {
 	grpc.ServerStream
 	i    *Interceptor
 	key  string
+	keys []string // NewMultiInterceptor's, one per policy; nil for key
 	cost int64
 }
 
@@ -261,7 +315,13 @@ func (s *messageStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	md, err := s.i.decide(s.Context(), s.key, s.cost)
+	var md metadata.MD
+	var err error
+	if s.keys != nil {
+		md, err = s.i.decideMulti(s.Context(), s.keys, s.cost)
+	} else {
+		md, err = s.i.decide(s.Context(), s.key, s.cost)
+	}
 	if err != nil && md != nil {
 		s.SetTrailer(md)
 	}
@@ -291,27 +351,44 @@ func (i *Interceptor) exempt(ctx context.Context, method string) bool {
 // prepare computes a call's key and cost; an error is the call's status,
 // and the call is counted Rejected.
 func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64, error) {
-	key, err := i.cfg.key.fn(ctx, method)
+	key, err := i.keyOf(ctx, method, i.cfg.key)
+	if err != nil {
+		return "", 0, err
+	}
+	cost, err := i.costOf(ctx, method)
+	return key, cost, err
+}
+
+// keyOf computes the call's key with k; an error is the call's status,
+// and the call is counted Rejected.
+func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, error) {
+	key, err := k.fn(ctx, method)
 	if err == nil && len(key) > MaxKeyBytes {
 		err = status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: ", len(key)))
 	}
 	if err != nil {
 		i.counts.Rejected.Add(1)
 		if s, ok := status.FromError(err); ok {
-			return "", 0, s.Err()
+			return "", s.Err()
 		}
-		return "", 0, status.Error(codes.InvalidArgument, err.Error())
+		return "", status.Error(codes.InvalidArgument, err.Error())
 	}
+	return key, nil
+}
+
+// costOf computes the call's cost; a negative one is codes.Internal,
+// counted Rejected.
+func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) {
 	cost := int64(1)
 	if i.cfg.cost != nil {
 		if cost = i.cfg.cost(ctx, method); cost < 0 {
 			i.counts.Rejected.Add(1)
-			return "", 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
+			return 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
 		}
 	} else if c, ok := i.cfg.methodCost[method]; ok {
 		cost = c
 	}
-	return key, cost, nil
+	return cost, nil
 }
 
 // decide asks the limiter for cost units of key and returns the fields to
@@ -329,30 +406,37 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 		}
 		return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
 	}
-	switch adapter.Classify(d, cost) {
-	case adapter.Admitted:
+	if adapter.Classify(d, cost) == adapter.Admitted {
 		i.counts.Allowed.Add(1)
 		if adapter.Quiet(i.cfg.below, d) {
 			return nil, nil
 		}
-		return i.md(d, i.fields.AdmittedReset()), nil
+		return i.md(nil, i.fields, d, i.fields.AdmittedReset()), nil
+	}
+	return i.refuse(nil, i.fields, d, cost)
+}
+
+// refuse returns the fields (added to md) and the status error of a
+// Decision d for cost units that did not admit, under policy f.
+func (i *Interceptor) refuse(md metadata.MD, f *adapter.Fields, d engine.Decision, cost int64) (metadata.MD, error) {
+	switch adapter.Classify(d, cost) {
 	case adapter.Limited:
 		i.counts.Denied.Add(1)
-		return i.md(d, adapter.RetrySeconds(d.RetryAfter)),
+		return i.md(md, f, d, adapter.RetrySeconds(d.RetryAfter)),
 			withRetry(codes.ResourceExhausted, "grpclimit: rate limited; retry after "+d.RetryAfter.String(), d.RetryAfter)
 	case adapter.KeysFull:
 		i.counts.Denied.Add(1)
-		return nil, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
+		return md, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
 	case adapter.TooCostly:
 		i.counts.Rejected.Add(1)
-		return i.md(d, -1), status.Error(codes.FailedPrecondition,
+		return i.md(md, f, d, -1), status.Error(codes.FailedPrecondition,
 			"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
 	case adapter.KeyRefused:
 		i.counts.Rejected.Add(1)
-		return nil, errLimiterKeyTooLong
+		return md, errLimiterKeyTooLong
 	default: // adapter.Misconfigured
 		i.counts.Rejected.Add(1)
-		return nil, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
+		return md, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
 	}
 }
 
@@ -361,14 +445,21 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 // below MaxKeyBytes).
 var errLimiterKeyTooLong = status.Error(codes.InvalidArgument, "grpclimit: the key is longer than the limiter's cap (engine Config.MaxKeyBytes); refused, never truncated")
 
-// md builds the fields for d with t=reset (−1: none), or nil when they are
-// off. The two values share one backing array.
-func (i *Interceptor) md(d engine.Decision, reset int64) metadata.MD {
+// md returns md with policy f's fields for d with t=reset (−1: none)
+// added, or md as it is when the fields are off. A first md has its two
+// values share one backing array.
+func (i *Interceptor) md(md metadata.MD, f *adapter.Fields, d engine.Decision, reset int64) metadata.MD {
 	if i.cfg.style == 0 {
-		return nil
+		return md
 	}
-	vals := [...]string{i.fields.Policy(d.Limit), i.fields.RateLimit(d.Remaining, reset)}
-	return metadata.MD{MDPolicy: vals[0:1:1], MDRateLimit: vals[1:2:2]}
+	p, r := f.Policy(d.Limit), f.RateLimit(d.Remaining, reset)
+	if md == nil {
+		vals := [...]string{p, r}
+		return metadata.MD{MDPolicy: vals[0:1:1], MDRateLimit: vals[1:2:2]}
+	}
+	md[MDPolicy] = append(md[MDPolicy], p)
+	md[MDRateLimit] = append(md[MDRateLimit], r)
+	return md
 }
 
 // withRetry returns a status error of code with msg and, when retry is a

@@ -29,6 +29,8 @@ type config struct {
 	style         Style
 	below         float64 // WithHeadersBelow's share; 0 sends the fields always
 	perMessage    bool
+	keySet        bool // WithKey was given
+	policySet     bool // WithPolicy was given
 }
 
 func defaultConfig() config {
@@ -67,7 +69,7 @@ func WithKey(k Key) Option {
 		if err := k.Err(); err != nil {
 			return wrapConfig("WithKey", err)
 		}
-		c.key = k
+		c.key, c.keySet = k, true
 		return nil
 	}
 }
@@ -147,7 +149,7 @@ func WithPolicy(name string, window time.Duration) Option {
 		if err := adapter.CheckPolicy("grpclimit: ", name, window); err != nil {
 			return err
 		}
-		c.policyName, c.window = name, window
+		c.policyName, c.window, c.policySet = name, window, true
 		return nil
 	}
 }

@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -71,46 +70,24 @@ func NewMulti(policies []Policy, opts ...Option) (*Middleware, error) {
 	if m.cfg.keySet || m.cfg.policySet {
 		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
 	}
-	if len(policies) == 0 || len(policies) > MaxPolicies {
-		errs = append(errs, fmt.Errorf("httplimit: NewMulti: %d policies, want 1 … %d", len(policies), MaxPolicies))
-	}
-	mp := &multi{}
-	var backends []adapter.Backend
-	seen := map[string]bool{}
-	for i, p := range policies {
-		where := fmt.Sprintf("NewMulti policy %d (%q)", i, p.Name)
-		b, err := adapter.NewBackend(p.Limiter)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("httplimit: %s: %w", where, err))
-			continue
-		}
+	mp := &multi{keys: make([]Key, len(policies))}
+	specs := make([]adapter.PolicySpec, len(policies))
+	for n, p := range policies {
 		k := p.Key
 		if k.fn == nil && k.err == nil {
 			k = KeyByIP(64)
 		}
-		if err := k.Err(); err != nil {
-			errs = append(errs, wrapConfig(where, err))
-			continue
-		}
-		f, err := adapter.NewFields("httplimit: ", where, p.Limiter, p.Name, p.Window)
-		if err != nil {
-			errs = append(errs, wrapConfig(where, err))
-			continue
-		}
-		if seen[p.Name] {
-			errs = append(errs, fmt.Errorf("httplimit: %s: the name is given twice; each policy adds its own list member", where))
-		}
-		seen[p.Name] = true
-		backends = append(backends, b)
-		mp.keys = append(mp.keys, k)
-		mp.fields = append(mp.fields, f)
+		mp.keys[n] = k
+		specs[n] = adapter.PolicySpec{Name: p.Name, Limiter: p.Limiter, Window: p.Window, KeyErr: k.Err()}
 	}
+	mm, fields, perrs := adapter.BuildMulti("httplimit: ", "NewMulti", specs, nil)
+	errs = append(errs, perrs...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	mp.m = adapter.NewMulti(backends)
+	mp.m, mp.fields = mm, fields
 	m.multi = mp
-	m.limiter, m.fields = backends[0], mp.fields[0]
+	m.limiter, m.fields = mm.Backend(0), fields[0]
 	return m, nil
 }
 

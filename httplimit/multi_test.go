@@ -3,70 +3,12 @@ package httplimit
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
-
-// sfMember is one member of a Structured Field List of rate-limit
-// policies: a String name with Integer parameters.
-type sfMember struct {
-	name   string
-	params map[string]int64
-}
-
-// parseSFList parses the field lines of a RateLimit or RateLimit-Policy
-// field as RFC 9651 lists of `"name";k=v;…` members, independently of the
-// middleware's writer: lines are joined by commas (RFC 9651 section 4.2),
-// members split at commas outside strings.
-func parseSFList(t *testing.T, lines []string) []sfMember {
-	t.Helper()
-	s := strings.Join(lines, ",")
-	var out []sfMember
-	for len(s) > 0 {
-		s = strings.TrimLeft(s, " \t")
-		if len(s) == 0 || s[0] != '"' {
-			t.Fatalf("member does not start with a string: %q", s)
-		}
-		i := 1
-		var name strings.Builder
-		for ; i < len(s) && s[i] != '"'; i++ {
-			if s[i] == '\\' {
-				i++
-			}
-			name.WriteByte(s[i])
-		}
-		if i == len(s) {
-			t.Fatalf("unterminated string in %q", s)
-		}
-		s = s[i+1:]
-		m := sfMember{name: name.String(), params: map[string]int64{}}
-		for len(s) > 0 && s[0] == ';' {
-			end := strings.IndexAny(s[1:], ";,")
-			if end < 0 {
-				end = len(s) - 1
-			}
-			k, v, ok := strings.Cut(s[1:1+end], "=")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if !ok || err != nil {
-				t.Fatalf("parameter %q is not key=integer", s[1:1+end])
-			}
-			m.params[k] = n
-			s = s[1+end:]
-		}
-		out = append(out, m)
-		s = strings.TrimLeft(s, " \t")
-		if len(s) > 0 {
-			if s[0] != ',' {
-				t.Fatalf("junk after member: %q", s)
-			}
-			s = s[1:]
-		}
-	}
-	return out
-}
 
 // TestMultiChargesOnlyWhatItAdmits: a per-IP limit and a per-tenant one
 // in one Middleware over engines. A request the tenant limit refuses
@@ -120,21 +62,12 @@ func TestMultiChargesOnlyWhatItAdmits(t *testing.T) {
 	}
 }
 
-// checkMembers parses RateLimit-Policy and RateLimit and checks one member
-// per policy, in order, with q and r.
+// checkMembers checks RateLimit-Policy and RateLimit: one member per
+// policy, in order, with q and r, parsed independently of the writer.
 func checkMembers(t *testing.T, h http.Header, names []string, q, r []int64) {
 	t.Helper()
-	pol, rl := parseSFList(t, h.Values("RateLimit-Policy")), parseSFList(t, h.Values("RateLimit"))
-	if len(pol) != len(names) || len(rl) != len(names) {
-		t.Fatalf("RateLimit-Policy %q, RateLimit %q: want %d members each", h.Values("RateLimit-Policy"), h.Values("RateLimit"), len(names))
-	}
-	for i, n := range names {
-		if pol[i].name != n || rl[i].name != n || pol[i].params["q"] != q[i] || rl[i].params["r"] != r[i] {
-			t.Errorf("member %d: policy %+v, rate %+v; want %q q=%d r=%d", i, pol[i], rl[i], n, q[i], r[i])
-		}
-		if _, ok := rl[i].params["t"]; !ok {
-			t.Errorf("member %d: no t= in %+v", i, rl[i])
-		}
+	if msg := adaptertest.CheckMembers(h.Values("RateLimit-Policy"), h.Values("RateLimit"), names, q, r); msg != "" {
+		t.Error(msg)
 	}
 }
 

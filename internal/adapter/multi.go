@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -119,3 +120,61 @@ func (m *Multi) decideAll(keys []string, n int64, read bool, ds []engine.Decisio
 	}
 	return Verdict{At: at}
 }
+
+// PolicySpec is one policy given to httplimit.NewMulti or
+// grpclimit.NewMultiInterceptor: its name, limiter and window, and its
+// key's configuration error.
+type PolicySpec struct {
+	Name    string
+	Limiter any
+	Window  time.Duration
+	KeyErr  error
+}
+
+// BuildMulti validates specs (1 … MaxPolicies, distinct names, each a
+// limiter with a usable key and WithPolicy's name and window) and returns
+// their Multi and Fields, or the errors, each naming its policy after
+// prefix and fn. check, if not nil, adds the caller's own checks of a
+// policy's limiter.
+func BuildMulti(prefix, fn string, specs []PolicySpec, check func(where string, l any) []error) (*Multi, []*Fields, []error) {
+	var errs []error
+	if len(specs) == 0 || len(specs) > MaxPolicies {
+		errs = append(errs, fmt.Errorf("%s%s: %d policies, want 1 … %d", prefix, fn, len(specs), MaxPolicies))
+	}
+	var backends []Backend
+	var fields []*Fields
+	seen := map[string]bool{}
+	for i, p := range specs {
+		where := fmt.Sprintf("%s policy %d (%q)", fn, i, p.Name)
+		b, err := NewBackend(p.Limiter)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: %w", prefix, where, err))
+			continue
+		}
+		if p.KeyErr != nil {
+			errs = append(errs, &ConfigError{Prefix: prefix, Where: where, Err: p.KeyErr})
+			continue
+		}
+		f, err := NewFields(prefix, where, p.Limiter, p.Name, p.Window)
+		if err != nil {
+			errs = append(errs, &ConfigError{Prefix: prefix, Where: where, Err: err})
+			continue
+		}
+		if check != nil {
+			errs = append(errs, check(where+": ", p.Limiter)...)
+		}
+		if seen[p.Name] {
+			errs = append(errs, fmt.Errorf("%s%s: the name is given twice; each policy adds its own list member", prefix, where))
+		}
+		seen[p.Name] = true
+		backends = append(backends, b)
+		fields = append(fields, f)
+	}
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
+	return NewMulti(backends), fields, nil
+}
+
+// Backend returns policy i's Backend.
+func (m *Multi) Backend(i int) Backend { return m.backends[i] }
