@@ -49,7 +49,8 @@ const (
 // copied after first use.
 //
 // For each call that is not exempt (DefaultExempt(), WithExempt), it
-// computes the key and the cost, asks the limiter for cost units, and:
+// computes the key and the cost, asks the limiter for cost units, and
+// (with WithDryRun, refusing nothing: see there):
 //
 //   - admitted: sets the rate-limit fields as response header metadata
 //     and calls the handler (counted Allowed);
@@ -105,11 +106,12 @@ type Interceptor struct {
 // under load may count a decision in none of them yet; it never counts one
 // twice.
 type Stats struct {
-	Allowed  uint64 // admitted by the limiter
-	Denied   uint64 // ResourceExhausted, or Unavailable for MaxKeys
-	Rejected uint64 // refused before or instead of limiting: key errors, costs that never fit, bugs
-	Errors   uint64 // the ContextLimiter failed; its failure policy decided
-	Canceled uint64 // the ContextLimiter failed after the call's context ended; no handler ran
+	Allowed   uint64 // admitted by the limiter
+	Denied    uint64 // ResourceExhausted, or Unavailable for MaxKeys
+	Rejected  uint64 // refused before or instead of limiting: key errors, costs that never fit, bugs
+	Errors    uint64 // the ContextLimiter failed; its failure policy decided
+	Canceled  uint64 // the ContextLimiter failed after the call's context ended; no handler ran
+	WouldDeny uint64 // WithDryRun: the limiter refused (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition), and the call was let through
 }
 
 // NewInterceptor returns an Interceptor over l configured by opts.
@@ -238,7 +240,7 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	if i.multi != nil {
 		keys, cost, err := i.prepareMulti(ctx, method)
 		if err != nil {
-			return err
+			return passDryRun(err)
 		}
 		md, err = i.decideMulti(ctx, keys, cost)
 		if md != nil {
@@ -248,11 +250,19 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	}
 	key, cost, err := i.prepare(ctx, method)
 	if err != nil {
-		return err
+		return passDryRun(err)
 	}
 	md, err = i.decide(ctx, key, cost)
 	if md != nil {
 		_ = grpc.SetHeader(ctx, md) // fails only once the header is sent: a handler's choice
+	}
+	return err
+}
+
+// passDryRun turns errDryRunPass into nil: the call goes on.
+func passDryRun(err error) error {
+	if err == errDryRunPass {
+		return nil
 	}
 	return err
 }
@@ -267,6 +277,9 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		var md metadata.MD
 		if i.multi != nil {
 			keys, cost, err := i.prepareMulti(ctx, info.FullMethod)
+			if err == errDryRunPass {
+				return handler(srv, ss)
+			}
 			if err != nil {
 				return err
 			}
@@ -283,6 +296,9 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		key, cost, err := i.prepare(ctx, info.FullMethod)
+		if err == errDryRunPass {
+			return handler(srv, ss)
+		}
 		if err != nil {
 			return err
 		}
@@ -368,6 +384,9 @@ func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, 
 	}
 	if err != nil {
 		i.counts.Rejected.Add(1)
+		if i.cfg.dryRun {
+			return "", errDryRunPass
+		}
 		if s, ok := status.FromError(err); ok {
 			return "", s.Err()
 		}
@@ -383,6 +402,9 @@ func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) 
 	if i.cfg.cost != nil {
 		if cost = i.cfg.cost(ctx, method); cost < 0 {
 			i.counts.Rejected.Add(1)
+			if i.cfg.dryRun {
+				return 0, errDryRunPass
+			}
 			return 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
 		}
 	} else if c, ok := i.cfg.methodCost[method]; ok {
@@ -401,7 +423,7 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 		i.counts.Errors.Add(1)
-		if d.Allowed {
+		if d.Allowed || i.cfg.dryRun {
 			return nil, nil
 		}
 		return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
@@ -419,6 +441,9 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metad
 // refuse returns the fields (added to md) and the status error of a
 // Decision d for cost units that did not admit, under policy f.
 func (i *Interceptor) refuse(md metadata.MD, f *adapter.Fields, d engine.Decision, cost int64) (metadata.MD, error) {
+	if i.cfg.dryRun {
+		return i.dryRun(md, f, d, cost), nil
+	}
 	switch adapter.Classify(d, cost) {
 	case adapter.Limited:
 		i.counts.Denied.Add(1)
@@ -439,6 +464,29 @@ func (i *Interceptor) refuse(md metadata.MD, f *adapter.Fields, d engine.Decisio
 		return md, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
 	}
 }
+
+// dryRun counts a Decision d that did not admit, under WithDryRun, as it
+// would have been (a refusal as WouldDeny), and returns md with the fields
+// its answer would have had; the call goes on.
+func (i *Interceptor) dryRun(md metadata.MD, f *adapter.Fields, d engine.Decision, cost int64) metadata.MD {
+	switch o := adapter.Classify(d, cost); {
+	case o == adapter.Limited:
+		i.counts.WouldDeny.Add(1)
+		return i.md(md, f, d, adapter.RetrySeconds(d.RetryAfter))
+	case o == adapter.TooCostly:
+		i.counts.WouldDeny.Add(1)
+		return i.md(md, f, d, -1)
+	case o.Refusal():
+		i.counts.WouldDeny.Add(1)
+	default:
+		i.counts.Rejected.Add(1)
+	}
+	return md
+}
+
+// errDryRunPass is what keyOf and costOf return under WithDryRun for a
+// call they would have refused: it was counted, and goes on undecided.
+var errDryRunPass = errors.New("grpclimit: dry run: let through")
 
 // errLimiterKeyTooLong answers a key the limiter itself refused for its
 // length (engine.ReasonKeyTooLong: an engine whose Config.MaxKeyBytes is

@@ -131,6 +131,9 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, cost int64
 	case v.At < 0:
 		i.counts.Allowed.Add(1)
 		return md, nil
+	case v.Failure && i.cfg.dryRun:
+		i.counts.Errors.Add(1)
+		return md, nil
 	case v.Failure:
 		i.counts.Errors.Add(1)
 		return md, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", ds[v.At].RetryAfter)

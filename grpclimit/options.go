@@ -29,6 +29,7 @@ type config struct {
 	style         Style
 	below         float64 // WithHeadersBelow's share; 0 sends the fields always
 	perMessage    bool
+	dryRun        bool // WithDryRun
 	keySet        bool // WithKey was given
 	policySet     bool // WithPolicy was given
 }
@@ -215,4 +216,20 @@ func validMethod(m string, service bool) error {
 		return errors.New(want)
 	}
 	return nil
+}
+
+// WithDryRun makes the interceptor decide and count every call (stream,
+// or message with WithPerMessage) but refuse none (shadow mode), to watch
+// what a new limit would refuse before enforcing it. A call the limiter
+// refuses (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition)
+// is counted WouldDeny, carries the metadata it would have had (the
+// denial's r= and t=; no status, so no RetryInfo) and goes on to the
+// handler; an admitted one is charged and served as usual. A key error or
+// a negative cost is counted Rejected, a backend failure Errors, and the
+// call is served all the same. Only a call whose context ended before a
+// failed limiter answered still ends with the context's status (counted
+// Canceled): its client has gone. It has the meaning of
+// httplimit.WithDryRun.
+func WithDryRun() Option {
+	return func(c *config) error { c.dryRun = true; return nil }
 }

@@ -13,11 +13,12 @@ import (
 //	ringlimit_keys                                                     gauge
 //	ringlimit_keys_evicted_total                                       counter
 //	ringlimit_keys_refused_total                                       counter
-//	ringlimit_requests_total{outcome="allowed|canceled|denied|error|rejected"}  counter
+//	ringlimit_requests_total{outcome="allowed|canceled|denied|error|rejected|would_deny"}  counter
 //
 // The outcomes are Stats' fields: "error" counts requests whose
 // ContextLimiter failed (its failure policy admitted or refused them),
-// "canceled" those whose context ended before it answered.
+// "canceled" those whose context ended before it answered, "would_deny"
+// the refusals WithDryRun let through.
 // Either argument may be nil to leave its metrics out (e is nil in front
 // of a Redis limiter).
 //

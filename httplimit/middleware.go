@@ -40,7 +40,8 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 // first use.
 //
 // For each request that is not exempt, it computes the key and the cost,
-// asks the limiter for cost units, and:
+// asks the limiter for cost units, and (with WithDryRun, refusing nothing:
+// see there):
 //
 //   - admitted: sets the rate-limit fields and calls the next handler
 //     (counted Allowed);
@@ -100,11 +101,12 @@ type Middleware struct {
 // are read one by one, so a snapshot taken under load may count a request
 // in none of them yet; it never counts one twice.
 type Stats struct {
-	Allowed  uint64 // passed to the next handler after the limiter admitted them
-	Denied   uint64 // answered 429, or 503 for MaxKeys
-	Rejected uint64 // answered 400, 413 or 500 before or instead of limiting
-	Errors   uint64 // the ContextLimiter failed; its failure policy decided
-	Canceled uint64 // the ContextLimiter failed after the request's context ended; no handler ran
+	Allowed   uint64 // passed to the next handler after the limiter admitted them
+	Denied    uint64 // answered 429, or 503 for MaxKeys
+	Rejected  uint64 // answered 400, 413 or 500 before or instead of limiting
+	Errors    uint64 // the ContextLimiter failed; its failure policy decided
+	Canceled  uint64 // the ContextLimiter failed after the request's context ended; no handler ran
+	WouldDeny uint64 // WithDryRun: the limiter refused (429, 503 for MaxKeys, 413), and the request was let through
 }
 
 // NewMiddleware returns a Middleware over l configured by opts.
@@ -168,11 +170,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.serveMulti(w, r, next)
 		return
 	}
-	key, ok := m.key(w, r, m.cfg.key)
+	key, ok := m.key(w, r, next, m.cfg.key)
 	if !ok {
 		return
 	}
-	cost, ok := m.cost(w, r)
+	cost, ok := m.cost(w, r, next)
 	if !ok {
 		return
 	}
@@ -191,42 +193,55 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	m.refuse(w, r, d, cost, m.fields)
+	m.refuse(w, r, next, d, cost, m.fields)
 }
 
 // key computes r's key with k; on an error (or a key above MaxKeyBytes)
-// it answers the request and returns false.
-func (m *Middleware) key(w http.ResponseWriter, r *http.Request, k Key) (string, bool) {
+// it answers the request (under WithDryRun: passes it to next) and
+// returns false.
+func (m *Middleware) key(w http.ResponseWriter, r *http.Request, next http.Handler, k Key) (string, bool) {
 	key, err := k.fn(r)
 	if err == nil && len(key) > MaxKeyBytes {
 		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
 	}
 	if err != nil {
 		m.counts.Rejected.Add(1)
-		m.cfg.keyErr(w, r, err)
+		if m.cfg.dryRun {
+			next.ServeHTTP(w, r)
+		} else {
+			m.cfg.keyErr(w, r, err)
+		}
 		return "", false
 	}
 	return key, true
 }
 
-// cost computes r's cost; a negative one is answered 500 and returns
-// false.
-func (m *Middleware) cost(w http.ResponseWriter, r *http.Request) (int64, bool) {
+// cost computes r's cost; a negative one is answered 500 (under
+// WithDryRun: passed to next) and returns false.
+func (m *Middleware) cost(w http.ResponseWriter, r *http.Request, next http.Handler) (int64, bool) {
 	if m.cfg.cost == nil {
 		return 1, true
 	}
 	cost := m.cfg.cost(r)
 	if cost < 0 {
 		m.counts.Rejected.Add(1)
-		plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
+		if m.cfg.dryRun {
+			next.ServeHTTP(w, r)
+		} else {
+			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
+		}
 		return 0, false
 	}
 	return cost, true
 }
 
 // refuse answers a Decision d for cost units that did not admit, with the
-// fields of f.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, d engine.Decision, cost int64, f *adapter.Fields) {
+// fields of f; under WithDryRun it counts it and passes r to next.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision, cost int64, f *adapter.Fields) {
+	if m.cfg.dryRun {
+		m.dryRun(w, r, next, d, cost, f)
+		return
+	}
 	switch adapter.Classify(d, cost) {
 	case adapter.Limited:
 		m.counts.Denied.Add(1)
@@ -261,7 +276,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, d engine.Dec
 // following the failure policy's Decision d.
 func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision) {
 	m.counts.Errors.Add(1)
-	if d.Allowed {
+	if d.Allowed || m.cfg.dryRun {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -282,4 +297,23 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next 
 func (m *Middleware) callerGone(w http.ResponseWriter) {
 	m.counts.Canceled.Add(1)
 	plainError(w, http.StatusServiceUnavailable, "request ended before the rate limiter answered")
+}
+
+// dryRun serves a request the limiter did not admit, under WithDryRun:
+// counted as it would have been (a refusal as WouldDeny), with the
+// rate-limit fields of the answer it would have had, and passed to next.
+func (m *Middleware) dryRun(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision, cost int64, f *adapter.Fields) {
+	switch o := adapter.Classify(d, cost); {
+	case o == adapter.Limited:
+		m.counts.WouldDeny.Add(1)
+		m.writeRateHeaders(w.Header(), f, d, adapter.RetrySeconds(d.RetryAfter), true)
+	case o == adapter.TooCostly:
+		m.counts.WouldDeny.Add(1)
+		m.writeRateHeaders(w.Header(), f, d, -1, true)
+	case o.Refusal():
+		m.counts.WouldDeny.Add(1)
+	default:
+		m.counts.Rejected.Add(1)
+	}
+	next.ServeHTTP(w, r)
 }

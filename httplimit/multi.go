@@ -97,13 +97,13 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	n := p.m.Len()
 	var keys [MaxPolicies]string
 	for i, k := range p.keys {
-		key, ok := m.key(w, r, k)
+		key, ok := m.key(w, r, next, k)
 		if !ok {
 			return
 		}
 		keys[i] = key
 	}
-	cost, ok := m.cost(w, r)
+	cost, ok := m.cost(w, r, next)
 	if !ok {
 		return
 	}
@@ -130,6 +130,6 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	case v.Failure:
 		m.limiterFailed(w, r, next, ds[v.At])
 	default:
-		m.refuse(w, r, ds[v.At], cost, p.fields[v.At])
+		m.refuse(w, r, next, ds[v.At], cost, p.fields[v.At])
 	}
 }

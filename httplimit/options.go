@@ -24,6 +24,7 @@ type config struct {
 	policyName string
 	window     time.Duration
 	below      float64 // WithHeadersBelow's share; 0 sends the fields always
+	dryRun     bool    // WithDryRun
 	keySet     bool    // WithKey was given
 	policySet  bool    // WithPolicy was given
 }
@@ -163,4 +164,19 @@ func WithPolicy(name string, window time.Duration) Option {
 		c.policyName, c.window, c.policySet = name, window, true
 		return nil
 	}
+}
+
+// WithDryRun makes the middleware decide and count every request but
+// refuse none (shadow mode), to watch what a new limit would refuse before
+// enforcing it. A request the limiter refuses (429, 503 for MaxKeys, 413)
+// is counted WouldDeny, carries the rate-limit fields it would have had
+// (the denial's r= and t=; no Retry-After, which belongs to the refusal)
+// and is passed to the next handler; an admitted one is charged and
+// served as usual. A key error or a negative cost is counted Rejected, a
+// backend failure Errors, and the request is served all the same. Only a
+// request whose context ended before a failed limiter answered is still
+// not served (counted Canceled): its client has gone. It has the meaning
+// of grpclimit.WithDryRun.
+func WithDryRun() Option {
+	return func(c *config) error { c.dryRun = true; return nil }
 }

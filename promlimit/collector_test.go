@@ -35,13 +35,7 @@ func (f fakeMiddleware) Stats() httplimit.Stats { return f.s }
 // grpcStats and clientStats have the shapes of grpclimit.Stats and
 // grpclimit.ClientStats (promlimit does not import grpclimit;
 // examples/grpcserver passes the real ones).
-type grpcStats struct {
-	Allowed  uint64
-	Denied   uint64
-	Rejected uint64
-	Errors   uint64
-	Canceled uint64
-}
+type grpcStats adapter.Counts
 
 type fakeGRPC struct{ s grpcStats }
 
@@ -88,7 +82,7 @@ func registry(t *testing.T, sources ...Source) *prometheus.Registry {
 // out.
 func TestFallbackByteCompatible(t *testing.T) {
 	for _, v := range []uint64{0, 1, 2, 999_999, 1_000_000, 1_234_567, 123_456_789_012, 1<<53 + 1, math.MaxInt64, math.MaxUint64} {
-		ms := httplimit.Stats{Allowed: v, Denied: v / 2, Rejected: v / 3, Errors: v / 7, Canceled: v / 11}
+		ms := httplimit.Stats{Allowed: v, Denied: v / 2, Rejected: v / 3, Errors: v / 7, Canceled: v / 11, WouldDeny: v / 17}
 		es := engine.Stats{Keys: int64(v / 5), Evicted: int64(v / 11), Refused: int64(v / 13)}
 		for _, c := range []struct {
 			name    string
@@ -227,6 +221,7 @@ ringlimit_grpc_decisions_total{limiter="rpc",outcome="canceled"} 0
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="denied"} 1
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="error"} 3
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="rejected"} 2
+ringlimit_grpc_decisions_total{limiter="rpc",outcome="would_deny"} 0
 # HELP ringlimit_keys Keys held by the engine.
 # TYPE ringlimit_keys gauge
 ringlimit_keys{limiter="admin"} 1
@@ -246,6 +241,7 @@ ringlimit_requests_total{limiter="api",outcome="canceled"} 0
 ringlimit_requests_total{limiter="api",outcome="denied"} 2
 ringlimit_requests_total{limiter="api",outcome="error"} 0
 ringlimit_requests_total{limiter="api",outcome="rejected"} 0
+ringlimit_requests_total{limiter="api",outcome="would_deny"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -288,8 +284,8 @@ func TestCardinalityBounded(t *testing.T) {
 			r.Header.Set("X-Key", strings.Repeat("k", n+1)+string(rune('a'+k%26))+string(rune(k)))
 			h.ServeHTTP(httptest.NewRecorder(), r)
 		}
-		if got := testutil.CollectAndCount(c); got != 8 {
-			t.Fatalf("after %d000 keys: %d series, want 8", n+1, got)
+		if got := testutil.CollectAndCount(c); got != 9 {
+			t.Fatalf("after %d000 keys: %d series, want 9", n+1, got)
 		}
 	}
 	if e.Stats().Keys < 1000 {

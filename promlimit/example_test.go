@@ -53,4 +53,5 @@ func ExampleNew() {
 	// ringlimit_requests_total{outcome="denied"} 1
 	// ringlimit_requests_total{outcome="error"} 0
 	// ringlimit_requests_total{outcome="rejected"} 0
+	// ringlimit_requests_total{outcome="would_deny"} 0
 }

@@ -10,28 +10,31 @@ const CacheLine = 64
 // Counts are the decision counters of a middleware or an interceptor, as
 // httplimit.Stats and grpclimit.Stats spell them (the same fields in the
 // same order, so that each converts to Counts).
-type Counts struct {
-	Allowed  uint64
-	Denied   uint64
-	Rejected uint64
-	Errors   uint64
-	Canceled uint64
+type Counts = struct {
+	Allowed   uint64
+	Denied    uint64
+	Rejected  uint64
+	Errors    uint64
+	Canceled  uint64
+	WouldDeny uint64
 }
 
 // Counters are the live Counts, each on its own cache line. The zero
 // Counters is ready; it must not be copied after first use.
 type Counters struct {
-	_        [CacheLine]byte
-	Allowed  atomic.Uint64
-	_        [CacheLine - 8]byte
-	Denied   atomic.Uint64
-	_        [CacheLine - 8]byte
-	Rejected atomic.Uint64
-	_        [CacheLine - 8]byte
-	Errors   atomic.Uint64
-	_        [CacheLine - 8]byte
-	Canceled atomic.Uint64
-	_        [CacheLine - 8]byte
+	_         [CacheLine]byte
+	Allowed   atomic.Uint64
+	_         [CacheLine - 8]byte
+	Denied    atomic.Uint64
+	_         [CacheLine - 8]byte
+	Rejected  atomic.Uint64
+	_         [CacheLine - 8]byte
+	Errors    atomic.Uint64
+	_         [CacheLine - 8]byte
+	Canceled  atomic.Uint64
+	_         [CacheLine - 8]byte
+	WouldDeny atomic.Uint64
+	_         [CacheLine - 8]byte
 }
 
 // Load reads the counters one by one: a snapshot taken under load may
@@ -39,6 +42,6 @@ type Counters struct {
 func (c *Counters) Load() Counts {
 	return Counts{
 		Allowed: c.Allowed.Load(), Denied: c.Denied.Load(), Rejected: c.Rejected.Load(),
-		Errors: c.Errors.Load(), Canceled: c.Canceled.Load(),
+		Errors: c.Errors.Load(), Canceled: c.Canceled.Load(), WouldDeny: c.WouldDeny.Load(),
 	}
 }

@@ -22,7 +22,7 @@ func AppendMetrics(b []byte, m *Counts, e *engine.Stats) []byte {
 		for _, c := range []struct {
 			name string
 			v    uint64
-		}{{"allowed", m.Allowed}, {"canceled", m.Canceled}, {"denied", m.Denied}, {"error", m.Errors}, {"rejected", m.Rejected}} { // sorted, as client_golang sorts label values
+		}{{"allowed", m.Allowed}, {"canceled", m.Canceled}, {"denied", m.Denied}, {"error", m.Errors}, {"rejected", m.Rejected}, {"would_deny", m.WouldDeny}} { // sorted, as client_golang sorts label values
 			b = append(b, `ringlimit_requests_total{outcome="`...)
 			b = append(b, c.name...)
 			b = append(b, `"} `...)

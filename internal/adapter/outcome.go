@@ -53,3 +53,7 @@ func Classify(d engine.Decision, n int64) Outcome {
 	}
 	return Misconfigured
 }
+
+// Refusal reports whether o is a limiter's refusal, which WithDryRun
+// counts as a would-deny and lets through: Limited, KeysFull or TooCostly.
+func (o Outcome) Refusal() bool { return o == Limited || o == KeysFull || o == TooCostly }
