@@ -70,7 +70,7 @@ func benchImpls(b *testing.B) []struct {
 		{"bare", nil},
 		{"xrate", ratelimit.UnaryServerInterceptor(xrate{rate.NewLimiter(rate.Limit(1e12), 1e9)})},
 		{"ringlimit", mustInterceptorT(b, e).Unary()},
-		{"ringlimit-noheaders", mustInterceptorT(b, e, WithHeaders(false)).Unary()},
+		{"ringlimit-noheaders", mustInterceptorT(b, e, WithHeaders(0)).Unary()},
 	}
 }
 

@@ -8,8 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ringlimit/ringlimit/engine"
-	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -104,12 +103,17 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 //     the total past WithMaxWait, the call fails at once with
 //     codes.ResourceExhausted and a RetryInfo detail, rather than
 //     sleeping into a certain failure (counted Refused);
-//   - when the context is done during the wait, the call fails at once
-//     with codes.Canceled or codes.DeadlineExceeded (counted Canceled);
+//   - when the context is done during the wait, or a ContextLimiter fails
+//     once it is done, the call fails at once with codes.Canceled or
+//     codes.DeadlineExceeded (counted Canceled), whatever Decision the
+//     limiter returned with its error;
 //   - a cost that can never fit, and a new key refused by MaxKeys, fail
-//     at once with codes.ResourceExhausted (counted Refused);
-//   - a ContextLimiter that fails is followed as on the server: the call
-//     is sent if its Decision is Allowed, else fails with
+//     at once with codes.ResourceExhausted (counted Refused); a key above
+//     MaxKeyBytes (or the engine's Config.MaxKeyBytes) fails with
+//     codes.InvalidArgument (counted Refused), and the limiter never sees
+//     it;
+//   - a ContextLimiter that fails otherwise is followed as on the server:
+//     the call is sent if its Decision is Allowed, else fails with
 //     codes.Unavailable (counted Errors).
 //
 // A limited answer with no wait (RetryAfter ≤ 0, which a remote limiter
@@ -121,22 +125,22 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 // A Client is safe for concurrent use and must not be copied after first
 // use.
 type Client struct {
-	limiter  httplimit.Backend
+	limiter  adapter.Backend
 	cfg      clientConfig
 	clk      timers
-	_        [cacheLine]byte
+	_        [adapter.CacheLine]byte
 	admitted atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	delayed  atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	refused  atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	canceled atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	errs     atomic.Uint64
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 	waited   atomic.Int64 // ns
-	_        [cacheLine - 8]byte
+	_        [adapter.CacheLine - 8]byte
 }
 
 // ClientStats are a Client's counters since it was built; each call is
@@ -145,7 +149,7 @@ type ClientStats struct {
 	Admitted uint64        // sent without waiting
 	Delayed  uint64        // sent after waiting
 	Refused  uint64        // not sent: the wait would pass the deadline or WithMaxWait, or the call can never fit
-	Canceled uint64        // not sent: the context was done while waiting
+	Canceled uint64        // not sent: the context was done while waiting, or when the ContextLimiter failed
 	Errors   uint64        // the ContextLimiter failed; its failure policy decided
 	Waited   time.Duration // total of the waits as scheduled (a cancelled one: until its cancellation), by all calls
 }
@@ -155,22 +159,12 @@ type ClientStats struct {
 // naming the option.
 func NewClient(l any, opts ...ClientOption) (*Client, error) {
 	c := &Client{cfg: clientConfig{methodCost: map[string]int64{}}, clk: realTimers{}}
-	b, err := httplimit.NewBackend(l)
+	b, err := adapter.NewBackend(l)
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: NewClient: %w", err)
 	}
 	c.limiter = b
-	var errs []error
-	for n, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("grpclimit: NewClient: option %d is nil", n))
-			continue
-		}
-		if err := o(&c.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(adapter.ApplyOptions("grpclimit: ", "NewClient", &c.cfg, opts)...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -247,28 +241,39 @@ func (c *Client) cost(method string) int64 {
 // Client). The interceptors call it; it is exported for calls made by
 // other means.
 func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
+	if len(key) > MaxKeyBytes {
+		c.refused.Add(1)
+		return status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: client-side limit: ", len(key)))
+	}
 	var waited time.Duration
 	for {
 		d, err := c.limiter.AllowN(ctx, key, cost)
 		if err != nil {
+			if adapter.CallerGone(ctx, err) {
+				c.canceled.Add(1)
+				return status.FromContextError(ctx.Err()).Err()
+			}
 			c.errs.Add(1)
 			if d.Allowed {
 				return nil
 			}
 			return withRetry(codes.Unavailable, "grpclimit: client-side rate limiter unavailable", d.RetryAfter)
 		}
-		switch d.Reason() {
-		case engine.ReasonOK:
+		switch adapter.Classify(d, cost) {
+		case adapter.Admitted:
 			if waited > 0 {
 				c.delayed.Add(1)
 			} else {
 				c.admitted.Add(1)
 			}
 			return nil
-		case engine.ReasonLimited:
-		case engine.ReasonKeysFull:
+		case adapter.Limited:
+		case adapter.KeysFull:
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: too many keys", d.RetryAfter)
+		case adapter.KeyRefused:
+			c.refused.Add(1)
+			return errLimiterKeyTooLong
 		default:
 			c.refused.Add(1)
 			return status.Error(codes.ResourceExhausted, "grpclimit: client-side limit: call cost "+strconv.FormatInt(cost, 10)+" can never fit the limit "+strconv.FormatInt(d.Limit, 10))

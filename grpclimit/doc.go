@@ -8,6 +8,10 @@
 // google.rpc.RetryInfo detail when the key's window is full; health
 // checks and reflection are exempt by default. On the client, a Client
 // paces outgoing calls, for an egress limit towards a third-party API.
+// Several limits on one call (per IP and per tenant) go in one
+// interceptor, NewMultiInterceptor, which over engines charges all of them
+// or none, or in chained interceptors, each of which charges its own limit
+// independently.
 //
 // # Configuration errors
 //
@@ -29,7 +33,9 @@
 //     never fit.
 //   - InvalidArgument: the key depends on the call and the call does not
 //     give it (missing metadata, a forged forwarding chain), unless a
-//     KeyFunc returned its own status.
+//     KeyFunc returned its own status; or gives one longer than
+//     MaxKeyBytes (256 bytes, the one cap of every key, as in httplimit;
+//     never truncated).
 //   - Internal: a bug or a deployment the construction could not see: a
 //     negative cost from WithCost, a limit the engine rejected, a peer
 //     that is not an IP address (a Unix socket) under KeyByIP.

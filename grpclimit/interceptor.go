@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
-	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -20,16 +19,22 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Limiter is the in-process limiter shape, httplimit.Limiter:
-// *engine.Engine has it.
-type Limiter = httplimit.Limiter
+// Limiter is the in-process shape an Interceptor accepts:
+// *engine.Engine has it. It is httplimit.Limiter's method set.
+type Limiter interface {
+	AllowN(key string, n int64) engine.Decision
+}
 
-// ContextLimiter is the shape of a limiter that can fail,
-// httplimit.ContextLimiter: *redisstore.Limiter has it. The call's context
-// is passed to AllowN. A non-nil error means the backend could not decide,
+// ContextLimiter is the shape of a limiter that can fail, such as
+// *redisstore.Limiter; an Interceptor accepts it as directly as a Limiter.
+// It is httplimit.ContextLimiter's method set. The call's context is
+// passed to AllowN. A non-nil error means the backend could not decide,
 // and the Decision returned with it is its failure policy's: the
-// interceptor follows it (see Interceptor).
-type ContextLimiter = httplimit.ContextLimiter
+// interceptor follows it, unless the call's context is done by then, when
+// it runs no handler whatever the Decision (see Interceptor).
+type ContextLimiter interface {
+	AllowN(ctx context.Context, key string, n int64) (engine.Decision, error)
+}
 
 // Metadata keys of the rate-limit fields: gRPC metadata keys are lower
 // case. Their values are httplimit's RateLimit-Policy and RateLimit.
@@ -38,18 +43,14 @@ const (
 	MDRateLimit = "ratelimit"
 )
 
-// cacheLine is the padding between the hot counters: 64 bytes is the
-// cache line of amd64 and of most arm64 cores, so two counters bumped by
-// different calls never share a line.
-const cacheLine = 64
-
 // Interceptor limits gRPC calls with a Limiter or a ContextLimiter. Build
 // it with NewInterceptor, install Unary and Stream on the server, and read
 // its counters with Stats. It is safe for concurrent use and must not be
 // copied after first use.
 //
 // For each call that is not exempt (DefaultExempt(), WithExempt), it
-// computes the key and the cost, asks the limiter for cost units, and:
+// computes the key and the cost, asks the limiter for cost units, and
+// (with WithDryRun, refusing nothing: see there):
 //
 //   - admitted: sets the rate-limit fields as response header metadata
 //     and calls the handler (counted Allowed);
@@ -60,39 +61,43 @@ const cacheLine = 64
 //   - refused because the engine holds Config.MaxKeys keys:
 //     codes.Unavailable with RetryInfo (the engine's hint) and no fields,
 //     as the key has no state (counted Denied);
-//   - a ContextLimiter returned an error: follows the Decision returned
-//     with it: calls the handler if Allowed, else answers
+//   - a ContextLimiter returned an error while the call's context was done
+//     (the client cancelled, or its deadline passed): runs no handler,
+//     whatever Decision the limiter returned, and ends the call with the
+//     context's status, codes.Canceled or codes.DeadlineExceeded
+//     (counted Canceled): the failure policy answers for the backend,
+//     never for a caller who left;
+//   - a ContextLimiter returned an error otherwise: follows the Decision
+//     returned with it: calls the handler if Allowed, else answers
 //     codes.Unavailable, with RetryInfo when its RetryAfter is finite; no
 //     fields, since the backend could not say what the quota is (counted
 //     Errors);
-//   - a key error: its own status, or codes.InvalidArgument (see Key); a
+//   - a key error: its own status, or codes.InvalidArgument (see Key; also
+//     for a key above MaxKeyBytes or the engine's Config.MaxKeyBytes); a
 //     cost above the key's limit: codes.FailedPrecondition with the
 //     fields; a negative cost or a limit the engine rejected:
 //     codes.Internal (all counted Rejected).
 //
 // The fields are httplimit's, with the same values for the same limiter
-// and policy (they are computed by httplimit.Fields): ratelimit-policy is
+// and policy (both adapters compute them with the same code): ratelimit-policy is
 // "name";q=<limit>;w=<window seconds> and ratelimit is
 // "name";r=<remaining>;t=<seconds>. Two interceptors in a chain each add
-// their own value, as stacked middlewares add list members.
+// their own value, as stacked middlewares add list members, and each
+// charges its limit independently: the outer one has charged a call by
+// the time an inner one refuses it. NewMultiInterceptor decides several
+// policies in one interceptor and, over engines, charges none of them for
+// a refusal.
 //
 // A stream is charged once, when it starts, with the fields in its header
 // metadata; with WithPerMessage, each message the client sends is charged
 // as it is received, and a denial's fields go into the trailer metadata
 // (the header has usually been sent by then).
 type Interceptor struct {
-	limiter   httplimit.Backend
-	cfg       config
-	fields    *httplimit.Fields
-	_         [cacheLine]byte
-	allowed   atomic.Uint64
-	_         [cacheLine - 8]byte
-	denied    atomic.Uint64
-	_         [cacheLine - 8]byte
-	rejected  atomic.Uint64
-	_         [cacheLine - 8]byte
-	errorsCnt atomic.Uint64
-	_         [cacheLine - 8]byte
+	limiter adapter.Backend
+	cfg     config
+	fields  *adapter.Fields
+	multi   *multi // NewMultiInterceptor's policies; nil for NewInterceptor
+	counts  adapter.Counters
 }
 
 // Stats are an Interceptor's decision counters since it was built: one
@@ -101,65 +106,74 @@ type Interceptor struct {
 // under load may count a decision in none of them yet; it never counts one
 // twice.
 type Stats struct {
-	Allowed  uint64 // admitted by the limiter
-	Denied   uint64 // ResourceExhausted, or Unavailable for MaxKeys
-	Rejected uint64 // refused before or instead of limiting: key errors, costs that never fit, bugs
-	Errors   uint64 // the ContextLimiter failed; its failure policy decided
+	Allowed   uint64 // admitted by the limiter
+	Denied    uint64 // ResourceExhausted, or Unavailable for MaxKeys
+	Rejected  uint64 // refused before or instead of limiting: key errors, costs that never fit, bugs
+	Errors    uint64 // the ContextLimiter failed; its failure policy decided
+	Canceled  uint64 // the ContextLimiter failed after the call's context ended; no handler ran
+	WouldDeny uint64 // WithDryRun: the limiter refused (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition), and the call was let through
 }
 
 // NewInterceptor returns an Interceptor over l configured by opts.
 //
 // l is a Limiter (an *engine.Engine) or a ContextLimiter (a
 // *redisstore.Limiter); anything else, or a nil l, is an error. If l has a
-// Config method (httplimit.Configured), the window and the algorithm for
-// the fields come from it, as in httplimit.
+// Config() engine.Config method, the window and the algorithm for the
+// fields come from it, as in httplimit.
 //
 // Every misconfiguration is an error here, naming the option and what it
 // allows; errors of several options are joined.
 func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{cfg: defaultConfig()}
-	b, err := httplimit.NewBackend(l)
+	b, err := adapter.NewBackend(l)
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: NewInterceptor: %w", err)
 	}
 	i.limiter = b
-	var errs []error
-	for n, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("grpclimit: NewInterceptor: option %d is nil", n))
-			continue
-		}
-		if err := o(&i.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
-		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
-	}
-	if c, ok := l.(httplimit.Configured); ok {
-		lc := c.Config()
-		if lc.KeyLimit == nil && !lc.PerKeyLimits {
-			for m, cost := range i.cfg.methodCost {
-				if cost > lc.Limit {
-					errs = append(errs, fmt.Errorf("grpclimit: WithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", untrusted.Quote(m), cost, lc.Limit))
-				}
-			}
-		}
-	}
-	if !i.cfg.noDefaults {
-		for _, m := range DefaultExempt() {
-			i.cfg.exempt[m] = true
-		}
-	}
-	f, err := httplimit.NewFields(l, i.cfg.policyName, i.cfg.window)
-	if err != nil {
-		errs = append(errs, errors.New("grpclimit: "+strings.TrimPrefix(err.Error(), "httplimit: ")))
-	}
+	errs := i.configure("NewInterceptor", opts)
+	errs = append(errs, i.checkCosts("", l)...)
+	f, err := adapter.NewFields("grpclimit: ", "NewInterceptor", l, i.cfg.policyName, i.cfg.window)
+	errs = append(errs, err)
 	i.fields = f
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return i, nil
+}
+
+// configure applies opts and the defaults they leave.
+func (i *Interceptor) configure(fn string, opts []Option) []error {
+	errs := adapter.ApplyOptions("grpclimit: ", fn, &i.cfg, opts)
+	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
+		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
+	}
+	if !i.cfg.noDefaults {
+		for _, m := range DefaultExempt() {
+			i.cfg.defaultExempt[m] = true
+		}
+	}
+	return errs
+}
+
+// checkCosts refuses a WithMethodCost that no call could ever fit under
+// limiter l's limit, when l reports one for every key. where names the
+// policy, or is "".
+func (i *Interceptor) checkCosts(where string, l any) []error {
+	c, ok := l.(adapter.Configured)
+	if !ok || adapter.IsNil(l) {
+		return nil
+	}
+	lc := c.Config()
+	if lc.KeyLimit != nil || lc.PerKeyLimits {
+		return nil
+	}
+	var errs []error
+	for m, cost := range i.cfg.methodCost {
+		if cost > lc.Limit {
+			errs = append(errs, fmt.Errorf("grpclimit: %sWithMethodCost(%s, %d): above the limiter's Limit %d, so no call could ever fit", where, untrusted.Quote(m), cost, lc.Limit))
+		}
+	}
+	return errs
 }
 
 // mustInterceptor is NewInterceptor that panics, as regexp.MustCompile
@@ -189,7 +203,7 @@ func StreamServerInterceptor(l any, opts ...Option) grpc.StreamServerInterceptor
 
 // Stats returns the counters.
 func (i *Interceptor) Stats() Stats {
-	return Stats{Allowed: i.allowed.Load(), Denied: i.denied.Load(), Rejected: i.rejected.Load(), Errors: i.errorsCnt.Load()}
+	return Stats(i.counts.Load())
 }
 
 // Unary returns the unary server interceptor.
@@ -219,16 +233,36 @@ func (i *Interceptor) Limit(ctx context.Context) error {
 }
 
 func (i *Interceptor) limit(ctx context.Context, method string) error {
-	if i.exempt(method) {
+	if i.exempt(ctx, method) {
 		return nil
+	}
+	var md metadata.MD
+	if i.multi != nil {
+		keys, cost, err := i.prepareMulti(ctx, method)
+		if err != nil {
+			return passDryRun(err)
+		}
+		md, err = i.decideMulti(ctx, keys, cost)
+		if md != nil {
+			_ = grpc.SetHeader(ctx, md)
+		}
+		return err
 	}
 	key, cost, err := i.prepare(ctx, method)
 	if err != nil {
-		return err
+		return passDryRun(err)
 	}
-	md, err := i.decide(ctx, key, cost)
+	md, err = i.decide(ctx, key, cost)
 	if md != nil {
 		_ = grpc.SetHeader(ctx, md) // fails only once the header is sent: a handler's choice
+	}
+	return err
+}
+
+// passDryRun turns errDryRunPass into nil: the call goes on.
+func passDryRun(err error) error {
+	if err == errDryRunPass {
+		return nil
 	}
 	return err
 }
@@ -236,18 +270,42 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 // Stream returns the stream server interceptor.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if i.exempt(info.FullMethod) {
+		if i.exempt(ss.Context(), info.FullMethod) {
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
+		var md metadata.MD
+		if i.multi != nil {
+			keys, cost, err := i.prepareMulti(ctx, info.FullMethod)
+			if err == errDryRunPass {
+				return handler(srv, ss)
+			}
+			if err != nil {
+				return err
+			}
+			if i.cfg.perMessage {
+				return handler(srv, &messageStream{ServerStream: ss, i: i, keys: keys, cost: cost})
+			}
+			md, err = i.decideMulti(ctx, keys, cost)
+			if md != nil {
+				_ = ss.SetHeader(md)
+			}
+			if err != nil {
+				return err
+			}
+			return handler(srv, ss)
+		}
 		key, cost, err := i.prepare(ctx, info.FullMethod)
+		if err == errDryRunPass {
+			return handler(srv, ss)
+		}
 		if err != nil {
 			return err
 		}
 		if i.cfg.perMessage {
 			return handler(srv, &messageStream{ServerStream: ss, i: i, key: key, cost: cost})
 		}
-		md, err := i.decide(ctx, key, cost)
+		md, err = i.decide(ctx, key, cost)
 		if md != nil {
 			_ = ss.SetHeader(md)
 		}
@@ -263,6 +321,7 @@ type messageStream struct {
 	grpc.ServerStream
 	i    *Interceptor
 	key  string
+	keys []string // NewMultiInterceptor's, one per policy; nil for key
 	cost int64
 }
 
@@ -272,24 +331,35 @@ func (s *messageStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	md, err := s.i.decide(s.Context(), s.key, s.cost)
+	var md metadata.MD
+	var err error
+	if s.keys != nil {
+		md, err = s.i.decideMulti(s.Context(), s.keys, s.cost)
+	} else {
+		md, err = s.i.decide(s.Context(), s.key, s.cost)
+	}
 	if err != nil && md != nil {
 		s.SetTrailer(md)
 	}
 	return err
 }
 
-// exempt reports whether method, or its service, is exempt: two map
-// lookups of substrings, no allocation.
-func (i *Interceptor) exempt(method string) bool {
-	if len(i.cfg.exempt) == 0 {
-		return false
+// exempt reports whether a call to method is exempt: its method or its
+// service is in DefaultExempt() (two map lookups of substrings, no
+// allocation), or a WithExempt function says so.
+func (i *Interceptor) exempt(ctx context.Context, method string) bool {
+	if len(i.cfg.defaultExempt) > 0 {
+		if i.cfg.defaultExempt[method] {
+			return true
+		}
+		if j := strings.LastIndexByte(method, '/'); j > 0 && i.cfg.defaultExempt[method[:j+1]] {
+			return true
+		}
 	}
-	if i.cfg.exempt[method] {
-		return true
-	}
-	if j := strings.LastIndexByte(method, '/'); j > 0 {
-		return i.cfg.exempt[method[:j+1]]
+	for _, f := range i.cfg.exempt {
+		if f(ctx, method) {
+			return true
+		}
 	}
 	return false
 }
@@ -297,24 +367,50 @@ func (i *Interceptor) exempt(method string) bool {
 // prepare computes a call's key and cost; an error is the call's status,
 // and the call is counted Rejected.
 func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64, error) {
-	key, err := i.cfg.key.fn(ctx, method)
+	key, err := i.keyOf(ctx, method, i.cfg.key)
 	if err != nil {
-		i.rejected.Add(1)
-		if s, ok := status.FromError(err); ok {
-			return "", 0, s.Err()
-		}
-		return "", 0, status.Error(codes.InvalidArgument, err.Error())
+		return "", 0, err
 	}
+	cost, err := i.costOf(ctx, method)
+	return key, cost, err
+}
+
+// keyOf computes the call's key with k; an error is the call's status,
+// and the call is counted Rejected.
+func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, error) {
+	key, err := k.fn(ctx, method)
+	if err == nil && len(key) > MaxKeyBytes {
+		err = status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: ", len(key)))
+	}
+	if err != nil {
+		i.counts.Rejected.Add(1)
+		if i.cfg.dryRun {
+			return "", errDryRunPass
+		}
+		if s, ok := status.FromError(err); ok {
+			return "", s.Err()
+		}
+		return "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	return key, nil
+}
+
+// costOf computes the call's cost; a negative one is codes.Internal,
+// counted Rejected.
+func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) {
 	cost := int64(1)
 	if i.cfg.cost != nil {
 		if cost = i.cfg.cost(ctx, method); cost < 0 {
-			i.rejected.Add(1)
-			return "", 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
+			i.counts.Rejected.Add(1)
+			if i.cfg.dryRun {
+				return 0, errDryRunPass
+			}
+			return 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
 		}
 	} else if c, ok := i.cfg.methodCost[method]; ok {
 		cost = c
 	}
-	return key, cost, nil
+	return cost, nil
 }
 
 // decide asks the limiter for cost units of key and returns the fields to
@@ -322,44 +418,96 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
 	d, err := i.limiter.AllowN(ctx, key, cost)
 	if err != nil {
-		i.errorsCnt.Add(1)
-		if d.Allowed {
+		if adapter.CallerGone(ctx, err) {
+			i.counts.Canceled.Add(1)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		i.counts.Errors.Add(1)
+		if d.Allowed || i.cfg.dryRun {
 			return nil, nil
 		}
 		return nil, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", d.RetryAfter)
 	}
-	switch d.Reason() {
-	case engine.ReasonOK:
-		i.allowed.Add(1)
-		if i.cfg.below > 0 && float64(max(d.Remaining, 0)) >= i.cfg.below*float64(d.Limit) {
+	if adapter.Classify(d, cost) == adapter.Admitted {
+		i.counts.Allowed.Add(1)
+		if adapter.Quiet(i.cfg.below, d) {
 			return nil, nil
 		}
-		return i.md(d, i.fields.AdmittedReset()), nil
-	case engine.ReasonLimited:
-		i.denied.Add(1)
-		return i.md(d, httplimit.RetrySeconds(d.RetryAfter)),
+		return i.md(nil, i.fields, d, i.fields.AdmittedReset()), nil
+	}
+	return i.refuse(nil, i.fields, d, cost)
+}
+
+// refuse returns the fields (added to md) and the status error of a
+// Decision d for cost units that did not admit, under policy f.
+func (i *Interceptor) refuse(md metadata.MD, f *adapter.Fields, d engine.Decision, cost int64) (metadata.MD, error) {
+	if i.cfg.dryRun {
+		return i.dryRun(md, f, d, cost), nil
+	}
+	switch adapter.Classify(d, cost) {
+	case adapter.Limited:
+		i.counts.Denied.Add(1)
+		return i.md(md, f, d, adapter.RetrySeconds(d.RetryAfter)),
 			withRetry(codes.ResourceExhausted, "grpclimit: rate limited; retry after "+d.RetryAfter.String(), d.RetryAfter)
-	case engine.ReasonKeysFull:
-		i.denied.Add(1)
-		return nil, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
-	default: // ReasonNever
-		i.rejected.Add(1)
-		if cost > d.Limit && d.Limit > 0 {
-			return i.md(d, -1), status.Error(codes.FailedPrecondition,
-				"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
-		}
-		return nil, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
+	case adapter.KeysFull:
+		i.counts.Denied.Add(1)
+		return md, withRetry(codes.Unavailable, "grpclimit: too many clients", d.RetryAfter)
+	case adapter.TooCostly:
+		i.counts.Rejected.Add(1)
+		return i.md(md, f, d, -1), status.Error(codes.FailedPrecondition,
+			"grpclimit: call cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+strconv.FormatInt(d.Limit, 10)+" per window")
+	case adapter.KeyRefused:
+		i.counts.Rejected.Add(1)
+		return md, errLimiterKeyTooLong
+	default: // adapter.Misconfigured
+		i.counts.Rejected.Add(1)
+		return md, status.Error(codes.Internal, "grpclimit: rate limit misconfigured for this client")
 	}
 }
 
-// md builds the fields for d with t=reset (−1: none), or nil when they are
-// off. The two values share one backing array.
-func (i *Interceptor) md(d engine.Decision, reset int64) metadata.MD {
-	if !i.cfg.headers {
-		return nil
+// dryRun counts a Decision d that did not admit, under WithDryRun, as it
+// would have been (a refusal as WouldDeny), and returns md with the fields
+// its answer would have had; the call goes on.
+func (i *Interceptor) dryRun(md metadata.MD, f *adapter.Fields, d engine.Decision, cost int64) metadata.MD {
+	switch o := adapter.Classify(d, cost); {
+	case o == adapter.Limited:
+		i.counts.WouldDeny.Add(1)
+		return i.md(md, f, d, adapter.RetrySeconds(d.RetryAfter))
+	case o == adapter.TooCostly:
+		i.counts.WouldDeny.Add(1)
+		return i.md(md, f, d, -1)
+	case o.Refusal():
+		i.counts.WouldDeny.Add(1)
+	default:
+		i.counts.Rejected.Add(1)
 	}
-	vals := [...]string{i.fields.Policy(d.Limit), i.fields.RateLimit(d.Remaining, reset)}
-	return metadata.MD{MDPolicy: vals[0:1:1], MDRateLimit: vals[1:2:2]}
+	return md
+}
+
+// errDryRunPass is what keyOf and costOf return under WithDryRun for a
+// call they would have refused: it was counted, and goes on undecided.
+var errDryRunPass = errors.New("grpclimit: dry run: let through")
+
+// errLimiterKeyTooLong answers a key the limiter itself refused for its
+// length (engine.ReasonKeyTooLong: an engine whose Config.MaxKeyBytes is
+// below MaxKeyBytes).
+var errLimiterKeyTooLong = status.Error(codes.InvalidArgument, "grpclimit: the key is longer than the limiter's cap (engine Config.MaxKeyBytes); refused, never truncated")
+
+// md returns md with policy f's fields for d with t=reset (−1: none)
+// added, or md as it is when the fields are off. A first md has its two
+// values share one backing array.
+func (i *Interceptor) md(md metadata.MD, f *adapter.Fields, d engine.Decision, reset int64) metadata.MD {
+	if i.cfg.style == 0 {
+		return md
+	}
+	p, r := f.Policy(d.Limit), f.RateLimit(d.Remaining, reset)
+	if md == nil {
+		vals := [...]string{p, r}
+		return metadata.MD{MDPolicy: vals[0:1:1], MDRateLimit: vals[1:2:2]}
+	}
+	md[MDPolicy] = append(md[MDPolicy], p)
+	md[MDRateLimit] = append(md[MDRateLimit], r)
+	return md
 }
 
 // withRetry returns a status error of code with msg and, when retry is a

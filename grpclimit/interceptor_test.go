@@ -15,6 +15,7 @@ import (
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -105,7 +106,7 @@ func TestFieldsMatchHTTPLimit(t *testing.T) {
 				wantMD(t, r.header, MDPolicy, resp.Header.Values("RateLimit-Policy")...)
 				wantMD(t, r.header, MDRateLimit, resp.Header.Values("RateLimit")...)
 				if resp.StatusCode == 429 {
-					if got := strconv.FormatInt(httplimit.RetrySeconds(r.retry), 10); got != resp.Header.Get("Retry-After") {
+					if got := strconv.FormatInt(adapter.RetrySeconds(r.retry), 10); got != resp.Header.Get("Retry-After") {
 						t.Errorf("step %d: RetryInfo %v rounds to %s, Retry-After %s", step, r.retry, got, resp.Header.Get("Retry-After"))
 					}
 				}
@@ -205,7 +206,8 @@ func serveUnary(t *testing.T, i *Interceptor) *grpc.ClientConn {
 }
 
 // TestExempt: health checks and reflection pass by default, uncounted;
-// WithoutDefaultExempt limits them; WithExempt adds methods and services.
+// WithoutDefaultExempt limits them; WithExempt adds a function, and
+// several add up.
 func TestExempt(t *testing.T) {
 	check := func(cc *grpc.ClientConn) codes.Code {
 		_, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{})
@@ -227,7 +229,7 @@ func TestExempt(t *testing.T) {
 		"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 		"/grpc.health.v1.Health/Watch",
 	} {
-		if !i.exempt(m) {
+		if !i.exempt(context.Background(), m) {
 			t.Errorf("%s is not exempt", m)
 		}
 	}
@@ -239,14 +241,17 @@ func TestExempt(t *testing.T) {
 	}
 
 	e3, _ := newEngine(t, engine.Config{Limit: 1})
-	i3 := mustInterceptorT(t, e3, WithExempt("/ringlimit.test.Echo/Big", "/other.Svc/"))
+	i3 := mustInterceptorT(t, e3,
+		WithExempt(func(_ context.Context, m string) bool { return m == mBig }),
+		WithExempt(func(_ context.Context, m string) bool { return strings.HasPrefix(m, "/other.Svc/") }))
 	cc = serveUnary(t, i3)
 	for range 3 {
 		if r := say(t, cc, nil, mBig); r.code != codes.OK || len(r.header) > 0 && r.header.Get(MDRateLimit) != nil {
 			t.Fatalf("exempt method: %v %v", r.code, r.header)
 		}
 	}
-	if !i3.exempt("/other.Svc/Any") || i3.exempt("/other.Svc2/Any") || i3.exempt(mSay) {
+	bg := context.Background()
+	if !i3.exempt(bg, "/other.Svc/Any") || i3.exempt(bg, "/other.Svc2/Any") || i3.exempt(bg, mSay) {
 		t.Error("service exemption matches the wrong methods")
 	}
 }
@@ -337,7 +342,8 @@ func TestContextLimiter(t *testing.T) {
 }
 
 // TestCancelledCall: a client that gives up while a slow backend decides
-// cancels the context the backend sees; the backend's error is followed.
+// cancels the context the backend sees; the failed decision runs no
+// handler and is counted Canceled.
 func TestCancelledCall(t *testing.T) {
 	entered := make(chan struct{})
 	seen := make(chan error, 1)
@@ -384,7 +390,7 @@ func TestCancelledCall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not finish the call")
 	}
-	if s := i.Stats(); s != (Stats{Errors: 1}) {
+	if s := i.Stats(); s != (Stats{Canceled: 1}) {
 		t.Errorf("Stats %+v", s)
 	}
 }
@@ -411,14 +417,14 @@ func TestMaxKeys(t *testing.T) {
 	}
 }
 
-// TestHeadersOptions: WithHeaders(false) sends none, RetryInfo stays;
+// TestHeadersOptions: WithHeaders(0) sends none, RetryInfo stays;
 // WithHeadersBelow sends them on admitted calls only near the limit.
 func TestHeadersOptions(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 1, Algorithm: engine.FixedWindow})
-	cc := serveUnary(t, mustInterceptorT(t, e, WithHeaders(false)))
+	cc := serveUnary(t, mustInterceptorT(t, e, WithHeaders(0)))
 	say(t, cc, nil, mSay)
 	if r := say(t, cc, nil, mSay); r.code != codes.ResourceExhausted || r.retry != 10*time.Second || len(r.header.Get(MDRateLimit)) != 0 {
-		t.Errorf("WithHeaders(false): %v %v %v", r.code, r.retry, r.header)
+		t.Errorf("WithHeaders(0): %v %v %v", r.code, r.retry, r.header)
 	}
 	e2, _ := newEngine(t, engine.Config{Limit: 10, Algorithm: engine.FixedWindow})
 	cc = serveUnary(t, mustInterceptorT(t, e2, WithHeadersBelow(0.5)))
@@ -444,7 +450,7 @@ func TestStacked(t *testing.T) {
 		mustInterceptorT(t, inner, WithPolicy("per-ip", 0)).Unary()))
 	r := say(t, cc, nil, mSay)
 	wantMD(t, r.header, MDPolicy, `"wide";q=100;w=60`, `"per-ip";q=5;w=10`)
-	wantMD(t, r.header, MDRateLimit, `"wide";r=99;t=60`, `"per-ip";r=4;t=10`)
+	wantMD(t, r.header, MDRateLimit, `"wide";r=99;t=40`, `"per-ip";r=4;t=10`)
 }
 
 // TestConcurrentCallsExact: with the clock still, 64 concurrent calls
@@ -480,19 +486,12 @@ func TestConcurrentCallsExact(t *testing.T) {
 	}
 }
 
-// TestCountersPadded pins the counters' layout: each on its own cache
-// line, the last followed by a full line.
+// TestCountersPadded pins the Client counters' layout: each on its own
+// cache line, the last followed by a full line.
 func TestCountersPadded(t *testing.T) {
-	var i Interceptor
-	offs := []uintptr{unsafe.Offsetof(i.allowed), unsafe.Offsetof(i.denied), unsafe.Offsetof(i.rejected), unsafe.Offsetof(i.errorsCnt)}
-	for n := 1; n < len(offs); n++ {
-		if offs[n]-offs[n-1] != cacheLine {
-			t.Errorf("Interceptor counters %d and %d are %d bytes apart, want %d", n-1, n, offs[n]-offs[n-1], cacheLine)
-		}
-	}
-	if tail := unsafe.Sizeof(i) - offs[len(offs)-1]; tail != cacheLine {
-		t.Errorf("Interceptor's last counter has %d bytes to the end, want %d", tail, cacheLine)
-	}
+	// The Interceptor's counters are internal/adapter's Counters, pinned
+	// by that package's TestCountersPadded.
+	const cacheLine = adapter.CacheLine
 	var c Client
 	coffs := []uintptr{unsafe.Offsetof(c.admitted), unsafe.Offsetof(c.delayed), unsafe.Offsetof(c.refused), unsafe.Offsetof(c.canceled), unsafe.Offsetof(c.errs), unsafe.Offsetof(c.waited)}
 	for n := 1; n < len(coffs); n++ {

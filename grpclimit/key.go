@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -27,6 +27,9 @@ import (
 // error from a Key's function is about the call: the interceptor answers
 // it with its gRPC status if it carries one (see KeyFunc), else
 // codes.InvalidArgument, and never falls back to a shared key.
+//
+// Whatever a Key returns, a key longer than MaxKeyBytes is refused by the
+// interceptor before the limiter sees it.
 //
 // A Key is a small value; copy it freely. It is safe for concurrent use if
 // its function is.
@@ -70,9 +73,6 @@ func (k Key) Of(ctx context.Context, fullMethod string) (string, error) {
 
 func keyError(err error) Key { return Key{err: err} }
 
-// sep joins the parts of a composite key, as httplimit's does.
-const sep = "\x00"
-
 // KeyByIP keys a call by its direct peer's IP address (the connection's
 // remote address, without the port): the key to use when clients connect
 // to the server directly. Its keys are httplimit.KeyByIP's: an IPv4
@@ -89,7 +89,7 @@ const sep = "\x00"
 // Behind a reverse proxy the peer is the proxy: use KeyByXForwardedFor or
 // KeyByForwarded.
 func KeyByIP(ipv6Prefix int) Key {
-	bits, err := prefixBits("KeyByIP", ipv6Prefix)
+	bits, err := adapter.PrefixBits("grpclimit: ", "KeyByIP", ipv6Prefix)
 	if err != nil {
 		return keyError(err)
 	}
@@ -98,19 +98,8 @@ func KeyByIP(ipv6Prefix int) Key {
 		if err != nil {
 			return "", err
 		}
-		return httplimit.AddrKey(a, bits), nil
+		return adapter.AddrKey(a, bits), nil
 	}}
-}
-
-// prefixBits validates an IPv6 prefix length: 0 means 64, 1 … 128 as is.
-func prefixBits(fn string, b int) (int, error) {
-	switch {
-	case b == 0:
-		return 64, nil
-	case b < 0 || b > 128:
-		return 0, errors.New("grpclimit: " + fn + " ipv6Prefix = " + strconv.Itoa(b) + ", want 1 … 128 (0 for 64)")
-	}
-	return b, nil
 }
 
 // peerAddr returns the call's peer IP, unmapped and without zone. The
@@ -150,18 +139,42 @@ var MissingReject = MissingPolicy{}
 // Compose or a prefix where that matters.
 func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, hasFallback: true} }
 
-// MaxMetadataValue is the longest metadata value KeyByMetadata accepts as
-// a key, in bytes. gRPC servers accept header lists of up to 16 MiB by
-// default, and the engine keeps a key's string for the key's life: a
-// longer value is refused (codes.InvalidArgument) rather than stored. API
-// keys and tenant ids are far shorter; hash longer credentials in a
+// MaxProxyHops is the number of hops KeyByXForwardedFor and KeyByForwarded
+// read at most, from the right of the chain: 16, httplimit.MaxProxyHops.
+// A chain whose rightmost MaxProxyHops hops are all trusted and that goes
+// on is refused (codes.InvalidArgument).
+const MaxProxyHops = 16
+
+var (
+	_ [MaxProxyHops - adapter.MaxProxyHops]struct{}
+	_ [adapter.MaxProxyHops - MaxProxyHops]struct{}
+)
+
+// MaxKeyBytes is the longest key an Interceptor passes to its limiter, in
+// bytes: 256, httplimit.MaxKeyBytes. A longer key, from any Key
+// (KeyByMetadata's value, a Compose of parts, a KeyFunc's result), is
+// refused with codes.InvalidArgument and a message naming the cap (counted
+// Rejected), and never truncated, since a cut key could merge two clients.
+// gRPC servers accept header lists of up to 16 MiB by default, and the
+// limiter keeps every key it is given (an engine for the key's life, Redis
+// for a window): keys of unbounded length are a memory denial of service.
+// API keys and tenant ids are far shorter; hash longer credentials in a
 // KeyFunc.
-const MaxMetadataValue = 256
+const MaxKeyBytes = 256
+
+// The httplimit cap is the same constant; these fail to compile if the
+// two ever differ.
+var (
+	_ [MaxKeyBytes - adapter.MaxKeyBytes]struct{}
+	_ [adapter.MaxKeyBytes - MaxKeyBytes]struct{}
+)
 
 // KeyByMetadata keys a call by the value of incoming metadata name (the
 // first value, with surrounding spaces trimmed), such as an API key or a
 // tenant id. A value that is absent or empty is handled by missing; one
-// longer than MaxMetadataValue bytes is refused. The value is used as
+// longer than MaxKeyBytes is refused (codes.InvalidArgument, naming the
+// metadata and the cap), never cut short and never passed to missing.
+// The value is used as
 // sent: authenticate it before trusting it as an identity.
 //
 // name is a metadata key: 1 … 256 characters of a-z, 0-9, '-', '_' and
@@ -178,12 +191,12 @@ func KeyByMetadata(name string, missing MissingPolicy) Key {
 		}
 	}
 	errMissing := status.Error(codes.InvalidArgument, "grpclimit: missing metadata "+name)
-	errLong := status.Error(codes.InvalidArgument, "grpclimit: metadata "+name+" is longer than "+strconv.Itoa(MaxMetadataValue)+" bytes")
+	errLong := status.Error(codes.InvalidArgument, "grpclimit: metadata "+name+" is longer than "+strconv.Itoa(MaxKeyBytes)+" bytes (MaxKeyBytes); refused, never truncated")
 	return Key{fn: func(ctx context.Context, method string) (string, error) {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if vs := md[name]; len(vs) > 0 {
 				if v := strings.TrimSpace(vs[0]); v != "" {
-					if len(v) > MaxMetadataValue {
+					if len(v) > MaxKeyBytes {
 						return "", errLong
 					}
 					return v, nil
@@ -240,37 +253,25 @@ func Compose(parts ...Key) Key {
 	}
 	parts = append([]Key(nil), parts...)
 	return Key{fn: func(ctx context.Context, method string) (string, error) {
-		var b strings.Builder
-		for i, p := range parts {
-			k, err := p.fn(ctx, method)
-			if err != nil {
-				return "", err
-			}
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			b.WriteString(k)
-		}
-		return b.String(), nil
+		return adapter.JoinKeys(len(parts), func(i int) (string, error) { return parts[i].fn(ctx, method) })
 	}}
 }
 
 // KeyByXForwardedFor keys a call by the client address that trusted
 // reverse proxies recorded in the x-forwarded-for metadata (Envoy, nginx
 // and most HTTP/2 proxies forward it to gRPC backends), with exactly the
-// rules of httplimit.KeyByXForwardedFor (it runs the same
-// httplimit.ProxyChain): the metadata is read only when the direct peer is
+// rules of httplimit.KeyByXForwardedFor (both run the same code): the
+// metadata is read only when the direct peer is
 // in trusted, so a client that connects directly cannot choose its key;
 // the hops are walked from the right to the first untrusted address, and
 // nothing to its left, which the client may have written, is read; at
-// most httplimit.MaxProxyHops hops are read. It never reads forwarded.
+// most MaxProxyHops hops are read. It never reads forwarded.
 //
 // A forged or unparsable chain is codes.InvalidArgument. Configuration
 // errors: trusted empty (with no proxy, use KeyByIP), an invalid prefix, a
 // prefix of length 0, or ipv6Prefix outside 0 … 128.
 func KeyByXForwardedFor(trusted []netip.Prefix, ipv6Prefix int) Key {
-	c, err := httplimit.NewXForwardedForChain(trusted, ipv6Prefix)
-	return chainKey("KeyByXForwardedFor", "x-forwarded-for", c, err)
+	return chainKey("KeyByXForwardedFor", "x-forwarded-for", trusted, ipv6Prefix, false)
 }
 
 // KeyByForwarded is KeyByXForwardedFor for the RFC 7239 forwarded
@@ -279,17 +280,13 @@ func KeyByXForwardedFor(trusted []netip.Prefix, ipv6Prefix int) Key {
 // behind proxies configured to append a forwarded element; behind one
 // that only writes x-forwarded-for, forwarded comes from the client.
 func KeyByForwarded(trusted []netip.Prefix, ipv6Prefix int) Key {
-	c, err := httplimit.NewForwardedChain(trusted, ipv6Prefix)
-	return chainKey("KeyByForwarded", "forwarded", c, err)
+	return chainKey("KeyByForwarded", "forwarded", trusted, ipv6Prefix, true)
 }
 
-func chainKey(fn, name string, c httplimit.ProxyChain, err error) Key {
+func chainKey(fn, name string, trusted []netip.Prefix, ipv6Prefix int, fwd bool) Key {
+	c, err := adapter.NewProxyChain("grpclimit: ", fn, name, trusted, ipv6Prefix, fwd)
 	if err != nil {
-		// Name our function, not httplimit's constructor.
-		msg := strings.TrimPrefix(err.Error(), "httplimit: ")
-		msg = strings.Replace(msg, "NewXForwardedForChain", fn, 1)
-		msg = strings.Replace(msg, "NewForwardedChain", fn, 1)
-		return keyError(errors.New("grpclimit: " + msg))
+		return keyError(err)
 	}
 	return Key{fn: func(ctx context.Context, _ string) (string, error) {
 		a, err := peerAddr(ctx)
@@ -300,9 +297,9 @@ func chainKey(fn, name string, c httplimit.ProxyChain, err error) Key {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			lines = md[name]
 		}
-		k, err := c.Key(a, lines)
+		k, err := c.Key(a, "", lines)
 		if err != nil {
-			return "", status.Error(codes.InvalidArgument, "grpclimit: "+strings.TrimPrefix(err.Error(), "httplimit: "))
+			return "", status.Error(codes.InvalidArgument, err.Error())
 		}
 		return k, nil
 	}}

@@ -76,8 +76,8 @@ func TestKeyByMetadata(t *testing.T) {
 		{[]string{"x-api-key", "k1", "x-api-key", "k2"}, "k1", codes.OK},
 		{nil, "", codes.InvalidArgument},
 		{[]string{"x-api-key", "   "}, "", codes.InvalidArgument},
-		{[]string{"x-api-key", strings.Repeat("a", MaxMetadataValue)}, strings.Repeat("a", MaxMetadataValue), codes.OK},
-		{[]string{"x-api-key", strings.Repeat("a", MaxMetadataValue+1)}, "", codes.InvalidArgument},
+		{[]string{"x-api-key", strings.Repeat("a", MaxKeyBytes)}, strings.Repeat("a", MaxKeyBytes), codes.OK},
+		{[]string{"x-api-key", strings.Repeat("a", MaxKeyBytes+1)}, "", codes.InvalidArgument},
 	} {
 		got, err := k.Of(callCtx(peerA, c.md...), mSay)
 		if got != c.want || status.Code(err) != c.code {
@@ -205,8 +205,8 @@ func TestConstructionErrors(t *testing.T) {
 		{e, []Option{WithMethodCost(mSay, 3)}, "grpclimit: WithMethodCost(\"/ringlimit.test.Echo/Say\", 3): above the limiter's Limit 2, so no call could ever fit"},
 		{e, []Option{WithCost(nil)}, "WithCost(nil)"},
 		{e, []Option{WithCost(func(context.Context, string) int64 { return 1 }), WithMethodCost(mSay, 1)}, "WithCost and WithMethodCost cannot be combined"},
-		{e, []Option{WithExempt()}, "WithExempt(), want at least one"},
-		{e, []Option{WithExempt("grpc.health.v1.Health")}, `WithExempt("grpc.health.v1.Health"): want "/pkg.Service/Method" or "/pkg.Service/"`},
+		{e, []Option{WithExempt(nil)}, "WithExempt(nil), want a function"},
+		{e, []Option{WithHeaders(2)}, "WithHeaders(2), want HeadersDraft (1) or 0"},
 		{e, []Option{WithHeadersBelow(0)}, "WithHeadersBelow(0), want 0 < share ≤ 1"},
 		{e, []Option{WithPolicy("", 0)}, "grpclimit: WithPolicy name = \"\""},
 		{e, []Option{WithPolicy("p", 1)}, "grpclimit: WithPolicy window = 1ns, but the limiter's Config().Window = 10s"},

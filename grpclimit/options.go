@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 )
 
@@ -17,25 +18,29 @@ import (
 type Option func(*config) error
 
 type config struct {
-	key        Key
-	cost       func(ctx context.Context, fullMethod string) int64
-	methodCost map[string]int64 // full method → cost
-	exempt     map[string]bool  // full methods and "/service/" prefixes
-	noDefaults bool             // WithoutDefaultExempt
-	policyName string
-	window     time.Duration
-	headers    bool
-	below      float64 // WithHeadersBelow's share; 0 sends the fields always
-	perMessage bool
+	key           Key
+	cost          func(ctx context.Context, fullMethod string) int64
+	methodCost    map[string]int64 // full method → cost
+	defaultExempt map[string]bool  // DefaultExempt(): full methods and "/service/" prefixes
+	exempt        []func(ctx context.Context, fullMethod string) bool
+	noDefaults    bool // WithoutDefaultExempt
+	policyName    string
+	window        time.Duration
+	style         Style
+	below         float64 // WithHeadersBelow's share; 0 sends the fields always
+	perMessage    bool
+	dryRun        bool // WithDryRun
+	keySet        bool // WithKey was given
+	policySet     bool // WithPolicy was given
 }
 
 func defaultConfig() config {
 	return config{
-		key:        KeyByIP(64),
-		methodCost: map[string]int64{},
-		exempt:     map[string]bool{},
-		policyName: "default",
-		headers:    true,
+		key:           KeyByIP(64),
+		methodCost:    map[string]int64{},
+		defaultExempt: map[string]bool{},
+		policyName:    "default",
+		style:         HeadersDraft,
 	}
 }
 
@@ -52,20 +57,9 @@ func DefaultExempt() []string {
 	}
 }
 
-// configError prefixes a configuration error with where it was found,
-// keeping one "grpclimit: " in front.
-type configError struct {
-	where string
-	err   error
+func wrapConfig(where string, err error) error {
+	return &adapter.ConfigError{Prefix: "grpclimit: ", Where: where, Err: err}
 }
-
-func (e *configError) Error() string {
-	return "grpclimit: " + e.where + ": " + strings.TrimPrefix(e.err.Error(), "grpclimit: ")
-}
-
-func (e *configError) Unwrap() error { return e.err }
-
-func wrapConfig(where string, err error) error { return &configError{where: where, err: err} }
 
 // WithKey sets the key of a call. The default is KeyByIP(64): the peer's
 // IP address, IPv6 grouped by /64. Behind a reverse proxy use
@@ -76,7 +70,7 @@ func WithKey(k Key) Option {
 		if err := k.Err(); err != nil {
 			return wrapConfig("WithKey", err)
 		}
-		c.key = k
+		c.key, c.keySet = k, true
 		return nil
 	}
 }
@@ -121,21 +115,18 @@ func WithCost(f func(ctx context.Context, fullMethod string) int64) Option {
 	}
 }
 
-// WithExempt passes calls to the given methods through without keying,
-// counting, limiting or fields, besides DefaultExempt(). Each is a full
-// method name, "/pkg.Service/Method", or a whole service,
-// "/pkg.Service/"; anything else is an error.
-func WithExempt(methods ...string) Option {
+// WithExempt exempts the calls for which f returns true, besides
+// DefaultExempt(): they are passed through without being keyed, counted,
+// limited or given fields. f gets the call's context and its full method
+// name, "/pkg.Service/Method"; it must be safe for concurrent use, and not
+// nil. Given several times, a call is exempt if any f says so. It has the
+// shape and meaning of httplimit.WithExempt.
+func WithExempt(f func(ctx context.Context, fullMethod string) bool) Option {
 	return func(c *config) error {
-		if len(methods) == 0 {
-			return errors.New("grpclimit: WithExempt(), want at least one method or service")
+		if f == nil {
+			return errors.New("grpclimit: WithExempt(nil), want a function")
 		}
-		for _, m := range methods {
-			if err := validMethod(m, true); err != nil {
-				return fmt.Errorf("grpclimit: WithExempt(%s): %w", untrusted.Quote(m), err)
-			}
-			c.exempt[m] = true
-		}
+		c.exempt = append(c.exempt, f)
 		return nil
 	}
 }
@@ -147,22 +138,44 @@ func WithoutDefaultExempt() Option {
 }
 
 // WithPolicy names the policy in the ratelimit and ratelimit-policy
-// metadata (default "default") and, for a limiter that does not report its
-// configuration, gives its window for w=. The rules are
-// httplimit.WithPolicy's: 1 … 64 printable ASCII characters; window 0
-// takes the limiter's, a non-zero window must equal it; negative is an
-// error.
+// metadata (default "default"): 1 … 64 printable ASCII characters; quotes
+// and backslashes are escaped as a Structured Field String requires.
+// window is 0 to take the window from the limiter; a non-zero window must
+// equal the limiter's Config().Window, or NewInterceptor fails; for a
+// limiter that does not report its configuration, it gives the w= of
+// ratelimit-policy. A negative window is an error. It has the shape and
+// meaning of httplimit.WithPolicy.
 func WithPolicy(name string, window time.Duration) Option {
 	return func(c *config) error {
-		c.policyName, c.window = name, window // checked by httplimit.NewFields
+		if err := adapter.CheckPolicy("grpclimit: ", name, window); err != nil {
+			return err
+		}
+		c.policyName, c.window, c.policySet = name, window, true
 		return nil
 	}
 }
 
-// WithHeaders turns the ratelimit and ratelimit-policy response metadata
-// on (the default) or off. RetryInfo is in every denial either way.
-func WithHeaders(on bool) Option {
-	return func(c *config) error { c.headers = on; return nil }
+// Style is a set of rate-limit field styles for WithHeaders.
+type Style uint8
+
+// HeadersDraft sends the ratelimit-policy and ratelimit response metadata,
+// with the values of httplimit.HeadersDraft (on by default). It has
+// httplimit.HeadersDraft's value; gRPC has no counterpart of HTTP's legacy
+// X-RateLimit-* headers.
+const HeadersDraft Style = 1
+
+// WithHeaders selects the rate-limit field styles (default HeadersDraft);
+// WithHeaders(0) sends none. RetryInfo is in every denial either way.
+// Bits other than HeadersDraft are an error. It has the shape and meaning
+// of httplimit.WithHeaders.
+func WithHeaders(s Style) Option {
+	return func(c *config) error {
+		if s&^HeadersDraft != 0 {
+			return fmt.Errorf("grpclimit: WithHeaders(%d), want HeadersDraft (%d) or 0", s, HeadersDraft)
+		}
+		c.style = s
+		return nil
+	}
 }
 
 // WithHeadersBelow sends the fields on an admitted call only when the
@@ -171,8 +184,8 @@ func WithHeaders(on bool) Option {
 // client far from its limit. 0 < share ≤ 1. Denials always carry them.
 func WithHeadersBelow(share float64) Option {
 	return func(c *config) error {
-		if !(share > 0 && share <= 1) {
-			return fmt.Errorf("grpclimit: WithHeadersBelow(%v), want 0 < share ≤ 1", share)
+		if err := adapter.CheckShare("grpclimit: ", share); err != nil {
+			return err
 		}
 		c.below = share
 		return nil
@@ -203,4 +216,20 @@ func validMethod(m string, service bool) error {
 		return errors.New(want)
 	}
 	return nil
+}
+
+// WithDryRun makes the interceptor decide and count every call (stream,
+// or message with WithPerMessage) but refuse none (shadow mode), to watch
+// what a new limit would refuse before enforcing it. A call the limiter
+// refuses (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition)
+// is counted WouldDeny, carries the metadata it would have had (the
+// denial's r= and t=; no status, so no RetryInfo) and goes on to the
+// handler; an admitted one is charged and served as usual. A key error or
+// a negative cost is counted Rejected, a backend failure Errors, and the
+// call is served all the same. Only a call whose context ended before a
+// failed limiter answered still ends with the context's status (counted
+// Canceled): its client has gone. It has the meaning of
+// httplimit.WithDryRun.
+func WithDryRun() Option {
+	return func(c *config) error { c.dryRun = true; return nil }
 }

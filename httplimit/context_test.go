@@ -135,7 +135,8 @@ func TestContextLimiter(t *testing.T) {
 }
 
 // TestContextLimiterSeesCancellation: the context is the request's own,
-// so a client that goes away cancels the backend call.
+// so a client that goes away cancels the backend call, and the failed
+// decision is counted Canceled with no handler run.
 func TestContextLimiterSeesCancellation(t *testing.T) {
 	f := &fakeRemote{next: func(string, int64) (engine.Decision, error) {
 		return engine.Decision{}, context.Canceled
@@ -149,7 +150,7 @@ func TestContextLimiterSeesCancellation(t *testing.T) {
 	if len(f.errs) != 1 || !errors.Is(f.errs[0], context.Canceled) {
 		t.Fatalf("AllowN saw ctx.Err() = %v", f.errs)
 	}
-	if w.Code != 503 || m.Stats() != (Stats{Errors: 1}) {
+	if w.Code != 503 || m.Stats() != (Stats{Canceled: 1}) {
 		t.Fatalf("%d %+v", w.Code, m.Stats())
 	}
 }

@@ -9,6 +9,11 @@
 // seconds until the quota is free), one list member per middleware, and
 // optionally the legacy X-RateLimit-* headers. See Middleware.
 //
+// Several limits on one request (per IP and per tenant) go either in one
+// middleware, NewMulti, which over engines charges all of them or none,
+// or in nested middlewares, each of which charges its own limit
+// independently, also for requests an inner one then refuses.
+//
 // # Configuration errors
 //
 // A mistake in the server's configuration is the server's problem, never a
@@ -34,8 +39,10 @@
 //     policy refused (Retry-After only when the policy gives a wait).
 //   - 413: the request's cost exceeds the key's limit; it can never fit.
 //   - 400: the key depends on the request and the request does not give
-//     it (a missing header, a forged or unparsable forwarding chain). A key
-//     error never falls back silently to a shared key.
+//     it (a missing header, a forged or unparsable forwarding chain), or
+//     gives one longer than MaxKeyBytes (256 bytes, the one cap of every
+//     key; never truncated). A key error never falls back silently to a
+//     shared key.
 //   - 500: a bug the server's code showed at run time and construction
 //     could not see: a cost function returned a negative cost, or an
 //     engine Config.KeyLimit function returned a limit out of range.

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
-// TestFieldsMatchMiddleware drives a Middleware and a Fields over the same
-// limiter configuration through admitted, limited and too-costly
-// requests, and checks that Fields gives the values the Middleware wrote.
+// TestFieldsMatchMiddleware drives a Middleware and an adapter.Fields (what
+// grpclimit sends as metadata) over the same limiter configuration through
+// admitted, limited and too-costly requests, and checks that Fields gives
+// the values the Middleware wrote.
 func TestFieldsMatchMiddleware(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -35,7 +37,7 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 				}
 				return 1
 			}))
-			f, err := NewFields(e, c.policy, c.window)
+			f, err := adapter.NewFields("httplimit: ", "NewFields", e, c.policy, c.window)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +50,7 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 				case 200:
 					reset = f.AdmittedReset()
 				case 429:
-					reset = RetrySeconds(e.AllowN("192.0.2.1", 1).RetryAfter)
+					reset = adapter.RetrySeconds(e.AllowN("192.0.2.1", 1).RetryAfter)
 					wantHeader(t, w.Header(), "Retry-After", itoa(reset))
 				default:
 					t.Fatalf("request %d: %d", i, w.Code)
@@ -71,7 +73,7 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func TestFieldsValues(t *testing.T) {
-	f, err := NewFields(nil, "tenant", 30*time.Second)
+	f, err := adapter.NewFields("httplimit: ", "NewFields", nil, "tenant", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestFieldsValues(t *testing.T) {
 		d    time.Duration
 		want int64
 	}{{0, 1}, {time.Nanosecond, 1}, {time.Second, 1}, {time.Second + 1, 2}, {engine.Never, 9223372037}} {
-		if got := RetrySeconds(c.d); got != c.want {
+		if got := adapter.RetrySeconds(c.d); got != c.want {
 			t.Errorf("RetrySeconds(%v) = %d, want %d", c.d, got, c.want)
 		}
 	}
@@ -100,7 +102,7 @@ func TestFieldsValues(t *testing.T) {
 func TestNewFieldsErrors(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{})
 	var nilEngine *engine.Engine
-	if _, err := NewFields(nilEngine, "x", time.Second); err != nil {
+	if _, err := adapter.NewFields("httplimit: ", "NewFields", nilEngine, "x", time.Second); err != nil {
 		t.Errorf("a nil *engine.Engine is a limiter without Config: %v", err)
 	}
 	for _, c := range []struct {
@@ -114,7 +116,7 @@ func TestNewFieldsErrors(t *testing.T) {
 		{e, "x", -time.Second, "httplimit: WithPolicy window = -1s, want 0 (the limiter's) or > 0"},
 		{zeroWindow{}, "x", 0, "httplimit: NewFields: the limiter's Config().Window = 0s, want > 0"},
 	} {
-		_, err := NewFields(c.l, c.name, c.window)
+		_, err := adapter.NewFields("httplimit: ", "NewFields", c.l, c.name, c.window)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("NewFields(%T, %q, %v) = %v, want %q", c.l, c.name, c.window, err, c.want)
 		}
@@ -125,15 +127,15 @@ type zeroWindow struct{}
 
 func (zeroWindow) Config() engine.Config { return engine.Config{} }
 
-// TestProxyChainMatchesKey: ProxyChain.Key gives the key (or the error)
-// that KeyByXForwardedFor and KeyByForwarded give for the same peer and
-// header lines.
+// TestProxyChainMatchesKey: adapter.ProxyChain.Key (what grpclimit's keys
+// run) gives the key (or the error) that KeyByXForwardedFor and
+// KeyByForwarded give for the same peer and header lines.
 func TestProxyChainMatchesKey(t *testing.T) {
-	xc, err := NewXForwardedForChain(testTrusted, 64)
+	xc, err := adapter.NewProxyChain("httplimit: ", "KeyByXForwardedFor", "X-Forwarded-For", testTrusted, 64, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc, err := NewForwardedChain(testTrusted, 56)
+	fc, err := adapter.NewProxyChain("httplimit: ", "KeyByForwarded", "Forwarded", testTrusted, 56, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,14 +160,14 @@ func TestProxyChainMatchesKey(t *testing.T) {
 	} {
 		peer := netip.MustParseAddrPort(c.remote).Addr()
 		for _, p := range []struct {
-			chain ProxyChain
+			chain adapter.ProxyChain
 			key   Key
 			hdr   string
 		}{
 			{xc, KeyByXForwardedFor(testTrusted, 64), "X-Forwarded-For"},
 			{fc, KeyByForwarded(testTrusted, 56), "Forwarded"},
 		} {
-			got, gotErr := p.chain.Key(peer, c.lines)
+			got, gotErr := p.chain.Key(peer.Unmap().WithZone(""), "", c.lines)
 			r, _ := http.NewRequest("GET", "/", nil)
 			r.RemoteAddr = c.remote
 			if c.lines != nil {
@@ -177,14 +179,11 @@ func TestProxyChainMatchesKey(t *testing.T) {
 			}
 		}
 	}
-	if _, err := (ProxyChain{}).Key(netip.MustParseAddr("10.0.0.1"), nil); err == nil {
-		t.Error("the zero ProxyChain gave a key")
+	if _, err := adapter.NewProxyChain("httplimit: ", "KeyByXForwardedFor", "X-Forwarded-For", nil, 64, false); err == nil || !strings.Contains(err.Error(), "KeyByXForwardedFor trusted is empty") {
+		t.Errorf("no trusted prefixes: %v", err)
 	}
-	if _, err := NewXForwardedForChain(nil, 64); err == nil || !strings.Contains(err.Error(), "NewXForwardedForChain trusted is empty") {
-		t.Errorf("NewXForwardedForChain(nil) = %v", err)
-	}
-	if _, err := NewForwardedChain(testTrusted, 129); err == nil || !strings.Contains(err.Error(), "NewForwardedChain ipv6Prefix = 129") {
-		t.Errorf("NewForwardedChain(…, 129) = %v", err)
+	if _, err := adapter.NewProxyChain("httplimit: ", "KeyByForwarded", "Forwarded", testTrusted, 129, true); err == nil || !strings.Contains(err.Error(), "KeyByForwarded ipv6Prefix = 129") {
+		t.Errorf("ipv6Prefix 129: %v", err)
 	}
 }
 

@@ -109,6 +109,12 @@ func TestKeyByForwarded(t *testing.T) {
 		{"empty elements skipped", "10.0.0.1:1", fwd(`for=203.0.113.7, , `), "203.0.113.7"},
 		{"empty header from a trusted peer: the peer", "10.0.0.1:1", fwd(""), "10.0.0.1"},
 		{"all trusted: the leftmost", "10.0.0.1:1", fwd("for=10.1.1.1, for=10.0.0.2"), "10.1.1.1"},
+		// RFC 7239 section 6.3: an obfuscated port is keyed by its address,
+		// as a numeric port is; a trusted hop with one is walked past.
+		{"obfuscated port, IPv4", "10.0.0.1:1", fwd(`for="203.0.113.5:_abc"`), "203.0.113.5"},
+		{"obfuscated port, IPv6", "10.0.0.1:1", fwd(`for="[2001:db8::1]:_port"`), "2001:db8::/64"},
+		{"obfuscated port, every allowed character", "10.0.0.1:1", fwd(`for="203.0.113.5:_aZ0.-_"`), "203.0.113.5"},
+		{"obfuscated port on a trusted hop", "10.0.0.1:1", fwd(`for="203.0.113.5:80", for="10.0.0.2:_lb"`), "203.0.113.5"},
 	} {
 		if got := keyOf(t, k, c.remote, c.hdr); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
@@ -123,6 +129,10 @@ func TestKeyByForwarded(t *testing.T) {
 		{"two for=", fwd("for=10.0.0.4;for=203.0.113.1"), `httplimit: Forwarded: two for= parameters in element "for=10.0.0.4;for=203.0.113.1"`},
 		{"unknown", fwd("for=unknown"), `httplimit: Forwarded: unparsable address "unknown"`},
 		{"obfuscated", fwd("for=_hidden"), `httplimit: Forwarded: unparsable address "_hidden"`},
+		{"obfuscated node with an obfuscated port", fwd(`for="_hidden:_port"`), `httplimit: Forwarded: unparsable address "_hidden:_port"`},
+		{"empty obfuscated port", fwd(`for="203.0.113.5:_"`), `httplimit: Forwarded: unparsable address "203.0.113.5:_"`},
+		{"bad character in an obfuscated port", fwd(`for="203.0.113.5:_a b"`), `httplimit: Forwarded: unparsable address "203.0.113.5:_a b"`},
+		{"obfuscated port on bare IPv6", fwd(`for="2001:db8::1:_port"`), `httplimit: Forwarded: unparsable address "2001:db8::1:_port"`},
 		{"quoted-pair in an address", fwd(`for="10.0.0.\5"`), `httplimit: Forwarded: unparsable address "10.0.0.\5"`},
 		{"unterminated quote in the part read", fwd(`for=203.0.113.7;host="a`), "httplimit: Forwarded: unterminated quoted string"},
 	} {

@@ -3,10 +3,10 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 // Style is a set of rate-limit header styles for WithHeaders.
@@ -48,79 +48,35 @@ const (
 	hRetryAfter = "Retry-After"
 )
 
-// policyText holds the constant parts of a middleware's field values.
-type policyText struct {
-	policyPre string // `"name";q=`
-	policySuf string // `;w=10`, or "" when the window has no w= (see Middleware)
-	ratePre   string // `"name";r=`
-}
-
-func newPolicyText(name string, window time.Duration) policyText {
-	t := policyText{policyPre: `"` + name + `";q=`, ratePre: `"` + name + `";r=`}
-	if window > 0 && window%time.Second == 0 {
-		t.policySuf = ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
-	}
-	return t
-}
-
-// policyValue is the RateLimit-Policy value (and the X-RateLimit-Limit
-// value) for one limit.
-type policyValue struct {
-	limit  int64
-	policy string
-	xlimit string
-}
-
-// policySlots is the size of the policy cache. A server sees few distinct
-// limits (one, or one per tier); eight direct-mapped slots hold them
-// without a lock, and a miss costs what building the value costs anyway.
-const policySlots = 8
-
-// policyCache maps a limit to its policyValue. A slot's pointer is
-// replaced whole: the Store of a fully built value synchronizes before
-// any Load that observes it, so a reader sees either an old complete value
-// (whose limit it checks) or the new one, never a partial one.
-type policyCache [policySlots]atomic.Pointer[policyValue]
-
-func (c *policyCache) get(limit int64, t *policyText) *policyValue {
-	slot := &c[uint64(limit)%policySlots]
-	if p := slot.Load(); p != nil && p.limit == limit {
-		return p
-	}
-	l := strconv.FormatInt(limit, 10)
-	p := &policyValue{limit: limit, policy: t.policyPre + l + t.policySuf, xlimit: l}
-	slot.Store(p)
-	return p
-}
-
-// writeRateHeaders adds this middleware's rate-limit fields for d. reset
+// writeRateHeaders adds the rate-limit fields of policy f for d. reset
 // is the t= / X-RateLimit-Reset value in seconds, or −1 to omit it. Unless
 // force is set (denials), WithHeadersBelow may skip them. The dynamic
 // values are built in one stack buffer and converted to one string, and
 // the header slices this middleware creates share one backing array: two
 // allocations for any style (RateLimit-Policy comes from the cache).
-func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset int64, force bool) {
+func (m *Middleware) writeRateHeaders(h http.Header, f *adapter.Fields, d engine.Decision, reset int64, force bool) {
 	style := m.cfg.style
 	if style == 0 {
 		return
 	}
 	remaining := max(d.Remaining, 0)
-	if !force && m.cfg.below > 0 && float64(remaining) >= m.cfg.below*float64(d.Limit) {
+	if !force && adapter.Quiet(m.cfg.below, d) {
 		return
 	}
-	pv := m.fields.values.get(d.Limit, &m.fields.text)
+	pv := f.Value(d.Limit)
 	draft := style&HeadersDraft != 0
 	legacy := style&HeadersLegacy != 0 && legacyWins(h, remaining)
 
-	// ratePre is at most 2·maxPolicyName+5 bytes; three integers and
-	// ";t=" fit the rest.
-	var buf [2*maxPolicyName + 96]byte
+	// The RateLimit member's constant part is at most 2·MaxPolicyName+5
+	// bytes (every name byte escaped); three integers and ";t=" fit the
+	// rest.
+	var buf [2*adapter.MaxPolicyName + 96]byte
 	b := buf[:0]
 	var ends [3]int // end offsets of the dynamic values, in order
 	n := 0
 	mark := func() { ends[n] = len(b); n++ }
 	if draft {
-		b = m.fields.appendRate(b, remaining, reset)
+		b = f.AppendRate(b, remaining, reset)
 		mark()
 	}
 	if legacy {
@@ -151,12 +107,12 @@ func (m *Middleware) writeRateHeaders(h http.Header, d engine.Decision, reset in
 	}
 	i := 0
 	if draft {
-		vals = addField(h, hPolicy, pv.policy, vals)
+		vals = addField(h, hPolicy, pv.Policy, vals)
 		vals = addField(h, hRateLimit, part(i), vals)
 		i++
 	}
 	if legacy {
-		vals = setField(h, hXLimit, pv.xlimit, vals)
+		vals = setField(h, hXLimit, pv.XLimit, vals)
 		vals = setField(h, hXRemaining, part(i), vals)
 		i++
 		if reset >= 0 {
@@ -198,10 +154,10 @@ func legacyWins(h http.Header, remaining int64) bool {
 	return err != nil || remaining <= v
 }
 
-// setRetryAfter sets Retry-After to RetrySeconds(d), and returns that
-// value.
+// setRetryAfter sets Retry-After to d rounded up to whole seconds, at
+// least 1, and returns that value.
 func setRetryAfter(h http.Header, d time.Duration) int64 {
-	s := RetrySeconds(d)
+	s := adapter.RetrySeconds(d)
 	var buf [20]byte
 	h[hRetryAfter] = []string{string(strconv.AppendInt(buf[:0], s, 10))}
 	return s

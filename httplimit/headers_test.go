@@ -26,9 +26,11 @@ func TestStackedMiddlewaresAddListMembers(t *testing.T) {
 		code int
 		rl   []string
 	}{
-		{200, []string{`"per-ip";r=4;t=10`, `"tenant";r=1;t=60`}},
-		{200, []string{`"per-ip";r=3;t=10`, `"tenant";r=0;t=60`}},
-		{429, []string{`"per-ip";r=2;t=10`, `"tenant";r=0;t=40`}}, // t0 is 20 s into its Unix-aligned minute
+		// t0 is 20 s into its Unix-aligned minute: the tenant's fixed
+		// window resets in 40 s, admitted or denied.
+		{200, []string{`"per-ip";r=4;t=10`, `"tenant";r=1;t=40`}},
+		{200, []string{`"per-ip";r=3;t=10`, `"tenant";r=0;t=40`}},
+		{429, []string{`"per-ip";r=2;t=10`, `"tenant";r=0;t=40`}},
 	} {
 		resp, _ := get(t, srv.Client(), srv.URL, hdr)
 		if resp.StatusCode != want.code {
@@ -60,7 +62,7 @@ func TestLegacyHeadersStacked(t *testing.T) {
 	wantHeader(t, w.Header(), "X-RateLimit-Limit", "5")
 	wantHeader(t, w.Header(), "X-RateLimit-Remaining", "4")
 	wantHeader(t, w.Header(), "X-RateLimit-Reset", "10")
-	wantHeader(t, w.Header(), "RateLimit", `"per-ip";r=4;t=10`, `"wide";r=8;t=60`)
+	wantHeader(t, w.Header(), "RateLimit", `"per-ip";r=4;t=10`, `"wide";r=8;t=40`)
 
 	h = New(outerE, WithHeaders(HeadersLegacy))(okHandler)
 	w = do(h, "192.0.2.2:1", nil)
@@ -80,11 +82,14 @@ func TestAdmittedTIsATrueBound(t *testing.T) {
 		alg        engine.Algorithm
 		admitted   string // t= on an admitted response
 		deniedWait string // Retry-After of the 429 right after the burst
+		after      string // t= on the admitted response once the quota is back
 	}{
-		{engine.SlidingWindow, "4", "4"}, // Retry-After 3.15 s: weight ½ of the oldest sub-window
-		{engine.SlidingWindowStrict, "4", "4"},
-		{engine.FixedWindow, "3", "1"}, // t1 is 2.1 s into its Unix-aligned 3 s window
-		{engine.SlidingLog, "3", "3"},
+		{engine.SlidingWindow, "4", "4", "4"}, // Retry-After 3.15 s: weight ½ of the oldest sub-window
+		{engine.SlidingWindowStrict, "4", "4", "4"},
+		// t1 is 2.1 s into its Unix-aligned 3 s window: 0.9 s to its end,
+		// and 1 s later 0.1 s into the next, 2.9 s to its end.
+		{engine.FixedWindow, "1", "1", "3"},
+		{engine.SlidingLog, "3", "3", "3"},
 	} {
 		t.Run(c.alg.String(), func(t *testing.T) {
 			clk := engine.NewManualClock(t1)
@@ -112,7 +117,7 @@ func TestAdmittedTIsATrueBound(t *testing.T) {
 			tb, _ := strconv.Atoi(c.admitted)
 			clk.Advance(time.Duration(tb) * time.Second)
 			resp = call()
-			wantHeader(t, resp.Header, "RateLimit", `"default";r=1;t=`+c.admitted)
+			wantHeader(t, resp.Header, "RateLimit", `"default";r=1;t=`+c.after)
 		})
 	}
 	// The old bound, the window (3 s), was false for the sliding counters:

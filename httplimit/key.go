@@ -3,10 +3,10 @@ package httplimit
 import (
 	"errors"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 
+	"github.com/ringlimit/ringlimit/internal/adapter"
 	"github.com/ringlimit/ringlimit/internal/untrusted"
 )
 
@@ -21,6 +21,9 @@ import (
 // answered to clients. An error of Of, by contrast, is about the request
 // (a missing header, a forged chain): the middleware answers it with 400
 // (see WithKeyErrorHandler), never with a shared key.
+//
+// Whatever a Key returns, a key longer than MaxKeyBytes is refused by the
+// middleware before the limiter sees it.
 //
 // A Key is a small value; copy it freely. It is safe for concurrent use if
 // its function is.
@@ -61,10 +64,6 @@ func (k Key) Of(r *http.Request) (string, error) {
 // keyError returns a Key holding err.
 func keyError(err error) Key { return Key{err: err} }
 
-// sep joins the parts of a composite key. Policies reads the part before
-// the first sep as the tenant.
-const sep = "\x00"
-
 // KeyByIP keys a request by its direct peer, r.RemoteAddr, without the
 // port: the key to use when clients connect to the server directly. An
 // IPv4 address (or an IPv4-mapped IPv6 address, which counts as IPv4) is its
@@ -78,46 +77,17 @@ const sep = "\x00"
 // Behind a reverse proxy RemoteAddr is the proxy: use KeyByXForwardedFor or
 // KeyByForwarded.
 func KeyByIP(ipv6Prefix int) Key {
-	bits, err := prefixBits("KeyByIP", ipv6Prefix)
+	bits, err := adapter.PrefixBits("httplimit: ", "KeyByIP", ipv6Prefix)
 	if err != nil {
 		return keyError(err)
 	}
 	return Key{fn: func(r *http.Request) (string, error) {
-		a, sub, ok := parseHop(r.RemoteAddr)
+		a, sub, ok := adapter.ParseHop(r.RemoteAddr)
 		if !ok {
 			return "", errors.New("httplimit: cannot parse client address " + untrusted.Quote(r.RemoteAddr))
 		}
-		return hopKey(a, sub, bits), nil
+		return adapter.HopKey(a, sub, bits), nil
 	}}
-}
-
-// prefixBits validates an IPv6 prefix length: 0 means 64, 1 … 128 as is.
-func prefixBits(fn string, b int) (int, error) {
-	switch {
-	case b == 0:
-		return 64, nil
-	case b < 0 || b > 128:
-		return 0, errors.New("httplimit: " + fn + " ipv6Prefix = " + strconv.Itoa(b) + ", want 1 … 128 (0 for 64)")
-	}
-	return b, nil
-}
-
-// AddrKey is the key KeyByIP and the proxy chains give address a: its
-// text, or for IPv6 the text of its first ipv6Prefix bits as a prefix
-// (an IPv4-mapped address counts as IPv4; a zone is dropped). grpclimit
-// keys peers with it, so both adapters key one client alike. One
-// allocation: the text is built on the stack.
-func AddrKey(a netip.Addr, ipv6Prefix int) string { return ipKey(a, ipv6Prefix) }
-
-// ipKey is AddrKey.
-func ipKey(a netip.Addr, bits int) string {
-	a = a.Unmap().WithZone("")
-	var buf [64]byte // longest: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", 43 bytes
-	if a.Is4() || bits >= 128 {
-		return string(a.AppendTo(buf[:0]))
-	}
-	p, _ := a.Prefix(bits)
-	return string(p.AppendTo(buf[:0]))
 }
 
 // MissingPolicy says what KeyByHeader does when the header is absent or
@@ -141,7 +111,9 @@ func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, ha
 
 // KeyByHeader keys a request by the value of header name (the first value,
 // with surrounding spaces trimmed), such as an API key or tenant id. A
-// header that is absent or empty is handled by missing. The value is used
+// header that is absent or empty is handled by missing; one longer than
+// MaxKeyBytes is refused (400, naming the header and the cap), never cut
+// short and never passed to missing. The value is used
 // as sent: authenticate it before trusting it as an identity. name must be
 // a valid header field name (RFC 9110 token characters, 1 … 256 bytes).
 func KeyByHeader(name string, missing MissingPolicy) Key {
@@ -155,9 +127,13 @@ func KeyByHeader(name string, missing MissingPolicy) Key {
 	}
 	name = http.CanonicalHeaderKey(name)
 	errMissing := errors.New("httplimit: missing header " + name)
+	errLong := errors.New("httplimit: header " + name + " is longer than " + strconv.Itoa(MaxKeyBytes) + " bytes (MaxKeyBytes); refused, never truncated")
 	return Key{fn: func(r *http.Request) (string, error) {
 		if vs := r.Header[name]; len(vs) > 0 {
 			if v := strings.TrimSpace(vs[0]); v != "" {
+				if len(v) > MaxKeyBytes {
+					return "", errLong
+				}
 				return v, nil
 			}
 		}
@@ -212,7 +188,7 @@ func KeyByRoute(routeFunc func(*http.Request) string, inner Key) Key {
 		if err != nil {
 			return "", err
 		}
-		return routeFunc(r) + sep + k, nil
+		return routeFunc(r) + adapter.Sep + k, nil
 	}}
 }
 
@@ -231,17 +207,6 @@ func Compose(parts ...Key) Key {
 	}
 	parts = append([]Key(nil), parts...)
 	return Key{fn: func(r *http.Request) (string, error) {
-		var b strings.Builder
-		for i, p := range parts {
-			k, err := p.fn(r)
-			if err != nil {
-				return "", err
-			}
-			if i > 0 {
-				b.WriteString(sep)
-			}
-			b.WriteString(k)
-		}
-		return b.String(), nil
+		return adapter.JoinKeys(len(parts), func(i int) (string, error) { return parts[i].fn(r) })
 	}}
 }

@@ -5,17 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
-// cacheLine is the padding between the hot counters: 64 bytes is the
-// cache line of amd64 and of most arm64 cores, so two counters bumped by
-// different requests never share a line.
-const cacheLine = 64
+// MaxKeyBytes is the longest key a Middleware passes to its limiter, in
+// bytes: 256. A longer key, from any Key (KeyByHeader's value, a Compose or
+// KeyByRoute of parts, a KeyFunc's result), is refused as a key error
+// (400, or the WithKeyErrorHandler handler, counted Rejected) with a
+// message naming the cap, and never truncated, since a cut key could merge
+// two clients: the limiter keeps every key it is given (an engine for the
+// key's life, Redis for a window), so keys of unbounded length are a
+// memory denial of service. grpclimit has the same cap. Hash a longer
+// credential in a KeyFunc.
+const MaxKeyBytes = 256
+
+// The grpclimit cap is the same constant; these fail to compile if the two
+// ever differ.
+var (
+	_ [MaxKeyBytes - adapter.MaxKeyBytes]struct{}
+	_ [adapter.MaxKeyBytes - MaxKeyBytes]struct{}
+)
+
+// errLimiterKeyTooLong answers a key the limiter itself refused for its
+// length (engine.ReasonKeyTooLong: an engine whose Config.MaxKeyBytes is
+// below MaxKeyBytes).
+var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the limiter's cap (engine Config.MaxKeyBytes); refused, never truncated")
 
 // Middleware limits requests with a Limiter or a ContextLimiter. Build it
 // with NewMiddleware, wrap handlers with Handler, and read its counters
@@ -23,7 +40,8 @@ const cacheLine = 64
 // first use.
 //
 // For each request that is not exempt, it computes the key and the cost,
-// asks the limiter for cost units, and:
+// asks the limiter for cost units, and (with WithDryRun, refusing nothing:
+// see there):
 //
 //   - admitted: sets the rate-limit fields and calls the next handler
 //     (counted Allowed);
@@ -35,16 +53,25 @@ const cacheLine = 64
 //   - refused because the engine holds Config.MaxKeys keys: answers 503
 //     with Retry-After and no rate-limit fields, as the key has no state
 //     (counted Denied);
-//   - a ContextLimiter returned an error: follows the Decision it returned
-//     with it (see ContextLimiter; counted Errors);
-//   - a key error (400), a cost above the limit (413), a negative cost or a
-//     limit the engine rejected (500): counted Rejected.
+//   - a ContextLimiter returned an error while the request's context was
+//     done (the client went away, or a deadline set upstream passed): runs
+//     no handler and answers 503 with no Retry-After, whatever Decision
+//     the limiter returned (counted Canceled; see ContextLimiter);
+//   - a ContextLimiter returned an error otherwise: follows the Decision it
+//     returned with it (see ContextLimiter; counted Errors);
+//   - a key error (400, including a key above MaxKeyBytes or above the
+//     engine's own Config.MaxKeyBytes), a cost above the limit (413), a
+//     negative cost or a limit the engine rejected (500): counted
+//     Rejected.
 //
 // The rate-limit fields (see HeadersDraft): RateLimit-Policy is
 // "name";q=<limit>;w=<window seconds>, and RateLimit is
 // "name";r=<remaining>;t=<seconds>. Each middleware adds one member to
 // each field, after those already set, so stacked middlewares (a per-IP
-// limit around a per-tenant one) show every policy. w= is present when the
+// limit around a per-tenant one) show every policy. Stacked middlewares
+// charge independently: the outer one has charged a request by the time
+// an inner one refuses it (429, 413). NewMulti decides several policies in
+// one middleware and, over engines, charges none of them for a refusal. w= is present when the
 // window is known (from the limiter's Config, or WithPolicy) and a whole
 // number of seconds: the draft's w is whole seconds, and rounding a 100 ms
 // window up to w=1 would advertise a rate ten times lower than the real
@@ -53,42 +80,40 @@ const cacheLine = 64
 // t= on a denial is the Retry-After value (draft section 6: the same point
 // in time). On an admitted response it is a true upper bound on when the
 // key's whole quota is free again without further traffic, from the
-// limiter's Config: Window (FixedWindow, SlidingLog) or Window plus one
-// sub-window (the sliding counters), rounded up (see admittedReset). A
+// limiter's Config: for FixedWindow, exactly the time to the end of the
+// current Unix-aligned window (read from the limiter's Config().Clock, or
+// the wall clock), the same point in time a denial in that window gives;
+// Window (SlidingLog) or Window plus one sub-window (the sliding
+// counters), rounded up, otherwise. A
 // limiter that does not report its Config gets no t= on admitted
 // responses. RateLimit-Policy is built once per distinct limit and reused.
 // WithHeadersBelow leaves the fields out of admitted responses far from
 // the limit.
 type Middleware struct {
-	limiter   Backend
-	cfg       config
-	fields    Fields
-	_         [cacheLine]byte
-	allowed   atomic.Uint64
-	_         [cacheLine - 8]byte
-	denied    atomic.Uint64
-	_         [cacheLine - 8]byte
-	rejected  atomic.Uint64
-	_         [cacheLine - 8]byte
-	errorsCnt atomic.Uint64
-	_         [cacheLine - 8]byte
+	limiter adapter.Backend
+	cfg     config
+	fields  *adapter.Fields
+	multi   *multi // NewMulti's policies; nil for NewMiddleware
+	counts  adapter.Counters
 }
 
 // Stats are the middleware's request counters since it was built. They
 // are read one by one, so a snapshot taken under load may count a request
 // in none of them yet; it never counts one twice.
 type Stats struct {
-	Allowed  uint64 // passed to the next handler after the limiter admitted them
-	Denied   uint64 // answered 429, or 503 for MaxKeys
-	Rejected uint64 // answered 400, 413 or 500 before or instead of limiting
-	Errors   uint64 // the ContextLimiter failed; its failure policy decided
+	Allowed   uint64 // passed to the next handler after the limiter admitted them
+	Denied    uint64 // answered 429, or 503 for MaxKeys
+	Rejected  uint64 // answered 400, 413 or 500 before or instead of limiting
+	Errors    uint64 // the ContextLimiter failed; its failure policy decided
+	Canceled  uint64 // the ContextLimiter failed after the request's context ended; no handler ran
+	WouldDeny uint64 // WithDryRun: the limiter refused (429, 503 for MaxKeys, 413), and the request was let through
 }
 
 // NewMiddleware returns a Middleware over l configured by opts.
 //
 // l is a Limiter (an *engine.Engine) or a ContextLimiter (a
 // *redisstore.Limiter); anything else, or a nil l, is an error. If l has a
-// Config method (Configured), the window and the algorithm come from it.
+// Config() engine.Config method, the window and the algorithm come from it.
 //
 // Every misconfiguration is an error here, naming the option and what it
 // allows: a bad argument to an Option or to a Key helper, a WithPolicy
@@ -96,32 +121,18 @@ type Stats struct {
 // joined.
 func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
-	b, err := NewBackend(l)
+	b, err := adapter.NewBackend(l)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: NewMiddleware: %w", err)
 	}
 	m.limiter = b
-	var errs []error
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("httplimit: NewMiddleware: option %d is nil", i))
-			continue
-		}
-		if err := o(&m.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, m.fields.init("NewMiddleware", l, m.cfg.policyName, m.cfg.window)...)
-	if err := errors.Join(errs...); err != nil {
+	errs := adapter.ApplyOptions("httplimit: ", "NewMiddleware", &m.cfg, opts)
+	f, err := adapter.NewFields("httplimit: ", "NewMiddleware", l, m.cfg.policyName, m.cfg.window)
+	m.fields = f
+	if err := errors.Join(append(errs, err)...); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// isNil reports whether l is nil or a nil pointer.
-func isNil(l any) bool {
-	v := reflect.ValueOf(l)
-	return !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil())
 }
 
 // New returns NewMiddleware(l, opts...).Handler, and panics if
@@ -138,7 +149,7 @@ func New(l any, opts ...Option) func(http.Handler) http.Handler {
 
 // Stats returns the counters.
 func (m *Middleware) Stats() Stats {
-	return Stats{Allowed: m.allowed.Load(), Denied: m.denied.Load(), Rejected: m.rejected.Load(), Errors: m.errorsCnt.Load()}
+	return Stats(m.counts.Load())
 }
 
 // Handler returns next wrapped by the middleware.
@@ -149,57 +160,114 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if m.cfg.exempt != nil && m.cfg.exempt(r) {
-		next.ServeHTTP(w, r)
-		return
-	}
-	key, err := m.cfg.key.fn(r)
-	if err != nil {
-		m.rejected.Add(1)
-		m.cfg.keyErr(w, r, err)
-		return
-	}
-	cost := int64(1)
-	if m.cfg.cost != nil {
-		if cost = m.cfg.cost(r); cost < 0 {
-			m.rejected.Add(1)
-			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
+	for _, f := range m.cfg.exempt {
+		if f(r) {
+			next.ServeHTTP(w, r)
 			return
 		}
 	}
+	if m.multi != nil {
+		m.serveMulti(w, r, next)
+		return
+	}
+	key, ok := m.key(w, r, next, m.cfg.key)
+	if !ok {
+		return
+	}
+	cost, ok := m.cost(w, r, next)
+	if !ok {
+		return
+	}
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
+		if adapter.CallerGone(r.Context(), err) {
+			m.callerGone(w)
+			return
+		}
 		m.limiterFailed(w, r, next, d)
 		return
 	}
-	switch d.Reason() {
-	case engine.ReasonOK:
-		m.allowed.Add(1)
-		m.writeRateHeaders(w.Header(), d, m.fields.admitted, false)
+	if adapter.Classify(d, cost) == adapter.Admitted {
+		m.counts.Allowed.Add(1)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
 		next.ServeHTTP(w, r)
-	case engine.ReasonLimited:
-		m.denied.Add(1)
+		return
+	}
+	m.refuse(w, r, next, d, cost, m.fields)
+}
+
+// key computes r's key with k; on an error (or a key above MaxKeyBytes)
+// it answers the request (under WithDryRun: passes it to next) and
+// returns false.
+func (m *Middleware) key(w http.ResponseWriter, r *http.Request, next http.Handler, k Key) (string, bool) {
+	key, err := k.fn(r)
+	if err == nil && len(key) > MaxKeyBytes {
+		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
+	}
+	if err != nil {
+		m.counts.Rejected.Add(1)
+		if m.cfg.dryRun {
+			next.ServeHTTP(w, r)
+		} else {
+			m.cfg.keyErr(w, r, err)
+		}
+		return "", false
+	}
+	return key, true
+}
+
+// cost computes r's cost; a negative one is answered 500 (under
+// WithDryRun: passed to next) and returns false.
+func (m *Middleware) cost(w http.ResponseWriter, r *http.Request, next http.Handler) (int64, bool) {
+	if m.cfg.cost == nil {
+		return 1, true
+	}
+	cost := m.cfg.cost(r)
+	if cost < 0 {
+		m.counts.Rejected.Add(1)
+		if m.cfg.dryRun {
+			next.ServeHTTP(w, r)
+		} else {
+			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
+		}
+		return 0, false
+	}
+	return cost, true
+}
+
+// refuse answers a Decision d for cost units that did not admit, with the
+// fields of f; under WithDryRun it counts it and passes r to next.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision, cost int64, f *adapter.Fields) {
+	if m.cfg.dryRun {
+		m.dryRun(w, r, next, d, cost, f)
+		return
+	}
+	switch adapter.Classify(d, cost) {
+	case adapter.Limited:
+		m.counts.Denied.Add(1)
 		h := w.Header()
 		retry := setRetryAfter(h, d.RetryAfter)
-		m.writeRateHeaders(h, d, retry, true)
+		m.writeRateHeaders(h, f, d, retry, true)
 		if m.cfg.deny != nil {
 			m.cfg.deny.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
 			return
 		}
 		writeDenial(w, r, http.StatusTooManyRequests, "rate limited", retry)
-	case engine.ReasonKeysFull:
-		m.denied.Add(1)
+	case adapter.KeysFull:
+		m.counts.Denied.Add(1)
 		retry := setRetryAfter(w.Header(), d.RetryAfter)
 		writeDenial(w, r, http.StatusServiceUnavailable, "too many clients", retry)
-	default: // ReasonNever
-		m.rejected.Add(1)
-		if cost > d.Limit && d.Limit > 0 {
-			m.writeRateHeaders(w.Header(), d, -1, true)
-			plainError(w, http.StatusRequestEntityTooLarge,
-				"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
-					strconv.FormatInt(d.Limit, 10)+" per window")
-			return
-		}
+	case adapter.TooCostly:
+		m.counts.Rejected.Add(1)
+		m.writeRateHeaders(w.Header(), f, d, -1, true)
+		plainError(w, http.StatusRequestEntityTooLarge,
+			"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
+				strconv.FormatInt(d.Limit, 10)+" per window")
+	case adapter.KeyRefused:
+		m.counts.Rejected.Add(1)
+		m.cfg.keyErr(w, r, errLimiterKeyTooLong)
+	default: // adapter.Misconfigured
+		m.counts.Rejected.Add(1)
 		plainError(w, http.StatusInternalServerError, "rate limit misconfigured for this client")
 	}
 }
@@ -207,8 +275,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // limiterFailed serves a request whose ContextLimiter returned an error,
 // following the failure policy's Decision d.
 func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision) {
-	m.errorsCnt.Add(1)
-	if d.Allowed {
+	m.counts.Errors.Add(1)
+	if d.Allowed || m.cfg.dryRun {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -217,4 +285,35 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next 
 		retry = setRetryAfter(w.Header(), d.RetryAfter)
 	}
 	writeDenial(w, r, http.StatusServiceUnavailable, "rate limiter unavailable", retry)
+}
+
+// callerGone answers a request whose context ended before its
+// ContextLimiter answered: 503, and no handler. Writing nothing would
+// not do: net/http turns a handler that writes nothing into 200 OK, and
+// the context may have ended by a server-side deadline (an upstream
+// context.WithTimeout, http.TimeoutHandler) with the client still waiting
+// for an answer. A client that has left never reads the 503; nginx logs
+// the same case as 499.
+func (m *Middleware) callerGone(w http.ResponseWriter) {
+	m.counts.Canceled.Add(1)
+	plainError(w, http.StatusServiceUnavailable, "request ended before the rate limiter answered")
+}
+
+// dryRun serves a request the limiter did not admit, under WithDryRun:
+// counted as it would have been (a refusal as WouldDeny), with the
+// rate-limit fields of the answer it would have had, and passed to next.
+func (m *Middleware) dryRun(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision, cost int64, f *adapter.Fields) {
+	switch o := adapter.Classify(d, cost); {
+	case o == adapter.Limited:
+		m.counts.WouldDeny.Add(1)
+		m.writeRateHeaders(w.Header(), f, d, adapter.RetrySeconds(d.RetryAfter), true)
+	case o == adapter.TooCostly:
+		m.counts.WouldDeny.Add(1)
+		m.writeRateHeaders(w.Header(), f, d, -1, true)
+	case o.Refusal():
+		m.counts.WouldDeny.Add(1)
+	default:
+		m.counts.Rejected.Add(1)
+	}
+	next.ServeHTTP(w, r)
 }

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/ringlimit/ringlimit/internal/untrusted"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 // Option configures a Middleware. An Option given a bad argument makes
@@ -20,11 +19,14 @@ type config struct {
 	keyErr     func(http.ResponseWriter, *http.Request, error)
 	cost       func(*http.Request) int64
 	deny       http.Handler
-	exempt     func(*http.Request) bool
+	exempt     []func(*http.Request) bool
 	style      Style
 	policyName string
 	window     time.Duration
 	below      float64 // WithHeadersBelow's share; 0 sends the fields always
+	dryRun     bool    // WithDryRun
+	keySet     bool    // WithKey was given
+	policySet  bool    // WithPolicy was given
 }
 
 func defaultConfig() config {
@@ -36,20 +38,9 @@ func defaultConfig() config {
 	}
 }
 
-// configError prefixes a configuration error with where it was found,
-// keeping one "httplimit: " in front.
-type configError struct {
-	where string
-	err   error
+func wrapConfig(where string, err error) error {
+	return &adapter.ConfigError{Prefix: "httplimit: ", Where: where, Err: err}
 }
-
-func (e *configError) Error() string {
-	return "httplimit: " + e.where + ": " + strings.TrimPrefix(e.err.Error(), "httplimit: ")
-}
-
-func (e *configError) Unwrap() error { return e.err }
-
-func wrapConfig(where string, err error) error { return &configError{where: where, err: err} }
 
 // WithKey sets the key of a request. The default is KeyByIP(64): the
 // client IP from r.RemoteAddr, IPv6 grouped by /64. Behind a reverse proxy
@@ -60,7 +51,7 @@ func WithKey(k Key) Option {
 		if err := k.Err(); err != nil {
 			return wrapConfig("WithKey", err)
 		}
-		c.key = k
+		c.key, c.keySet = k, true
 		return nil
 	}
 }
@@ -110,20 +101,24 @@ func WithDenyHandler(h http.Handler) Option {
 
 // WithExempt exempts the requests for which f returns true: they are passed
 // through without being keyed, counted, limited or given headers. f must
-// not be nil.
+// be safe for concurrent use, and not nil. Given several times, a request
+// is exempt if any f says so. It has the shape and meaning of
+// grpclimit.WithExempt.
 func WithExempt(f func(*http.Request) bool) Option {
 	return func(c *config) error {
 		if f == nil {
 			return errors.New("httplimit: WithExempt(nil), want a function")
 		}
-		c.exempt = f
+		c.exempt = append(c.exempt, f)
 		return nil
 	}
 }
 
 // WithHeaders selects the rate-limit header styles (default HeadersDraft).
 // WithHeaders(0) writes none (Retry-After is still written on 429 and
-// 503). Bits other than HeadersDraft and HeadersLegacy are an error.
+// 503). Bits other than HeadersDraft and HeadersLegacy are an error. It has
+// the shape and meaning of grpclimit.WithHeaders, which has HeadersDraft
+// only.
 func WithHeaders(s Style) Option {
 	return func(c *config) error {
 		if s&^(HeadersDraft|HeadersLegacy) != 0 {
@@ -142,17 +137,13 @@ func WithHeaders(s Style) Option {
 // carry them.
 func WithHeadersBelow(share float64) Option {
 	return func(c *config) error {
-		if !(share > 0 && share <= 1) {
-			return fmt.Errorf("httplimit: WithHeadersBelow(%v), want 0 < share ≤ 1", share)
+		if err := adapter.CheckShare("httplimit: ", share); err != nil {
+			return err
 		}
 		c.below = share
 		return nil
 	}
 }
-
-// maxPolicyName bounds WithPolicy's name, so that a header value built
-// from it fits the middleware's stack buffer.
-const maxPolicyName = 64
 
 // WithPolicy names the policy in the RateLimit and RateLimit-Policy fields
 // (default "default"): 1 … 64 printable ASCII characters; quotes and
@@ -167,34 +158,25 @@ const maxPolicyName = 64
 // RateLimit-Policy (see Middleware for t=). A negative window is an error.
 func WithPolicy(name string, window time.Duration) Option {
 	return func(c *config) error {
-		if len(name) == 0 || len(name) > maxPolicyName {
-			return fmt.Errorf("httplimit: WithPolicy name = %s, want 1 … %d printable ASCII characters", untrusted.Quote(name), maxPolicyName)
+		if err := adapter.CheckPolicy("httplimit: ", name, window); err != nil {
+			return err
 		}
-		for i := 0; i < len(name); i++ {
-			if name[i] < 0x20 || name[i] > 0x7e {
-				return fmt.Errorf("httplimit: WithPolicy name = %s has byte %#x at %d, want printable ASCII (0x20 … 0x7e)", untrusted.Quote(name), name[i], i)
-			}
-		}
-		if window < 0 {
-			return fmt.Errorf("httplimit: WithPolicy window = %v, want 0 (the limiter's) or > 0", window)
-		}
-		c.policyName = escapeName(name)
-		c.window = window
+		c.policyName, c.window, c.policySet = name, window, true
 		return nil
 	}
 }
 
-// escapeName escapes quotes and backslashes for a Structured Field String.
-func escapeName(s string) string {
-	if !strings.ContainsAny(s, `"\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+// WithDryRun makes the middleware decide and count every request but
+// refuse none (shadow mode), to watch what a new limit would refuse before
+// enforcing it. A request the limiter refuses (429, 503 for MaxKeys, 413)
+// is counted WouldDeny, carries the rate-limit fields it would have had
+// (the denial's r= and t=; no Retry-After, which belongs to the refusal)
+// and is passed to the next handler; an admitted one is charged and
+// served as usual. A key error or a negative cost is counted Rejected, a
+// backend failure Errors, and the request is served all the same. Only a
+// request whose context ended before a failed limiter answered is still
+// not served (counted Canceled): its client has gone. It has the meaning
+// of grpclimit.WithDryRun.
+func WithDryRun() Option {
+	return func(c *config) error { c.dryRun = true; return nil }
 }

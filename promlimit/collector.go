@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 // A Source is one limiter, middleware or interceptor whose counters a
@@ -33,12 +34,7 @@ type Outcomes interface{ ~outcomes }
 
 // outcomes and clientOutcomes spell the shapes once; a type parameter's
 // fields are read through a conversion to them.
-type outcomes = struct {
-	Allowed  uint64
-	Denied   uint64
-	Rejected uint64
-	Errors   uint64
-}
+type outcomes = adapter.Counts
 
 type clientOutcomes = struct {
 	Admitted uint64
@@ -94,10 +90,10 @@ var (
 	}, series: []series{{0, ""}, {1, ""}, {2, ""}}}
 	kindHTTP = &kind{name: "HTTP", families: []family{
 		{"ringlimit_requests_total", "Requests seen by the rate-limit middleware, by outcome.", prometheus.CounterValue, true},
-	}, series: outcomeSeries("allowed", "denied", "rejected", "error")}
+	}, series: outcomeSeries("allowed", "denied", "rejected", "error", "canceled", "would_deny")}
 	kindGRPC = &kind{name: "GRPC", families: []family{
 		{"ringlimit_grpc_decisions_total", "Decisions of the gRPC interceptor (one per unary call, per stream, or per message with WithPerMessage), by outcome.", prometheus.CounterValue, true},
-	}, series: outcomeSeries("allowed", "denied", "rejected", "error")}
+	}, series: outcomeSeries("allowed", "denied", "rejected", "error", "canceled", "would_deny")}
 	kindClient = &kind{name: "GRPCClient", families: []family{
 		{"ringlimit_grpc_client_calls_total", "Outgoing gRPC calls paced by the client interceptor, by how they ended.", prometheus.CounterValue, true},
 		{"ringlimit_grpc_client_wait_seconds_total", "Time outgoing gRPC calls spent waiting for the limiter.", prometheus.CounterValue, false},
@@ -155,21 +151,21 @@ func Engine(limiter string, e interface{ Stats() engine.Stats }) Source {
 
 // HTTP reads an httplimit.Middleware's counters (httplimit.Stats):
 //
-//	ringlimit_requests_total{outcome="allowed|denied|rejected|error"}  counter
+//	ringlimit_requests_total{outcome="allowed|denied|rejected|error|canceled|would_deny"}  counter
 func HTTP(limiter string, m interface{ Stats() httplimit.Stats }) Source {
 	return newSource(kindHTTP, limiter, m, func() []float64 {
 		s := m.Stats()
-		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors)}
+		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors), float64(s.Canceled), float64(s.WouldDeny)}
 	})
 }
 
 // GRPC reads a grpclimit.Interceptor's counters:
 //
-//	ringlimit_grpc_decisions_total{outcome="allowed|denied|rejected|error"}  counter
+//	ringlimit_grpc_decisions_total{outcome="allowed|denied|rejected|error|canceled|would_deny"}  counter
 func GRPC[S Outcomes](limiter string, i interface{ Stats() S }) Source {
 	return newSource(kindGRPC, limiter, i, func() []float64 {
 		s := outcomes(i.Stats())
-		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors)}
+		return []float64{float64(s.Allowed), float64(s.Denied), float64(s.Rejected), float64(s.Errors), float64(s.Canceled), float64(s.WouldDeny)}
 	})
 }
 

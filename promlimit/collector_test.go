@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 type fakeEngine struct{ s engine.Stats }
@@ -34,12 +35,7 @@ func (f fakeMiddleware) Stats() httplimit.Stats { return f.s }
 // grpcStats and clientStats have the shapes of grpclimit.Stats and
 // grpclimit.ClientStats (promlimit does not import grpclimit;
 // examples/grpcserver passes the real ones).
-type grpcStats struct {
-	Allowed  uint64
-	Denied   uint64
-	Rejected uint64
-	Errors   uint64
-}
+type grpcStats adapter.Counts
 
 type fakeGRPC struct{ s grpcStats }
 
@@ -86,7 +82,7 @@ func registry(t *testing.T, sources ...Source) *prometheus.Registry {
 // out.
 func TestFallbackByteCompatible(t *testing.T) {
 	for _, v := range []uint64{0, 1, 2, 999_999, 1_000_000, 1_234_567, 123_456_789_012, 1<<53 + 1, math.MaxInt64, math.MaxUint64} {
-		ms := httplimit.Stats{Allowed: v, Denied: v / 2, Rejected: v / 3, Errors: v / 7}
+		ms := httplimit.Stats{Allowed: v, Denied: v / 2, Rejected: v / 3, Errors: v / 7, Canceled: v / 11, WouldDeny: v / 17}
 		es := engine.Stats{Keys: int64(v / 5), Evicted: int64(v / 11), Refused: int64(v / 13)}
 		for _, c := range []struct {
 			name    string
@@ -99,7 +95,12 @@ func TestFallbackByteCompatible(t *testing.T) {
 			{"engine", nil, &es, []Source{Engine("", fakeEngine{es})}},
 		} {
 			want, _ := scrape(t, registry(t, c.sources...))
-			got := string(httplimit.AppendMetrics(nil, c.ms, c.es))
+			var mc *adapter.Counts // what httplimit.MetricsHandler writes for c.ms
+			if c.ms != nil {
+				v := adapter.Counts(*c.ms)
+				mc = &v
+			}
+			got := string(adapter.AppendMetrics(nil, mc, c.es))
 			if got != want {
 				t.Errorf("%s at %d: the fallback differs from client_golang\nfallback:\n%s\nclient_golang:\n%s", c.name, v, got, want)
 			}
@@ -219,9 +220,11 @@ ringlimit_grpc_client_wait_seconds_total{limiter="partner"} 1.5
 # HELP ringlimit_grpc_decisions_total Decisions of the gRPC interceptor (one per unary call, per stream, or per message with WithPerMessage), by outcome.
 # TYPE ringlimit_grpc_decisions_total counter
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="allowed"} 5
+ringlimit_grpc_decisions_total{limiter="rpc",outcome="canceled"} 0
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="denied"} 1
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="error"} 3
 ringlimit_grpc_decisions_total{limiter="rpc",outcome="rejected"} 2
+ringlimit_grpc_decisions_total{limiter="rpc",outcome="would_deny"} 0
 # HELP ringlimit_keys Keys held by the engine.
 # TYPE ringlimit_keys gauge
 ringlimit_keys{limiter="admin"} 1
@@ -237,9 +240,11 @@ ringlimit_keys_refused_total{limiter="api"} 1
 # HELP ringlimit_requests_total Requests seen by the rate-limit middleware, by outcome.
 # TYPE ringlimit_requests_total counter
 ringlimit_requests_total{limiter="api",outcome="allowed"} 10
+ringlimit_requests_total{limiter="api",outcome="canceled"} 0
 ringlimit_requests_total{limiter="api",outcome="denied"} 2
 ringlimit_requests_total{limiter="api",outcome="error"} 0
 ringlimit_requests_total{limiter="api",outcome="rejected"} 0
+ringlimit_requests_total{limiter="api",outcome="would_deny"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -282,8 +287,8 @@ func TestCardinalityBounded(t *testing.T) {
 			r.Header.Set("X-Key", strings.Repeat("k", n+1)+string(rune('a'+k%26))+string(rune(k)))
 			h.ServeHTTP(httptest.NewRecorder(), r)
 		}
-		if got := testutil.CollectAndCount(c); got != 7 {
-			t.Fatalf("after %d000 keys: %d series, want 7", n+1, got)
+		if got := testutil.CollectAndCount(c); got != 9 {
+			t.Fatalf("after %d000 keys: %d series, want 9", n+1, got)
 		}
 	}
 	if e.Stats().Keys < 1000 {

@@ -49,7 +49,9 @@ func ExampleNew() {
 	// ringlimit_keys_evicted_total 0
 	// ringlimit_keys_refused_total 0
 	// ringlimit_requests_total{outcome="allowed"} 2
+	// ringlimit_requests_total{outcome="canceled"} 0
 	// ringlimit_requests_total{outcome="denied"} 1
 	// ringlimit_requests_total{outcome="error"} 0
 	// ringlimit_requests_total{outcome="rejected"} 0
+	// ringlimit_requests_total{outcome="would_deny"} 0
 }

@@ -1,0 +1,91 @@
+package grpclimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestCallerGoneEndsWithContextStatus: a fail-open Decision that comes
+// with an error once the call's context is done runs no handler; the call
+// ends with the context's status, counted Canceled. Before, the failure
+// policy's admission ran the handler uncounted.
+func TestCallerGoneEndsWithContextStatus(t *testing.T) {
+	for _, tc := range adaptertest.DoneContexts() {
+		t.Run(tc.Name, func(t *testing.T) {
+			i := mustInterceptorT(t, &adaptertest.FailOpenOnCancel{}, WithKey(KeyByMethod()))
+			runs := 0
+			h := func(context.Context, any) (any, error) { runs++; return nil, nil }
+			want := status.FromContextError(tc.Err).Code()
+			_, err := i.Unary()(tc.Ctx, nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h)
+			if runs != 0 || status.Code(err) != want {
+				t.Fatalf("handler runs %d, status %v; want 0 and %v", runs, status.Code(err), want)
+			}
+			if s := i.Stats(); s != (Stats{Canceled: 1}) {
+				t.Fatalf("Stats %+v, want Canceled 1", s)
+			}
+		})
+	}
+}
+
+// TestCallerGoneOverLoopback: real gRPC clients with short deadlines, over
+// a loopback listener, in front of a fail-open limiter that holds each
+// call until its deadline has passed: no handler runs. The limiter waits
+// for the deadline itself, so the verdict does not depend on speed.
+func TestCallerGoneOverLoopback(t *testing.T) {
+	const calls = 20
+	i := mustInterceptorT(t, &adaptertest.FailOpenOnCancel{Block: true})
+	served := make(chan struct{}, calls) // one per call the interceptor finished
+	outer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		defer func() { served <- struct{}{} }()
+		return h(ctx, req)
+	}
+	cc, es := serve(t, grpc.ChainUnaryInterceptor(outer, i.Unary()))
+	// Connect first (the health service is exempt), so that each short
+	// deadline is spent on the server, not on dialling.
+	if r := say(t, cc, nil, "/grpc.health.v1.Health/Check"); r.code == codes.Unavailable {
+		t.Fatalf("warm-up: %v %s", r.code, r.msg)
+	}
+	<-served
+	for range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		r := say(t, cc, ctx, mSay)
+		cancel()
+		if r.code != codes.DeadlineExceeded {
+			t.Errorf("client saw %v, want DeadlineExceeded", r.code)
+		}
+		select { // the server may finish a call after its client gave up
+		case <-served:
+		case <-time.After(time.Minute): // a hang guard, not a verdict
+			t.Fatal("the server did not finish the call")
+		}
+	}
+	if n := es.count(); n != 0 {
+		t.Errorf("handler ran %d times for %d calls past their deadline", n, calls)
+	}
+	if s := i.Stats(); s != (Stats{Canceled: calls}) {
+		t.Errorf("Stats %+v, want Canceled %d", s, calls)
+	}
+}
+
+// TestClientCallerGone: the client interceptor sends no call when a
+// fail-open limiter fails after the call's context ended.
+func TestClientCallerGone(t *testing.T) {
+	c, err := NewClient(&adaptertest.FailOpenOnCancel{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Wait(ctx, "api", 1); status.Code(err) != codes.Canceled {
+		t.Fatalf("Wait = %v, want Canceled", err)
+	}
+	if s := c.Stats(); s != (ClientStats{Canceled: 1}) {
+		t.Fatalf("Stats %+v", s)
+	}
+}

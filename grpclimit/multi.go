@@ -1,0 +1,142 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// MaxPolicies is the most policies NewMultiInterceptor takes: 8, as
+// httplimit.MaxPolicies.
+const MaxPolicies = 8
+
+var (
+	_ [MaxPolicies - adapter.MaxPolicies]struct{}
+	_ [adapter.MaxPolicies - MaxPolicies]struct{}
+)
+
+// Policy is one limit of an Interceptor built by NewMultiInterceptor: a
+// limiter, the key it counts calls by, and the name and window of its
+// value in the ratelimit-policy and ratelimit metadata, with WithPolicy's
+// rules. It has the shape and meaning of httplimit.Policy.
+type Policy struct {
+	Name    string        // 1 … 64 printable ASCII characters, distinct within an Interceptor
+	Limiter any           // a Limiter or a ContextLimiter
+	Key     Key           // the zero Key means KeyByIP(64)
+	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+}
+
+// multi holds the policies of an Interceptor built by NewMultiInterceptor.
+type multi struct {
+	m      *adapter.Multi
+	keys   []Key
+	fields []*adapter.Fields
+}
+
+// NewMultiInterceptor returns an Interceptor that decides each call (each
+// stream, or each message with WithPerMessage) under every policy, in
+// order, and admits it only if all of them admit, with one ratelimit and
+// ratelimit-policy value per policy, in order. The rules are those of
+// httplimit.NewMulti:
+//
+//   - when every policy's limiter is an *engine.Engine, all or nothing
+//     (engine.AllowAll): a call one policy refuses charges none of the
+//     others, at one time read from the first policy's engine (its
+//     Config.Clock, or the wall clock);
+//   - otherwise (a *redisstore.Limiter among them) in order, the first
+//     policy that does not admit deciding: the policies before it keep
+//     the units they admitted, since a shared limiter's admission cannot
+//     be taken back, and the policies after it are not asked; a backend
+//     failure follows its failure policy (a fail-open admission goes on to
+//     the next policy, with no value for the failed one);
+//   - a refused call gets the values of the policies asked up to the
+//     refusing one, and that policy's status, as NewInterceptor gives it.
+//
+// Chained single-policy interceptors keep working; each of them charges
+// its limit independently, so an outer one is charged for a call an inner
+// one refuses.
+//
+// opts are NewInterceptor's, except WithKey and WithPolicy, which are
+// given per policy; a call's cost (WithCost, WithMethodCost) is charged
+// to every policy. 1 … MaxPolicies policies with distinct names are
+// allowed; every mistake is an error naming the policy.
+func NewMultiInterceptor(policies []Policy, opts ...Option) (*Interceptor, error) {
+	i := &Interceptor{cfg: defaultConfig()}
+	errs := i.configure("NewMultiInterceptor", opts)
+	if i.cfg.keySet || i.cfg.policySet {
+		errs = append(errs, errors.New("grpclimit: NewMultiInterceptor: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
+	}
+	mp := &multi{keys: make([]Key, len(policies))}
+	specs := make([]adapter.PolicySpec, len(policies))
+	for n, p := range policies {
+		k := p.Key
+		if k.fn == nil && k.err == nil {
+			k = KeyByIP(64)
+		}
+		mp.keys[n] = k
+		specs[n] = adapter.PolicySpec{Name: p.Name, Limiter: p.Limiter, Window: p.Window, KeyErr: k.Err()}
+	}
+	mm, fields, perrs := adapter.BuildMulti("grpclimit: ", "NewMultiInterceptor", specs, i.checkCosts)
+	errs = append(errs, perrs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	mp.m, mp.fields = mm, fields
+	i.multi = mp
+	i.limiter, i.fields = mm.Backend(0), fields[0]
+	return i, nil
+}
+
+// prepareMulti computes a call's key under every policy, and its cost.
+func (i *Interceptor) prepareMulti(ctx context.Context, method string) ([]string, int64, error) {
+	keys := make([]string, len(i.multi.keys))
+	for n, k := range i.multi.keys {
+		key, err := i.keyOf(ctx, method, k)
+		if err != nil {
+			return nil, 0, err
+		}
+		keys[n] = key
+	}
+	cost, err := i.costOf(ctx, method)
+	return keys, cost, err
+}
+
+// decideMulti is decide under every policy (see NewMultiInterceptor).
+func (i *Interceptor) decideMulti(ctx context.Context, keys []string, cost int64) (metadata.MD, error) {
+	p := i.multi
+	n := p.m.Len()
+	var ds [MaxPolicies]engine.Decision
+	var have [MaxPolicies]bool
+	v := p.m.Decide(ctx, keys, cost, i.cfg.style != 0, ds[:n], have[:n])
+	if v.Gone {
+		i.counts.Canceled.Add(1)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	var md metadata.MD
+	for j := range n {
+		if have[j] && j != v.At && !adapter.Quiet(i.cfg.below, ds[j]) {
+			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedReset())
+		}
+	}
+	switch {
+	case v.At < 0 && v.Failed:
+		i.counts.Errors.Add(1)
+		return md, nil
+	case v.At < 0:
+		i.counts.Allowed.Add(1)
+		return md, nil
+	case v.Failure && i.cfg.dryRun:
+		i.counts.Errors.Add(1)
+		return md, nil
+	case v.Failure:
+		i.counts.Errors.Add(1)
+		return md, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", ds[v.At].RetryAfter)
+	}
+	return i.refuse(md, p.fields[v.At], ds[v.At], cost)
+}

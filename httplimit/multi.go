@@ -1,0 +1,135 @@
+package httplimit
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
+)
+
+// MaxPolicies is the most policies NewMulti takes: 8, so that a
+// request's keys and decisions, and engine.AllowAll's reservations, live
+// on the stack.
+const MaxPolicies = 8
+
+var (
+	_ [MaxPolicies - adapter.MaxPolicies]struct{}
+	_ [adapter.MaxPolicies - MaxPolicies]struct{}
+)
+
+// Policy is one limit of a Middleware built by NewMulti: a limiter, the
+// key it counts requests by, and the name and window of its list member
+// in RateLimit-Policy and RateLimit, with WithPolicy's rules.
+type Policy struct {
+	Name    string        // 1 … 64 printable ASCII characters, distinct within a Middleware
+	Limiter any           // a Limiter or a ContextLimiter
+	Key     Key           // the zero Key means KeyByIP(64)
+	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+}
+
+// multi holds the policies of a Middleware built by NewMulti.
+type multi struct {
+	m      *adapter.Multi
+	keys   []Key
+	fields []*adapter.Fields
+}
+
+// NewMulti returns a Middleware that decides each request under every
+// policy, in order, and admits it only if all of them admit: a per-IP
+// limit and a per-tenant one in one middleware, say. It writes one
+// RateLimit-Policy and RateLimit list member per policy, in order.
+//
+// When every policy's limiter is an *engine.Engine, the decision is all or
+// nothing (engine.AllowAll): a request that one policy refuses charges
+// none of the others, at one time read from the first policy's engine
+// (its Config.Clock, or the wall clock). Otherwise (a *redisstore.Limiter
+// among them) the policies are asked in order, and the first that does
+// not admit decides: the policies before it keep the units they admitted,
+// since a shared limiter's admission cannot be taken back, and the
+// policies after it are not asked. A backend failure follows its failure
+// policy as in NewMiddleware: a fail-open admission goes on to the next
+// policy, with no list member for the failed one; a refusal answers 503.
+// A request refused by a policy gets the list members of the policies
+// asked up to that one, and the refusing policy's answer (429 with its
+// Retry-After, 413, 503 for MaxKeys, 400 for a key), as NewMiddleware
+// gives it. Stats count each request once.
+//
+// Nested single-policy middlewares (NewMiddleware around NewMiddleware)
+// keep working; each of them charges its limit independently, so an outer
+// one is charged for a request an inner one refuses.
+//
+// opts are NewMiddleware's, except WithKey and WithPolicy, which are given
+// per policy; WithCost's cost is charged to every policy. 1 … MaxPolicies
+// policies with distinct names are allowed; every mistake is an error
+// naming the policy.
+func NewMulti(policies []Policy, opts ...Option) (*Middleware, error) {
+	m := &Middleware{cfg: defaultConfig()}
+	errs := adapter.ApplyOptions("httplimit: ", "NewMulti", &m.cfg, opts)
+	if m.cfg.keySet || m.cfg.policySet {
+		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
+	}
+	mp := &multi{keys: make([]Key, len(policies))}
+	specs := make([]adapter.PolicySpec, len(policies))
+	for n, p := range policies {
+		k := p.Key
+		if k.fn == nil && k.err == nil {
+			k = KeyByIP(64)
+		}
+		mp.keys[n] = k
+		specs[n] = adapter.PolicySpec{Name: p.Name, Limiter: p.Limiter, Window: p.Window, KeyErr: k.Err()}
+	}
+	mm, fields, perrs := adapter.BuildMulti("httplimit: ", "NewMulti", specs, nil)
+	errs = append(errs, perrs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	mp.m, mp.fields = mm, fields
+	m.multi = mp
+	m.limiter, m.fields = mm.Backend(0), fields[0]
+	return m, nil
+}
+
+// serveMulti is serve for a Middleware built by NewMulti.
+func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	p := m.multi
+	n := p.m.Len()
+	var keys [MaxPolicies]string
+	for i, k := range p.keys {
+		key, ok := m.key(w, r, next, k)
+		if !ok {
+			return
+		}
+		keys[i] = key
+	}
+	cost, ok := m.cost(w, r, next)
+	if !ok {
+		return
+	}
+	var ds [MaxPolicies]engine.Decision
+	var have [MaxPolicies]bool
+	v := p.m.Decide(r.Context(), keys[:n], cost, m.cfg.style != 0, ds[:n], have[:n])
+	if v.Gone {
+		m.callerGone(w)
+		return
+	}
+	h := w.Header()
+	for i := range n {
+		if have[i] && i != v.At {
+			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedReset(), false)
+		}
+	}
+	switch {
+	case v.At < 0 && v.Failed:
+		m.counts.Errors.Add(1)
+		next.ServeHTTP(w, r)
+	case v.At < 0:
+		m.counts.Allowed.Add(1)
+		next.ServeHTTP(w, r)
+	case v.Failure:
+		m.limiterFailed(w, r, next, ds[v.At])
+	default:
+		m.refuse(w, r, next, ds[v.At], cost, p.fields[v.At])
+	}
+}
