@@ -168,7 +168,9 @@ func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 // 1 ≤ n ≤ limit at t ≥ 0 (Unix ns); ok is false for everything else, which
 // decideSlow handles. It returns the ring's Result rather than a Decision so
 // that nothing is copied through memory between frames. Without detail it
-// leaves Remaining and RetryAfter out (ringslot.Admit), for Allow.
+// leaves Remaining and RetryAfter out (ringslot.Admit), for Allow. A limit
+// lowered between its read here and the decision makes the Result Stale
+// (and Dead): decideSlow reads the limit again (docs/design.md §3c).
 func (e *Engine) fast(key string, n, t int64, detail bool) (res ringslot.Result, limit int64, ok bool) {
 	if t < 0 || n < 1 {
 		return res, 0, false
@@ -241,6 +243,12 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 			res = e.geo.Acquire(r, t, n, limit)
 		} else {
 			res = e.geo.Peek(r, t, n, limit)
+		}
+		if res.Stale {
+			// The key's limit was lowered under the decision, which
+			// recorded nothing: decide again under the limit in force
+			// (docs/design.md §3c).
+			continue
 		}
 		if res.Dead {
 			// Retired by idleness or the sweeper: the key starts fresh.
