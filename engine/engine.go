@@ -37,7 +37,8 @@ func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
 //
 // Under contention on one key a request can be refused that a sequential
 // execution would admit (a false denial, when it sees another request's add
-// that is then undone at a sub-window boundary); no request is ever admitted
+// that is then undone at a sub-window boundary or around a change of the
+// key's limit); no request is ever admitted
 // that the algorithm's estimate would refuse. docs/design.md states the
 // algorithm, its bounds and the proofs (§1–§5).
 type Engine struct {
@@ -378,7 +379,12 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 // SetLimitAt sets key's own limit, creating the key's state at now if it
 // has none, and keeps its counts. It needs Config.PerKeyLimits or
 // Config.KeyLimit. A lower limit applies from the next decision; units
-// already admitted stay. The override lasts until the key is reclaimed
+// already admitted stay. A change is linearizable with the key's
+// decisions, also those in flight: each admission fits the limit in force
+// when it is made, never one it read before a lowering (such a decision
+// decides again); a decision in flight when the limit is raised may still
+// be refused under the old one, a false denial (docs/design.md §3c). The
+// override lasts until the key is reclaimed
 // after being idle for longer than Window plus one sub-window (FixedWindow:
 // 2·Window; SlidingLog: Window), or, with eviction disabled, until a request
 // comes 2^21 or more sub-windows after the key's newest one; after that
@@ -449,8 +455,9 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 // Config.KeyLimit. It is not a snapshot, and it applies fn's answer only to
 // the state fn was shown: a key reclaimed meanwhile is not created again,
 // and a key whose state was replaced or created meanwhile keeps the limit
-// KeyLimit gave it. It returns the first error SetLimit would return for
-// a limit out of range, after visiting every key.
+// KeyLimit gave it. Each limit it sets is linearizable with the key's
+// decisions, as SetLimitAt's is. It returns the first error SetLimit would
+// return for a limit out of range, after visiting every key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")

@@ -164,3 +164,48 @@ func raceLoweredLimit(t *testing.T, alg engine.Algorithm, via string, trials int
 	}
 	return both, neither, e.Audit()
 }
+
+// BenchmarkPerKeyLimitHotKey is BenchmarkHotKey's clock=at case on an
+// engine with per-key limits, where a decision checks its key's limit word
+// before and after its CAS (docs/design.md §3c), serial and under
+// b.RunParallel on one key; BenchmarkHotKey measures the shared limit.
+func BenchmarkPerKeyLimitHotKey(b *testing.B) {
+	for _, alg := range allAlgorithms {
+		limit, step := int64(engine.MaxLimit), time.Duration(0)
+		if alg == engine.SlidingLog {
+			limit = engine.DefaultMaxLogLimit
+			step = time.Second / time.Duration(limit)
+		}
+		for _, par := range []bool{false, true} {
+			mode := "serial"
+			if par {
+				mode = "parallel"
+			}
+			b.Run("alg="+alg.String()+"/"+mode, func(b *testing.B) {
+				e := newEngine(b, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, DisableEviction: true, PerKeyLimits: true})
+				if err := e.SetLimitAt("hot-key", limit, t0); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				if par {
+					b.RunParallel(func(pb *testing.PB) {
+						now := t0
+						for pb.Next() {
+							now = now.Add(step)
+							if !e.AllowAt("hot-key", 1, now).Allowed && step == 0 {
+								b.Error("refused at MaxLimit")
+								return
+							}
+						}
+					})
+					return
+				}
+				now := t0
+				for b.Loop() {
+					now = now.Add(step)
+					sinkDecision = e.AllowAt("hot-key", 1, now)
+				}
+			})
+		}
+	}
+}

@@ -255,12 +255,13 @@ func (g *Geometry) SetLimit(r Ring, limit int64) bool {
 	return !g.Retired(r)
 }
 
-// limitHeld reports whether a decision that read the limit word was and
-// used limit ≤ its count can keep an admission when the word reads now at
-// its final check: the word is unchanged, so no change was made in between;
-// or exactly one change was made (the version moved by one) and it did not
-// lower the limit below limit. Either way every limit in force between the
-// two reads, the one at the decision's CAS among them, is at least limit.
+// limitHeld reports whether a decision may keep its admission: it read the
+// limit word as was before its CAS and as now after it, and decided under
+// limit ≤ was's limit. It may if the word is unchanged (no change between
+// the two loads), or if exactly one change came between (the version moved
+// by one) and set a limit no lower than limit. Either way every limit in
+// force between the two loads, the one at the CAS among them, is at least
+// limit (docs/design.md §3c).
 func limitHeld(was, now, limit int64) bool {
 	return now == was || (pack.TagOfWord(now)-pack.TagOfWord(was))&tagMask == 1 && pack.CountOfWord(now) >= limit
 }
@@ -293,7 +294,7 @@ type Verdict struct {
 	Allowed bool
 	Dead    bool // no decision was made on this ring: reload the key's ring (and limit) and retry
 	// Stale, always with Dead: the ring is live, but its limit was lowered
-	// below the caller's limit before the decision could be made under it
+	// below the caller's, or changed more than once, while the decision ran
 	// (Acquire); nothing was recorded. Reload the limit and retry on the
 	// same ring; do not replace it.
 	Stale bool
