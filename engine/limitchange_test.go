@@ -61,9 +61,13 @@ func TestLoweredLimitHoldsUnderConcurrency(t *testing.T) {
 		trials /= 10
 	}
 	for _, alg := range allAlgorithms {
-		for _, via := range []string{"SetLimit", "UpdateLimits"} {
-			t.Run(fmt.Sprintf("%v/%s", alg, via), func(t *testing.T) {
-				both, neither, audit := raceLoweredLimit(t, alg, via, trials)
+		for _, c := range []struct{ via, ask string }{{"SetLimit", "AllowAt"}, {"UpdateLimits", "AllowAt"}, {"SetLimit", "ReserveAt"}, {"SetLimit", "AllowAll"}} {
+			trials := trials
+			if c.ask != "AllowAt" {
+				trials /= 2 // the same Acquire, reached through Reserve's fast path and AllowAll
+			}
+			t.Run(fmt.Sprintf("%v/%s/%s", alg, c.via, c.ask), func(t *testing.T) {
+				both, neither, audit := raceLoweredLimit(t, alg, c.via, c.ask, trials)
 				t.Logf("%d races: %d admitted both, %d neither (false denials under contention); the audit judged %d decisions, %d false admits",
 					trials, both, neither, audit.Judged, audit.FalseAdmits)
 				if both > 0 {
@@ -82,9 +86,10 @@ func TestLoweredLimitHoldsUnderConcurrency(t *testing.T) {
 
 // raceLoweredLimit runs the races on one key of one engine, each race two
 // windows after the previous one, so that it starts empty. Goroutine A sets
-// the key up and then asks for one unit; goroutine B lowers the limit and
-// asks for one unit; the two start together at a spin barrier.
-func raceLoweredLimit(t *testing.T, alg engine.Algorithm, via string, trials int) (both, neither int, audit engine.AuditReport) {
+// the key up and then asks for one unit (through ask: AllowAt, ReserveAt or
+// AllowAll); goroutine B lowers the limit (through via) and asks for one
+// unit; the two start together at a spin barrier.
+func raceLoweredLimit(t *testing.T, alg engine.Algorithm, via, ask string, trials int) (both, neither int, audit engine.AuditReport) {
 	const key = "tenant"
 	w := time.Millisecond
 	cfg := engine.Config{Limit: 8, Window: 1000 * w, SubWindows: 1000, Algorithm: alg, PerKeyLimits: true, DisableEviction: true, Shards: 1,
@@ -122,7 +127,16 @@ func raceLoweredLimit(t *testing.T, alg engine.Algorithm, via string, trials int
 			}
 			readyA.Store(int64(i + 1))
 			spinUntil(&readyB, int64(i+1))
-			gotA[i] = e.AllowAt(key, 1, tA).Allowed
+			switch ask {
+			case "ReserveAt":
+				r := e.ReserveAt(key, 1, tA)
+				gotA[i] = r.Decision().Allowed
+			case "AllowAll":
+				idx, _ := engine.AllowAll(tA, engine.Request{Engine: e, Key: key, N: 1})
+				gotA[i] = idx < 0
+			default:
+				gotA[i] = e.AllowAt(key, 1, tA).Allowed
+			}
 		}
 	}()
 	go func() { // B: lower the limit, then ask
