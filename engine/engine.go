@@ -37,7 +37,8 @@ func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
 //
 // Under contention on one key a request can be refused that a sequential
 // execution would admit (a false denial, when it sees another request's add
-// that is then undone at a sub-window boundary); no request is ever admitted
+// that is then undone at a sub-window boundary or around a change of the
+// key's limit); no request is ever admitted
 // that the algorithm's estimate would refuse. docs/design.md states the
 // algorithm, its bounds and the proofs (§1–§5).
 type Engine struct {
@@ -168,7 +169,9 @@ func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 // 1 ≤ n ≤ limit at t ≥ 0 (Unix ns); ok is false for everything else, which
 // decideSlow handles. It returns the ring's Result rather than a Decision so
 // that nothing is copied through memory between frames. Without detail it
-// leaves Remaining and RetryAfter out (ringslot.Admit), for Allow.
+// leaves Remaining and RetryAfter out (ringslot.Admit), for Allow. A limit
+// lowered between its read here and the decision makes the Result Stale
+// (and Dead): decideSlow reads the limit again (docs/design.md §3c).
 func (e *Engine) fast(key string, n, t int64, detail bool) (res ringslot.Result, limit int64, ok bool) {
 	if t < 0 || n < 1 || len(key) > e.cfg.maxKey { // Config.MaxKeyBytes: one compare, before the hash
 		return res, 0, false
@@ -244,6 +247,12 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 			res = e.geo.Acquire(r, t, n, limit)
 		} else {
 			res = e.geo.Peek(r, t, n, limit)
+		}
+		if res.Stale {
+			// The key's limit was lowered under the decision, which
+			// recorded nothing: decide again under the limit in force
+			// (docs/design.md §3c).
+			continue
 		}
 		if res.Dead {
 			// Retired by idleness or the sweeper: the key starts fresh.
@@ -373,7 +382,12 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 // SetLimitAt sets key's own limit, creating the key's state at now if it
 // has none, and keeps its counts. It needs Config.PerKeyLimits or
 // Config.KeyLimit. A lower limit applies from the next decision; units
-// already admitted stay. The override lasts until the key is reclaimed
+// already admitted stay. A change is linearizable with the key's
+// decisions, also those in flight: each admission fits the limit in force
+// when it is made, never one it read before a lowering (such a decision
+// decides again); a decision in flight when the limit is raised may still
+// be refused under the old one, a false denial (docs/design.md §3c). The
+// override lasts until the key is reclaimed
 // after being idle for longer than Window plus one sub-window (FixedWindow:
 // 2·Window; SlidingLog: Window), or, with eviction disabled, until a request
 // comes 2^21 or more sub-windows after the key's newest one; after that
@@ -448,8 +462,9 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 // Config.KeyLimit. It is not a snapshot, and it applies fn's answer only to
 // the state fn was shown: a key reclaimed meanwhile is not created again,
 // and a key whose state was replaced or created meanwhile keeps the limit
-// KeyLimit gave it. It returns the first error SetLimit would return for
-// a limit out of range, after visiting every key.
+// KeyLimit gave it. Each limit it sets is linearizable with the key's
+// decisions, as SetLimitAt's is. It returns the first error SetLimit would
+// return for a limit out of range, after visiting every key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")

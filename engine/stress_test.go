@@ -3,16 +3,19 @@ package engine_test
 // The stress checker: many goroutines on a few hot keys, a ManualClock that
 // the workers themselves advance, jittered and backward times, idle phases,
 // far jumps that retire rings, a background sweeper and a Sweep loop, and
-// SetLimit/UpdateLimits, all racing. Every admission is recorded with the
-// bounds of its effective time, and at quiescent points the records are
-// checked against the algorithm's bound, and every key's Remaining against
-// an exact recount. It is opt-in by length: `go test -short` skips it, CI
-// runs it for 1 s per algorithm, `make stress` for 2 minutes each.
+// SetLimit/UpdateLimits lowering and raising limits, all racing. Every
+// admission is recorded with the bounds of its effective time and of the
+// limit changes it may have seen, and at quiescent points the records are
+// checked against the algorithm's bound under the limit in force (see
+// checkWindows), and every key's Remaining against an exact recount. It is
+// opt-in by length: `go test -short` skips it, CI runs it for 1 s per
+// algorithm, `make stress` for 2 minutes each.
 
 import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -25,7 +28,8 @@ import (
 var stressFor = flag.Duration("stress", time.Second, "how long TestStress runs per algorithm (make stress: 2m)")
 
 const (
-	stressLimit    = 10 // the largest limit any key has; limits alternate 10 and 8
+	stressLimit    = 10 // Config.Limit, and the largest limit any key has
+	stressLowest   = 6  // limits change between stressLowest and stressLimit
 	stressKeys     = 3
 	stressWorkers  = 8
 	stressOps      = 250 // per worker per round
@@ -46,6 +50,55 @@ type stressRec struct {
 	n      int64
 	exact  bool
 	id     int64 // a Reservation's, to find it when cancelled; 0 otherwise
+	// The limit changes of the key the decision may have been made
+	// under: from the newest SetLimit complete when it started (sure) to
+	// the newest change begun when it returned (begun), see stressLimits.
+	sure, begun int64
+}
+
+// stressLimits is the history of one key's limit changes, for judging a
+// window by the limit in force. Change j (from 1) sets vals[j]; vals[0] is
+// Config.Limit. The changer makes them one at a time: it appends the value,
+// stores begun = j and cur = the value (what Config.KeyLimit gives a ring
+// created from then on), makes the change, and for a SetLimit stores sure
+// = j. So at any instant the key's limit is vals[j] for some j in
+// [sure, begun]: a SetLimit applies itself to whichever ring is the key's
+// when it returns (it follows a replacement), and a ring created later gets
+// cur. An UpdateLimits is not sure: a ring created while it runs may keep
+// the KeyLimit it was created with (as UpdateLimits documents), so it
+// raises begun only.
+type stressLimits struct {
+	vals        []int64 // vals[i] is change base+i; written by the changer only, read and pruned at quiescent points
+	base        int64
+	begun, sure atomic.Int64
+	cur         atomic.Int64
+}
+
+// start and end return the marks to record around a decision: sure before
+// it, begun after it.
+func (l *stressLimits) start() int64 { return l.sure.Load() }
+func (l *stressLimits) end() int64   { return l.begun.Load() }
+
+// most returns the largest limit among changes lo … hi.
+func (l *stressLimits) most(lo, hi int64) int64 {
+	m := int64(0)
+	for _, v := range l.vals[lo-l.base : hi-l.base+1] {
+		m = max(m, v)
+	}
+	return m
+}
+
+// at returns up to 8 limits from change j on, for a failure's message.
+func (l *stressLimits) at(j int64) []int64 {
+	return l.vals[j-l.base : min(int64(len(l.vals)), j-l.base+8)]
+}
+
+// prune forgets the changes before from, which no record can reach.
+func (l *stressLimits) prune(from int64) {
+	if from > l.base {
+		l.vals = append(l.vals[:0], l.vals[from-l.base:]...)
+		l.base = from
+	}
 }
 
 // stressPending is a Reservation a worker may cancel later, in this round
@@ -64,6 +117,7 @@ type stressRun struct {
 	span    int64 // N (0 for Fixed and Log)
 	window  int64 // ns
 	keyMax  [stressKeys]atomic.Int64
+	limits  [stressKeys]stressLimits
 	fails   atomic.Int64
 	errMu   sync.Mutex
 	errs    []string
@@ -73,6 +127,7 @@ type stressRun struct {
 	stats   struct {
 		decisions, admitted, exactChecks, boundedChecks, farJumps, idleJumps, rounds int64
 		reserved, cancelled, cancelRefused, allowAll                                 int64
+		limitChanges, lowered, belowWindows                                          int64
 	}
 	decided atomic.Int64
 }
@@ -112,6 +167,12 @@ func TestStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the stress checker is skipped with -short")
 	}
+	// More OS threads than cores, so that the OS preempts decisions at any
+	// instruction, not only where Go's scheduler would: a decision stalled
+	// between reading its key's limit and deciding is what a limit change
+	// must not break (docs/design.md §3c). The verdicts do not depend on
+	// it; how often the races happen does.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) { runStress(t, alg, *stressFor) })
 	}
@@ -119,11 +180,22 @@ func TestStress(t *testing.T) {
 
 func runStress(t *testing.T, alg engine.Algorithm, d time.Duration) {
 	clk := engine.NewManualClock(time.Date(2023, 5, 1, 0, 0, 0, 0, time.UTC))
+	s := &stressRun{t: t, clk: clk, alg: alg, window: int64(100 * time.Millisecond)}
+	for k := range s.limits {
+		s.limits[k].vals = []int64{stressLimit}
+		s.limits[k].cur.Store(stressLimit)
+	}
 	e := newEngine(t, engine.Config{
 		Limit: stressLimit, Window: 100 * time.Millisecond, SubWindows: 4, Algorithm: alg,
-		Clock: clk, PerKeyLimits: true, SweepInterval: time.Millisecond, Shards: 4,
+		Clock: clk, SweepInterval: time.Millisecond, Shards: 4,
+		KeyLimit: func(key string) int64 { // a new ring gets the newest limit begun (0 for the cold keys: Limit)
+			if len(key) == 2 && key[0] == 'k' {
+				return s.limits[key[1]-'0'].cur.Load()
+			}
+			return 0
+		},
 	})
-	s := &stressRun{t: t, e: e, clk: clk, alg: alg, width: e.Width(), span: int64(e.Span()), window: int64(100 * time.Millisecond)}
+	s.e, s.width, s.span = e, e.Width(), int64(e.Span())
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
 	for round := 0; time.Since(start) < d || round < 4; round++ {
@@ -149,10 +221,10 @@ func runStress(t *testing.T, alg engine.Algorithm, d time.Duration) {
 	for _, msg := range s.errs {
 		t.Error(msg)
 	}
-	t.Logf("%s: %d rounds, %d goroutines, %d decisions (%d admitted) in %v; %d far jumps, %d idle jumps; Remaining checked exactly %d times, within bounds %d times; %d reservations admitted, %d cancelled, %d cancels refused, %d AllowAll",
+	t.Logf("%s: %d rounds, %d goroutines, %d decisions (%d admitted) in %v; %d far jumps, %d idle jumps; Remaining checked exactly %d times, within bounds %d times; %d reservations admitted, %d cancelled, %d cancels refused, %d AllowAll; %d limit changes (%d lowering), %d windows judged under a limit below %d",
 		alg, s.stats.rounds, stressWorkers+2, s.decided.Load(), s.stats.admitted, time.Since(start).Round(time.Millisecond),
 		s.stats.farJumps, s.stats.idleJumps, s.stats.exactChecks, s.stats.boundedChecks,
-		s.stats.reserved, s.stats.cancelled, s.stats.cancelRefused, s.stats.allowAll)
+		s.stats.reserved, s.stats.cancelled, s.stats.cancelRefused, s.stats.allowAll, s.stats.limitChanges, s.stats.lowered, s.stats.belowWindows, stressLimit)
 	if s.stats.cancelled == 0 || s.stats.cancelRefused == 0 {
 		t.Error("no Cancel returned units, or none was refused: the cancel paths were not exercised")
 	}
@@ -179,17 +251,39 @@ func (s *stressRun) round(seed uint64, revive bool) {
 	}
 	var bg sync.WaitGroup
 	bg.Add(2)
-	go func() { // SetLimit and UpdateLimits race the decisions
+	go func() { // SetLimit and UpdateLimits lower and raise limits under the decisions
 		defer bg.Done()
+		crng := rand.New(rand.NewPCG(seed, 1<<32))
 		for i := 0; !done.Load(); i++ {
-			l := int64(stressLimit - 2*(i%2))
-			if i%3 == 0 {
+			// A pause between changes, so that most decisions see none
+			// and the checker knows their limit exactly.
+			for range 1 + crng.IntN(8) {
+				runtime.Gosched()
+			}
+			l := stressLowest + crng.Int64N(stressLimit-stressLowest+1)
+			if i%4 == 3 {
+				for k := range s.limits {
+					s.beginChange(k, l)
+				}
 				if err := s.e.UpdateLimits(func(string, int64) int64 { return l }); err != nil {
 					s.fail("UpdateLimits(%d): %v", l, err)
 				}
-			} else if err := s.e.SetLimit(fmt.Sprint("k", i%stressKeys), l); err != nil {
+				continue
+			}
+			k := crng.IntN(stressKeys)
+			if crng.IntN(2) == 0 {
+				// Lower to just above what the key holds: the requests
+				// that fit the new limit race those that read the old
+				// one (the race of docs/design.md §3c).
+				if d := s.e.AllowN(fmt.Sprint("k", k), 0); d.Remaining > 1 {
+					l = max(stressLowest, d.Limit-d.Remaining+1)
+				}
+			}
+			j := s.beginChange(k, l)
+			if err := s.e.SetLimit(fmt.Sprint("k", k), l); err != nil {
 				s.fail("SetLimit(%d): %v", l, err)
 			}
+			s.limits[k].sure.Store(j)
 		}
 	}()
 	go func() { // a tight Sweep loop beside the background sweeper
@@ -226,6 +320,21 @@ func (s *stressRun) round(seed uint64, revive bool) {
 	for k := range s.recs {
 		s.recs[k] = slices.DeleteFunc(s.recs[k], func(r stressRec) bool { return r.id != 0 && cancelled[r.id] })
 	}
+}
+
+// beginChange records that key k's limit is about to become l, and returns
+// the change's index (stressLimits).
+func (s *stressRun) beginChange(k int, l int64) int64 {
+	lim := &s.limits[k]
+	lim.vals = append(lim.vals, l)
+	j := lim.base + int64(len(lim.vals)) - 1
+	if l < lim.vals[len(lim.vals)-2] {
+		s.stats.lowered++
+	}
+	s.stats.limitChanges++
+	lim.begun.Store(j)
+	lim.cur.Store(l)
+	return j
 }
 
 // worker runs stressOps random decisions. In a revive round every worker
@@ -271,16 +380,19 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 				at += rng.Int64N(s.width / 2)
 			}
 			atomicMax(&s.keyMax[k], at)
+			sure := s.limits[k].start()
 			d, eff := e.AllowAtTrace(key, n, time.Unix(0, at))
+			begun := s.limits[k].end()
 			if lo, hi := s.epochOf(at), s.hiBound(k); eff < lo || eff > hi {
 				s.fail("%s AllowAt(%d) at %d: effective epoch %d outside [%d, %d]", key, n, at, eff, lo, hi)
 			}
 			s.checkDecision(key, n, d)
 			if d.Allowed {
-				out = append(out, stressRec{key: k, lo: eff, hi: eff, n: n, exact: true})
+				out = append(out, stressRec{key: k, lo: eff, hi: eff, n: n, exact: true, sure: sure, begun: begun})
 			}
 		case op < 140: // Allow and AllowN on the engine's clock: bounded, not traced
 			lo := s.epochOf(clk.UnixNano())
+			sure := s.limits[k].start()
 			var ok bool
 			if op < 115 {
 				n = 1
@@ -291,7 +403,7 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 				ok = d.Allowed
 			}
 			if ok {
-				out = append(out, stressRec{key: k, lo: lo, hi: s.hiBound(k), n: n})
+				out = append(out, stressRec{key: k, lo: lo, hi: s.hiBound(k), n: n, sure: sure, begun: s.limits[k].end()})
 			}
 		case op < 150: // cold keys: thousands of them, reclaimed by racing sweeps after each idle jump
 			e.Allow(fmt.Sprint("cold", rng.IntN(stressColdKeys)))
@@ -301,7 +413,9 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 			if len(s.pending[w]) == 64 {
 				s.pending[w] = s.pending[w][1:]
 			}
+			sure := s.limits[k].start()
 			s.pending[w] = append(s.pending[w], stressPending{r: e.ReserveAt(key, n, time.Unix(0, at)), id: s.nextID.Add(1)})
+			begun := s.limits[k].end()
 			p := &s.pending[w][len(s.pending[w])-1]
 			d := p.r.Decision()
 			if !d.Allowed && rng.IntN(8) > 0 {
@@ -313,7 +427,7 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 				if lo, hi := s.epochOf(at), s.hiBound(k); eff < lo || eff > hi {
 					s.fail("%s ReserveAt(%d) at %d: effective epoch %d outside [%d, %d]", key, n, at, eff, lo, hi)
 				}
-				out = append(out, stressRec{key: k, lo: eff, hi: eff, n: n, exact: true, id: p.id})
+				out = append(out, stressRec{key: k, lo: eff, hi: eff, n: n, exact: true, id: p.id, sure: sure, begun: begun})
 			}
 		case op < 168: // Cancel one of this worker's reservations, sometimes twice
 			if len(s.pending[w]) == 0 {
@@ -342,13 +456,16 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 			lo := s.epochOf(at)
 			atomicMax(&s.keyMax[k], at)
 			atomicMax(&s.keyMax[k2], at)
+			sure, sure2 := s.limits[k].start(), s.limits[k2].start()
 			i, d := engine.AllowAll(time.Unix(0, at), engine.Request{Engine: e, Key: key, N: n}, engine.Request{Engine: e, Key: key2, N: 1})
+			begun, begun2 := s.limits[k].end(), s.limits[k2].end()
 			allowAll.Add(1)
 			if d.Allowed != (i < 0) {
 				s.fail("AllowAll: index %d with %+v", i, d)
 			}
 			if i < 0 {
-				out = append(out, stressRec{key: k, lo: lo, hi: s.hiBound(k), n: n}, stressRec{key: k2, lo: lo, hi: s.hiBound(k2), n: 1})
+				out = append(out, stressRec{key: k, lo: lo, hi: s.hiBound(k), n: n, sure: sure, begun: begun},
+					stressRec{key: k2, lo: lo, hi: s.hiBound(k2), n: 1, sure: sure2, begun: begun2})
 			}
 		case op < 175: // requests that record nothing
 			bad := []int64{0, -1, -5, stressLimit + 1, 1 << 41}[rng.IntN(5)]
@@ -366,8 +483,8 @@ func (s *stressRun) worker(w int, rng *rand.Rand, far, refused, allowAll *atomic
 // checkDecision checks what a single Decision must say on its own.
 func (s *stressRun) checkDecision(key string, n int64, d engine.Decision) {
 	switch {
-	case d.Limit != stressLimit && d.Limit != stressLimit-2:
-		s.fail("%s: Limit %d, want %d or %d", key, d.Limit, stressLimit, stressLimit-2)
+	case d.Limit < stressLowest || d.Limit > stressLimit:
+		s.fail("%s: Limit %d, want %d … %d", key, d.Limit, stressLowest, stressLimit)
 	case d.Allowed && d.RetryAfter != 0, d.Remaining < 0 || d.Remaining > d.Limit:
 		s.fail("%s n=%d: inconsistent %+v", key, n, d)
 	case !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter == engine.Never):
@@ -388,12 +505,35 @@ func (s *stressRun) quiescentCheck() {
 			horizon = s.clk.UnixNano() - 2*s.window
 		}
 		s.recs[k] = slices.DeleteFunc(rs, func(r stressRec) bool { return r.hi < horizon })
+		from := s.limits[k].sure.Load()
+		for _, r := range s.recs[k] {
+			from = min(from, r.sure)
+		}
+		s.limits[k].prune(from)
 	}
 }
 
 // checkWindows: Strict and Fixed, every window of N+1 epochs (Fixed: one)
 // holds ≤ L; Sliding, every N consecutive epochs; the log, every (x−W, x].
 // Only records whose effective time is certain are counted.
+//
+// L is the limit in force where the window's last admission was made.
+// Order the admissions by their linearization points (docs/design.md §3,
+// §3c): effective epochs never decrease in that order, so the window's last
+// admission A is at its newest epoch x, and it counted every other unit of
+// the window, all admitted before it (the estimate counts the newest N+1
+// epochs in full, Weighted the newest N, Fixed one, the log (x−W, x]; a
+// cancelled unit is out of the records and so counts only against A). So
+// the window holds at most the limit in force at A's linearization point.
+// That point lies after every admission of the window started (they
+// precede it), so at or after the latest start, whose sure mark is the
+// largest sure m in the window, and before A returned: the limit there is
+// one of changes m … A's begun (stressLimits). Which record is A the
+// checker does not know, so it takes the most any record at x allows. The
+// bound is sound (it only widens the possible limits) and it still catches
+// a decision that used a limit read before a lowering that its window's
+// other admissions were made under: those started after the lowering was
+// sure, and the stale decision returned before the next change began.
 func (s *stressRun) checkWindows(k int, rs []stressRec) {
 	var pts []stressRec
 	for _, r := range rs {
@@ -422,6 +562,31 @@ func (s *stressRun) checkWindows(k int, rs []stressRec) {
 		}
 		if sum > stressLimit {
 			s.fail("k%d: %d units in the window ending at %d (span %d), limit %d", k, sum, p.lo, span, stressLimit)
+			return
+		}
+		if sum <= stressLowest {
+			continue // within every limit the key ever has
+		}
+		m := int64(0)
+		for _, q := range pts[j : i+1] {
+			m = max(m, q.sure)
+		}
+		allowed := int64(0)
+		for _, a := range pts[j : i+1] {
+			if a.lo == p.lo && a.begun >= m {
+				allowed = max(allowed, s.limits[k].most(m, a.begun))
+			}
+		}
+		if allowed < stressLimit {
+			s.stats.belowWindows++
+		}
+		if sum > allowed {
+			var at []string
+			for _, q := range pts[j : i+1] {
+				at = append(at, fmt.Sprintf("%d@%d changes %d…%d", q.n, q.lo, q.sure, q.begun))
+			}
+			s.fail("k%d: %d units in the window ending at %d (span %d), where the limit in force was at most %d (changes from %d: %v): %v",
+				k, sum, p.lo, span, allowed, m, s.limits[k].at(m), at)
 			return
 		}
 	}

@@ -152,7 +152,9 @@ func expired(r Ring, capacity, start, size, cut int64) int64 {
 // newest time seen (publishing t if newer), drop the units that left the
 // window, and append n units at t iff they fit. A denial writes nothing but
 // last. Preconditions: 1 ≤ n ≤ limit; a limit above the ring's capacity is
-// treated as the capacity (the engine never passes one).
+// treated as the capacity (the engine never passes one). A limit above the
+// ring's own (lowered since the caller read it) records nothing and returns
+// Stale, as Acquire documents.
 func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 	r.lock()
 	last := r.word(logLast)
@@ -160,6 +162,13 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 	if l < 0 {
 		r.unlock()
 		return Result{Verdict: Verdict{Dead: true}}
+	}
+	if r.word(logLimit).Load() < limit {
+		// Lowered since the caller read it: the decision is made here,
+		// under the lock that every limit change takes, so it must be made
+		// under the limit in force now (docs/design.md §3c).
+		r.unlock()
+		return Result{Verdict: Verdict{Dead: true, Stale: true}}
 	}
 	asked := t
 	if t > l {

@@ -133,7 +133,8 @@ func (g *Geometry) Span() int64 { return g.span }
 //	                  retiredWord(R) once the ring is retired at epoch R
 //	[1]        full:  cache, pack.Word(tag of e, settled count in full)
 //	[2]        old:   cache, pack.Word(tag of e, count of e−N); weighted only
-//	[limitAt]  limit: only with per-key limits
+//	[limitAt]  limit: only with per-key limits, pack.Word(version, limit);
+//	           SetLimit bumps the version (mod 2^24) with each change
 //	[hdr+i]    slot i: pack.Word(tag, count) for the epoch ≡ i mod N+1
 //
 // Strict rings have one cache word, Fixed rings none (cache.go).
@@ -154,6 +155,10 @@ func (g *Geometry) Span() int64 { return g.span }
 //   - A cache word tagged e holds an upper bound of the admitted units of
 //     its settled epochs, for every writer that can still be admitted at e
 //     (cache.go has the proof).
+//   - Every change of a per-key limit moves the limit word's version on by
+//     one, so a writer that reads the same word before and after its CAS
+//     knows that the limit did not change in between (Acquire, and
+//     docs/design.md §3c).
 type Ring struct{ p *atomic.Int64 }
 
 // New allocates the state of key: a ring whose newest epoch is the epoch of
@@ -185,8 +190,10 @@ func (r Ring) word(i int) *atomic.Int64 {
 // Valid reports whether r refers to a ring.
 func (r Ring) Valid() bool { return r.p != nil }
 
-// Limit returns the ring's own limit (per-key geometries only).
-func (g *Geometry) Limit(r Ring) int64 { return r.word(g.limitAt).Load() }
+// Limit returns the ring's own limit (per-key geometries only). A decision
+// passes it to Acquire, which checks that it still holds when the decision
+// is made.
+func (g *Geometry) Limit(r Ring) int64 { return pack.CountOfWord(r.word(g.limitAt).Load()) }
 
 // Touch moves r's newest time up to t, as a writer at t does before it
 // decides (a counter ring is settled at t's epoch, as Acquire settles it),
@@ -225,14 +232,38 @@ func (g *Geometry) Touch(r Ring, t int64) {
 // SetLimit replaces the ring's own limit (per-key geometries only) and
 // reports whether the ring holds it afterwards: false when r is retired (a
 // new limit stored in it is lost with it), or is a log ring whose capacity
-// is below limit (see Grow). Counts are kept. A lower limit takes effect for
-// the next decision; units already admitted are not revoked.
+// is below limit (see Grow). Counts are kept; units already admitted are not
+// revoked. A change is linearized at its CAS on the limit word, which also
+// moves the word's version on: a decision is made entirely under the limit
+// before the change or entirely under the one after it (Acquire; for a log,
+// the change is made under the key's lock), never under one it read before
+// the change and applied after it (docs/design.md §3c).
 func (g *Geometry) SetLimit(r Ring, limit int64) bool {
 	if g.log {
 		return g.logSetLimit(r, limit)
 	}
-	r.word(g.limitAt).Store(limit)
+	lw := r.word(g.limitAt)
+	for {
+		w := lw.Load()
+		if pack.CountOfWord(w) == limit {
+			break // no change: in-flight decisions stay valid
+		}
+		if lw.CompareAndSwap(w, pack.Word(pack.TagOfWord(w)+1, limit)) { // the version wraps mod 2^24
+			break
+		}
+	}
 	return !g.Retired(r)
+}
+
+// limitHeld reports whether a decision may keep its admission: it read the
+// limit word as was before its CAS and as now after it, and decided under
+// limit ≤ was's limit. It may if the word is unchanged (no change between
+// the two loads), or if exactly one change came between (the version moved
+// by one) and set a limit no lower than limit. Either way every limit in
+// force between the two loads, the one at the CAS among them, is at least
+// limit (docs/design.md §3c).
+func limitHeld(was, now, limit int64) bool {
+	return now == was || (pack.TagOfWord(now)-pack.TagOfWord(was))&tagMask == 1 && pack.CountOfWord(now) >= limit
 }
 
 // index returns the slot index of epoch e ≥ 0.
@@ -261,7 +292,12 @@ type Result struct {
 // Verdict is what a decision did.
 type Verdict struct {
 	Allowed bool
-	Dead    bool // the ring is retired: reload the key's ring and retry
+	Dead    bool // no decision was made on this ring: reload the key's ring (and limit) and retry
+	// Stale, always with Dead: the ring is live, but its limit was lowered
+	// below the caller's, or changed more than once, while the decision ran
+	// (Acquire); nothing was recorded. Reload the limit and retry on the
+	// same ring; do not replace it.
+	Stale bool
 }
 
 // view is a ring read at effective epoch e: the current slot's word and its
@@ -424,6 +460,13 @@ func clamp(e, r, l int64) (int64, int64) {
 // Acquire admits n units at time t (Unix ns, ≥ 0) iff they fit under limit,
 // and records them. Preconditions: 1 ≤ n ≤ limit ≤ pack.MaxCount.
 //
+// With per-key limits, limit is the ring's limit as the caller read it
+// (Limit). If the ring's limit is lowered below it before the decision is
+// made (read again after the CAS, step 5), nothing is recorded and the
+// Result is Stale: the caller reads the limit again and retries. So an
+// admission fits the limit in force at its CAS, the point where §3's
+// argument orders it (docs/design.md §3c).
+//
 // The protocol (docs/design.md §3), for each attempt:
 //  1. Load last, l. If t's epoch is newer, publish it with a CAS (once per
 //     sub-window per key) and settle the ring at it; if older, clamp to l.
@@ -439,6 +482,10 @@ func clamp(e, r, l int64) (int64, int64) {
 //  4. Load last again. If it moved, a writer at a newer epoch may have read
 //     our slot before our add, so undo the add, mark the cache words that
 //     may have counted it, and retry at the new epoch.
+//  5. Per-key limits: load the limit word again. Unless it still says
+//     that every limit in force since the first load (made before the
+//     loop) was at least limit (limitHeld), undo the add, mark the cache
+//     words if last has moved meanwhile (as Cancel does), and return Stale.
 //
 // Why this admits no more than a sequential execution would: order admitted
 // requests by their CAS in step 3. For an earlier admitted request P and a
@@ -484,6 +531,14 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 	// for that load.
 	i0 := g.index(e0)
 	last := r.word(wordLast)
+	// The limit word as the decision starts, for step 5: if the limit was
+	// lowered since the caller read it, the caller must read it again.
+	var lw int64
+	if g.limitAt != 0 {
+		if lw = r.word(g.limitAt).Load(); pack.CountOfWord(lw) < limit {
+			return Result{Verdict: Verdict{Dead: true, Stale: true}}
+		}
+	}
 	for {
 		l := last.Load()
 		if l < 0 {
@@ -583,6 +638,18 @@ func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
 			g.undo(slot, tag, n)
 			g.invalidate(r, tag)
 			continue
+		}
+		if g.limitAt != 0 {
+			if lw2 := r.word(g.limitAt).Load(); !limitHeld(lw, lw2, limit) {
+				// Lowered meanwhile: the limit at our CAS may have been
+				// the lower one. Our add is not an admission; others
+				// that counted it may deny falsely, as around any undo.
+				g.undo(slot, tag, n)
+				if last.Load() != l {
+					g.invalidate(r, tag) // a walk at a later epoch may have counted it
+				}
+				return Result{Verdict: Verdict{Dead: true, Stale: true}}
+			}
 		}
 		if !detail {
 			return Result{Verdict: Verdict{Allowed: true}}
