@@ -34,7 +34,7 @@ race:
 modules:
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m: go vet, go test -race"; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...); \
 	done
 
 peers-short:
