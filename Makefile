@@ -1,17 +1,20 @@
 # ringlimit's commands. `make test` is the test command the README gives and
 # .ci/run runs: every module, under -race, then the 32-bit run.
 # `make test-module M=redisstore` runs one module (any folder with a go.mod).
+# Every module is in the committed go.work, so each builds against its
+# siblings' code in this checkout (docs/contributing.md).
 
 GO        ?= go
 BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 COUNT     ?= 6
 OUT       ?= bench/out
 
-# The modules a user imports or runs, in the order make test runs them.
+# The modules a user imports or runs, in the order make test runs them,
+# and the consumer check's tool.
 # bench/peers (the peer comparison) runs its short tests only.
-MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver
+MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver internal/tools/modproxy
 
-.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile
+.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile consumer tidy
 
 test: fmt modules peers-short test386
 
@@ -31,7 +34,7 @@ race:
 modules:
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m: go vet, go test -race"; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...); \
 	done
 
 peers-short:
@@ -94,3 +97,16 @@ profile:
 	mkdir -p $(OUT)
 	$(GO) test -run '^$$' -bench 'HotKey/alg=sliding/clock=at' -benchtime 20000000x -cpuprofile $(OUT)/cpu.prof -o $(OUT)/engine.test ./engine/
 	$(GO) tool pprof -top -nodecount 25 $(OUT)/engine.test $(OUT)/cpu.prof
+
+# The published modules resolve as published: zipped at VERSION into a
+# file-based GOPROXY, fetched with go get by modules outside the checkout
+# (no go.work, no replace), built and run (.ci/consumer).
+VERSION ?= v0.1.0
+consumer:
+	VERSION=$(VERSION) .ci/consumer
+
+# go mod tidy in every module of go.work, through the same file-based
+# GOPROXY: tidy reads no go.work, and the siblings' VERSION is not on the
+# module proxy before it is tagged (.ci/tidy).
+tidy:
+	VERSION=$(VERSION) .ci/tidy

@@ -2,11 +2,9 @@ module github.com/ringlimit/ringlimit/grpclimit
 
 go 1.26.8
 
-replace github.com/ringlimit/ringlimit => ..
-
 require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
-	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
+	github.com/ringlimit/ringlimit v0.1.0
 	golang.org/x/time v0.16.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0

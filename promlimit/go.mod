@@ -2,11 +2,9 @@ module github.com/ringlimit/ringlimit/promlimit
 
 go 1.26.8
 
-replace github.com/ringlimit/ringlimit => ..
-
 require (
 	github.com/prometheus/client_golang v1.25.0
-	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
+	github.com/ringlimit/ringlimit v0.1.0
 )
 
 require (

@@ -2,12 +2,9 @@ module github.com/ringlimit/ringlimit/redisstore
 
 go 1.26.8
 
-replace github.com/ringlimit/ringlimit => ..
-
 require (
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
+	github.com/ringlimit/ringlimit v0.1.0
 )
 
 require (

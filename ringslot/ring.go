@@ -3,6 +3,10 @@
 // for the exact sliding log (log.go), a ring of timestamps under a per-key
 // spin lock.
 //
+// ringslot is a building block of package engine, which is the API to use. It
+// makes no compatibility promise outside the engine: its API may change in
+// any release.
+//
 // The algorithm and its bounds are stated in docs/design.md §1–3. In short, the
 // window W is cut into N sub-windows of width w on the Unix-aligned grid
 // e = floor(t/w), r = t − e·w. At (e, r) the window overlaps sub-windows

@@ -1,5 +1,10 @@
 // Package shard maps keys to rings across power-of-two sharded xsync maps,
 // creates rings on first sight, and reclaims idle ones.
+//
+// shard is a building block of package engine, which is the API to use. It
+// is exported so that the engine, its tests and its benchmarks can reach it;
+// it makes no compatibility promise outside the engine, and may change in
+// any release.
 package shard
 
 import (

@@ -2,13 +2,14 @@ module github.com/ringlimit/ringlimit/bench/peers
 
 go 1.26.8
 
-replace github.com/ringlimit/ringlimit => ../..
-
 require (
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/go-chi/httprate v0.16.1
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
-	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/ringlimit/ringlimit v0.1.0
+	github.com/ringlimit/ringlimit/redisstore v0.1.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
@@ -17,8 +18,9 @@ require (
 
 require (
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
-	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/zeebo/xxh3 v1.0.2 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )

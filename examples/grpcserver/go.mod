@@ -2,20 +2,13 @@ module github.com/ringlimit/ringlimit/examples/grpcserver
 
 go 1.26.8
 
-replace (
-	github.com/ringlimit/ringlimit => ../..
-	github.com/ringlimit/ringlimit/grpclimit => ../../grpclimit
-	github.com/ringlimit/ringlimit/promlimit => ../../promlimit
-	github.com/ringlimit/ringlimit/redisstore => ../../redisstore
-)
-
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
-	github.com/ringlimit/ringlimit/grpclimit v0.0.0-00010101000000-000000000000
-	github.com/ringlimit/ringlimit/promlimit v0.0.0-00010101000000-000000000000
-	github.com/ringlimit/ringlimit/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ringlimit/ringlimit v0.1.0
+	github.com/ringlimit/ringlimit/grpclimit v0.1.0
+	github.com/ringlimit/ringlimit/promlimit v0.1.0
+	github.com/ringlimit/ringlimit/redisstore v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -2,15 +2,10 @@ module github.com/ringlimit/ringlimit/examples/httpserver
 
 go 1.26.8
 
-replace (
-	github.com/ringlimit/ringlimit => ../..
-	github.com/ringlimit/ringlimit/redisstore => ../../redisstore
-)
-
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/ringlimit/ringlimit v0.0.0-00010101000000-000000000000
-	github.com/ringlimit/ringlimit/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ringlimit/ringlimit v0.1.0
+	github.com/ringlimit/ringlimit/redisstore v0.1.0
 )
 
 require (

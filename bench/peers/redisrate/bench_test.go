@@ -1,4 +1,4 @@
-package redisstore
+package redisrate
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore"
 )
 
 // BenchmarkVsRedisRate runs one redis-server and, on it, go-redis/redis_rate
@@ -32,25 +33,27 @@ import (
 //
 // The three targets are ratios against redis_rate in the same run:
 //
-//	go test -run '^$' -bench VsRedisRate -count 6 -timeout 30m ./ | tee bench.txt
+//	cd bench/peers
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench VsRedisRate -count 1 -timeout 30m ./redisrate/; done | tee bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da -col /impl bench.txt
+var ctx = context.Background()
+
 func BenchmarkVsRedisRate(b *testing.B) {
-	s := startRedis(b)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), PoolSize: 128})
+	c := redis.NewClient(&redis.Options{Addr: startRedis(b), PoolSize: 128})
 	defer c.Close()
 	const keys = 1000
 	names := make([]string, keys)
 	for i := range names {
 		names[i] = fmt.Sprintf("tenant-%d", i)
 	}
-	l, err := New(c, engine.Config{Limit: 1_000_000, Window: time.Second})
+	l, err := redisstore.New(c, engine.Config{Limit: 1_000_000, Window: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
 	var hybridErr atomic.Pointer[error]
-	hl, err := New(c, engine.Config{Limit: 1_000_000, Window: time.Second}, WithPrefix("hybrid:"), WithHybrid(5*time.Millisecond, 10_000),
-		WithOnError(func(err error) { hybridErr.CompareAndSwap(nil, &err) }))
+	hl, err := redisstore.New(c, engine.Config{Limit: 1_000_000, Window: time.Second}, redisstore.WithPrefix("hybrid:"), redisstore.WithHybrid(5*time.Millisecond, 10_000),
+		redisstore.WithOnError(func(err error) { hybridErr.CompareAndSwap(nil, &err) }))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,7 +107,7 @@ func BenchmarkVsRedisRate(b *testing.B) {
 			// its failure state: counted, not fatal (see the failures
 			// metric and the log).
 			_, err := hl.AllowN(ctx, key[:len("tenant-")+1], 1)
-			if errors.Is(err, ErrUnavailable) {
+			if errors.Is(err, redisstore.ErrUnavailable) {
 				err = nil
 			}
 			return err
