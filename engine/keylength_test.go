@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // TestMaxKeyBytesBadConfig: a negative or absurdly large MaxKeyBytes is
 // refused by New, with the field and its range named; 0 means the default.
 func TestMaxKeyBytesBadConfig(t *testing.T) {
-	for _, v := range []int{-1, engine.MaxKeyBytesCeiling + 1, 1 << 40} {
+	for _, v := range []int{-1, engine.MaxKeyBytesCeiling + 1, math.MaxInt} {
 		_, err := engine.New(engine.Config{Limit: 1, Window: time.Second, MaxKeyBytes: v})
 		if err == nil || !strings.Contains(err.Error(), "Config.MaxKeyBytes") || !strings.Contains(err.Error(), "1 … 1048576") {
 			t.Fatalf("MaxKeyBytes = %d: err %v, want one naming Config.MaxKeyBytes and 1 … %d", v, err, engine.MaxKeyBytesCeiling)
