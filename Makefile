@@ -14,7 +14,7 @@ OUT       ?= bench/out
 # bench/peers (the peer comparison) runs its short tests only.
 MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver internal/tools/modproxy
 
-.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile consumer tidy
+.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile decompose consumer tidy
 
 test: fmt modules peers-short test386
 
@@ -97,6 +97,15 @@ profile:
 	mkdir -p $(OUT)
 	$(GO) test -run '^$$' -bench 'HotKey/alg=sliding/clock=at' -benchtime 20000000x -cpuprofile $(OUT)/cpu.prof -o $(OUT)/engine.test ./engine/
 	$(GO) tool pprof -top -nodecount 25 $(OUT)/engine.test $(OUT)/cpu.prof
+
+# The decomposition of one decision at 1M keys (docs/benchmarks.md): a CPU
+# profile of the engine under b.RunParallel as a top list, then cachegrind
+# counts per decision (instructions, simulated D1 and LL misses) for the
+# limiters in PEERS, from the difference of two runs with N1 and N2
+# decisions, and per source file and function for those in DETAIL. Needs
+# valgrind; about 6 minutes. Writes bench/peers/out/decompose/decompose.md.
+decompose:
+	cd bench/peers && mkdir -p out/decompose && ./decompose.sh | tee out/decompose/decompose.md
 
 # The published modules resolve as published: zipped at VERSION into a
 # file-based GOPROXY, fetched with go get by modules outside the checkout
