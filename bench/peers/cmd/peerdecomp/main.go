@@ -31,6 +31,8 @@ func main() {
 	keys := flag.Int("keys", 1_000_000, "number of distinct keys (≥ 1)")
 	n := flag.Int("n", 1<<20, "decisions in the counted loop (≥ 0)")
 	list := flag.Bool("list", false, "list the limiters and floors, and exit")
+	thp := flag.Bool("thp", false, "after the fill, back the Go heap with transparent huge pages (madvise MADV_HUGEPAGE, then MADV_COLLAPSE; Linux only) and report how much of it they hold")
+	timed := flag.Bool("time", false, "print the counted loop's wall-clock ns per decision (for ratios between runs only)")
 	flag.Parse()
 
 	all := append(slices.Clone(peers.Peers), peers.Floors...)
@@ -61,6 +63,14 @@ func main() {
 		l.Allow(k)
 	}
 
+	if *thp {
+		if err := hugePages(); err != nil {
+			fmt.Fprintln(os.Stderr, "peerdecomp: -thp:", err)
+			os.Exit(1)
+		}
+	}
+
+	start := time.Now()
 	x := uint64(0x9e3779b97f4a7c15)
 	denied := 0
 	for range *n {
@@ -70,6 +80,9 @@ func main() {
 		if !l.Allow(ks[((x>>32)*uint64(len(ks)))>>32]) {
 			denied++
 		}
+	}
+	if *timed {
+		fmt.Printf("%.1f ns/decision\n", float64(time.Since(start).Nanoseconds())/float64(max(*n, 1)))
 	}
 	if denied != 0 {
 		fmt.Fprintf(os.Stderr, "peerdecomp: %d of %d requests denied (the workload expects every one admitted)\n", denied, *n)

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package main
+
+import "errors"
+
+func hugePages() error { return errors.New("transparent huge pages are a Linux feature") }
