@@ -32,6 +32,15 @@ type InterleaveConfig struct {
 	// admits everything.
 	Limit  int64
 	Window time.Duration
+	// CPUTime: time each cell by the CPU time the process used (user and
+	// system, all threads: the workers, the garbage collector, a coarse
+	// clock's goroutine) rather than by the wall clock. On a machine that
+	// other jobs load, the wall clock counts the time the workers waited
+	// for a CPU, and moves by 10× between rounds; CPU time does not. It
+	// counts CPU per request: for a parallel scenario, the workers' sum,
+	// and a limiter whose waiters sleep on a mutex is charged less than
+	// one whose waiters spin, so read hot-parallel by the wall clock too.
+	CPUTime bool
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -108,6 +117,10 @@ func interleaveScenario(cfg InterleaveConfig, sc Scenario, s *Samples, logf func
 	logf("%s: built %d limiters of %d keys in %v", sc.Name, len(lims), len(keys), time.Since(start).Round(time.Millisecond))
 	// Warm-up: find each cell's request count for about CellTime.
 	ops := make([]int64, len(lims))
+	measure := measureWall
+	if cfg.CPUTime {
+		measure = measureCPU
+	}
 	for i, l := range lims {
 		n := int64(1000)
 		for {
@@ -148,10 +161,18 @@ func interleaveScenario(cfg InterleaveConfig, sc Scenario, s *Samples, logf func
 	runtime.GC() // give the next scenario a heap without this one's keys
 }
 
-// measure sends n requests to lim from workers goroutines (keys drawn
+// measureCPU is measureWall timed by the process's CPU time (see
+// InterleaveConfig.CPUTime).
+func measureCPU(lim Limiter, keys []string, workers int, n int64) (time.Duration, int64) {
+	c0 := cpuTime()
+	_, a := measureWall(lim, keys, workers, n)
+	return cpuTime() - c0, a
+}
+
+// measureWall sends n requests to lim from workers goroutines (keys drawn
 // uniformly, or the one key) and returns the wall time and how many were
 // admitted.
-func measure(lim Limiter, keys []string, workers int, n int64) (time.Duration, int64) {
+func measureWall(lim Limiter, keys []string, workers int, n int64) (time.Duration, int64) {
 	if workers == 1 {
 		t0 := time.Now()
 		a := drive(lim, keys, n, newRNG(seeds.Add(1)))

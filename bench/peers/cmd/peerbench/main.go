@@ -46,6 +46,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "", "write the samples as JSON to this file (default: stdout)")
 	report := fs.String("report", "", "render RESULTS.md sections from these sample files (comma-separated, one or two) instead of measuring")
 	ref := fs.String("ref", "sethvargo", "the reference peer of the ratio tables")
+	cpu := fs.Bool("cpu", false, "time cells by the process's CPU time instead of the wall clock (a loaded machine; see peers.InterleaveConfig.CPUTime)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		CellTime: *cell,
 		Limit:    100_000_000_000, // per hour: everything is admitted (see bench_test.go)
 		Window:   time.Hour,
+		CPUTime:  *cpu,
 		Logf:     func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) },
 	}
 	pre, err := regexp.Compile(*only)
@@ -237,6 +239,12 @@ func render(paths []string, ref string, w io.Writer) error {
 		fmt.Fprintf(w, "Run B: %s, %s, %s, `%s` (%d rounds, %s per cell).\n", b.Date, b.Machine, b.Go, b.Command, b.Rounds, b.CellTime)
 	}
 	fmt.Fprintln(w)
+
+	goalTable(a, w)
+	if b != nil {
+		fmt.Fprintf(w, "Run B:\n\n")
+		goalTable(b, w)
+	}
 
 	// The targets.
 	fmt.Fprintf(w, "### Targets (issue 10): median of per-round ratios of ns/op [min–max]\n\n")
