@@ -75,7 +75,7 @@ for p in $DETAIL; do
 			my ($ir, $lr, $lw, $at) = ($1, $2, $3, $4); tr/,//d for $ir, $lr, $lw; $lr = 0 if $lr eq "."; $lw = 0 if $lw eq ".";
 			my ($file, $fn) = split /:/, $at, 2; $file =~ s{.*/(?:go/src|pkg/mod|wt-[^/]+|ringlimit)/}{}; $fn =~ s{github\.com/ringlimit/ringlimit/}{}g;
 			$fn =~ s{\[go\.shape.*\]}{[…]}; $file =~ s{^github\.com/}{};
-			printf "| %.0f | %.2f | `%s` | `%s` |\n", $ir / $d, ($lr + $lw) / $d, $file, $fn if $ir / $d >= 0.5;' "$d" | tee "$OUT/detail.$p.md"
+			printf "| %.0f | %.2f | `%s` | `%s` |\n", $ir / $d, ($lr + $lw) / $d, $file, $fn if abs($ir / $d) >= 0.5;' "$d" | tee "$OUT/detail.$p.md"
 	if grep -q 'Geometry).settle' "$OUT/detail.$p.md"; then
 		# The harness's window is an hour of 10 sub-windows: a run that
 		# spans a 6-minute boundary pays every key's once-per-sub-window
