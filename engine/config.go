@@ -90,6 +90,13 @@ const (
 	// MaxLogLimitCeiling bounds Config.MaxLogLimit: 2^20 units, 8 MiB for
 	// one key's log. Beyond that a sliding window counter is the tool.
 	MaxLogLimitCeiling = 1 << 20
+	// DefaultMaxKeyBytes is Config.MaxKeyBytes when 0: keys of up to
+	// 4 KiB are held, longer ones refused (ReasonKeyTooLong).
+	DefaultMaxKeyBytes = 4096
+	// MaxKeyBytesCeiling bounds Config.MaxKeyBytes (1 MiB): a key is kept
+	// in its state, so the cap is the memory one request can make the
+	// engine hold.
+	MaxKeyBytesCeiling = 1 << 20
 
 	// DefaultAuditMaxKeys is Config.AuditMaxKeys when 0, and
 	// MaxAuditMaxKeys its largest value.
@@ -128,6 +135,14 @@ type Config struct {
 	// its limit: 0 means DefaultMaxLogLimit, otherwise 1 …
 	// MaxLogLimitCeiling. Other algorithms ignore it.
 	MaxLogLimit int64
+	// MaxKeyBytes is the longest key, in bytes, that the engine holds: 0
+	// means DefaultMaxKeyBytes, otherwise 1 … MaxKeyBytesCeiling. A
+	// decision on a longer key (Allow, AllowN, AllowAt, Reserve,
+	// ReserveAt, AllowAll, Wait) is refused with ReasonKeyTooLong,
+	// stores nothing and does not hash the key; SetLimit and SetLimitAt
+	// return an error. It bounds what one request can make the engine
+	// keep, whatever the adapter in front of it forgets to check.
+	MaxKeyBytes int
 
 	// KeyLimit, if set, gives a key its own limit. It is called when a
 	// key's state is created: on first sight, and again after the key was
@@ -219,6 +234,7 @@ type normalized struct {
 	n        int   // sub-windows
 	width    int64 // sub-window width, ns (Window for FixedWindow and SlidingLog)
 	maxLimit int64 // the largest limit of any key: MaxLimit, or the log's cap
+	maxKey   int   // MaxKeyBytes with its default applied
 	shards   int
 	sweep    time.Duration
 	// audit, with Config.Audit > 0: the sampling threshold and the caps
@@ -246,6 +262,13 @@ func (c Config) validate() (normalized, error) {
 		if nc.maxLimit == 0 {
 			nc.maxLimit = DefaultMaxLogLimit
 		}
+	}
+	if c.MaxKeyBytes < 0 || c.MaxKeyBytes > MaxKeyBytesCeiling {
+		return nc, fmt.Errorf("ringlimit: Config.MaxKeyBytes = %d, want 0 (default %d) or 1 … %d", c.MaxKeyBytes, DefaultMaxKeyBytes, MaxKeyBytesCeiling)
+	}
+	nc.maxKey = c.MaxKeyBytes
+	if nc.maxKey == 0 {
+		nc.maxKey = DefaultMaxKeyBytes
 	}
 	if c.Limit < 1 || c.Limit > nc.maxLimit {
 		return nc, nc.limitError("Config.Limit", c.Limit)

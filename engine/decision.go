@@ -6,9 +6,9 @@ import (
 )
 
 // Never is the RetryAfter of a request that can never be admitted as asked:
-// n larger than the key's limit, n < 0, a time before 1970, or a limit from
+// n larger than the key's limit, n < 0, a time before 1970, a limit from
 // Config.KeyLimit outside 1 … MaxLimit (1 … Config.MaxLogLimit with
-// SlidingLog).
+// SlidingLog), or a key longer than Config.MaxKeyBytes.
 const Never = time.Duration(math.MaxInt64)
 
 // Decision is the outcome of one request. It has four fields, so that the
@@ -52,9 +52,17 @@ const (
 	// (FixedWindow: 3·Window; SlidingLog: Window), not counting the
 	// sweeper's period.
 	ReasonKeysFull
+	// ReasonKeyTooLong: the key is longer than Config.MaxKeyBytes, so
+	// the engine refuses to hold it: nothing was stored. Limit and
+	// Remaining are 0 (no unit is ever admitted for such a key) and
+	// RetryAfter is Never. A limit is at least 1 in every other
+	// Decision an Engine returns, so Limit 0 with RetryAfter Never marks
+	// this reason; a Limiter of another backend that refuses a key for
+	// its length returns the same Decision.
+	ReasonKeyTooLong
 )
 
-var reasonNames = [...]string{"ok", "limited", "never", "keys-full"}
+var reasonNames = [...]string{"ok", "limited", "never", "keys-full", "key-too-long"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
@@ -62,6 +70,9 @@ func (r Reason) String() string {
 	}
 	return "unknown"
 }
+
+// keyTooLong is the Decision on a key longer than Config.MaxKeyBytes.
+var keyTooLong = Decision{RetryAfter: Never}
 
 // Reason reports why d came out as it did. A limited denial always has
 // Remaining < Limit (it asked for more than Remaining, and at most Limit),
@@ -71,6 +82,9 @@ func (d Decision) Reason() Reason {
 	case d.Allowed:
 		return ReasonOK
 	case d.RetryAfter == Never:
+		if d.Limit == 0 {
+			return ReasonKeyTooLong
+		}
 		return ReasonNever
 	case d.Remaining >= d.Limit:
 		return ReasonKeysFull

@@ -170,7 +170,7 @@ func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 // that nothing is copied through memory between frames. Without detail it
 // leaves Remaining and RetryAfter out (ringslot.Admit), for Allow.
 func (e *Engine) fast(key string, n, t int64, detail bool) (res ringslot.Result, limit int64, ok bool) {
-	if t < 0 || n < 1 {
+	if t < 0 || n < 1 || len(key) > e.cfg.maxKey { // Config.MaxKeyBytes: one compare, before the hash
 		return res, 0, false
 	}
 	h := e.tab.Hash(key)
@@ -212,6 +212,9 @@ func (e *Engine) decideSlow(key string, n, t int64) (Decision, int64) {
 //
 //go:noinline
 func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, int64, uint64) {
+	if len(key) > e.cfg.maxKey {
+		return keyTooLong, ringslot.Ring{}, -1, 0
+	}
 	if t < 0 {
 		return Decision{Limit: e.limit, RetryAfter: Never}, ringslot.Ring{}, -1, 0
 	}
@@ -425,6 +428,10 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: %s needs Config.PerKeyLimits or Config.KeyLimit", what)
 	}
+	if len(key) > e.cfg.maxKey {
+		// The key itself is not quoted: it is long, and may be anyone's.
+		return fmt.Errorf("ringlimit: %s: the key is %d bytes, longer than Config.MaxKeyBytes = %d; nothing was changed", what, len(key), e.cfg.maxKey)
+	}
 	if limit < 1 || limit > e.maxLimit {
 		return e.cfg.limitError(what+" limit", limit)
 	}
@@ -480,7 +487,7 @@ func (e *Engine) updateLimit(key string, r ringslot.Ring, limit int64) error {
 
 // Config returns the engine's configuration with its defaults applied:
 // SubWindows is the N in use (0 for FixedWindow and SlidingLog), Shards the
-// shard count, MaxLogLimit the log's cap (SlidingLog only), SweepInterval
+// shard count, MaxKeyBytes the key cap, MaxLogLimit the log's cap (SlidingLog only), SweepInterval
 // the sweep period, the Audit caps their defaults (when Audit is set), and
 // PerKeyLimits is true when KeyLimit is set. Adapters
 // read the window and limit from here rather than asking the user twice.
@@ -489,6 +496,7 @@ func (e *Engine) Config() Config {
 	c.SubWindows = e.cfg.n
 	c.Shards = e.cfg.shards
 	c.SweepInterval = e.cfg.sweep
+	c.MaxKeyBytes = e.cfg.maxKey
 	if c.Algorithm == SlidingLog {
 		c.MaxLogLimit = e.cfg.maxLimit
 	}

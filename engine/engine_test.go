@@ -185,7 +185,9 @@ func TestTagAliasing(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
-	e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, DisableEviction: true})
+	// The largest MaxKeyBytes, so that two 1 MiB keys differing in their
+	// last byte are held apart (keylength_test.go checks the cap itself).
+	e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, DisableEviction: true, MaxKeyBytes: engine.MaxKeyBytesCeiling})
 	huge := strings.Repeat("x", 1<<20)
 	keys := []string{"", "a", "A", huge, huge[:len(huge)-1] + "y", "\x00", "ключ"}
 	for _, k := range keys {

@@ -67,7 +67,7 @@ func (e *Engine) Reserve(key string, n int64) (r Reservation) {
 // a zero Reservation. The fast path is fast's, keeping the ring.
 func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
 	out.e, out.key = e, key
-	if t >= 0 && n >= 1 {
+	if t >= 0 && n >= 1 && len(key) <= e.cfg.maxKey {
 		h := e.tab.Hash(key)
 		if r, found := e.tab.Load(h, key); found {
 			if limit := e.ringLimit(r); n <= limit {
@@ -204,9 +204,9 @@ type Request struct {
 // what a caller reports as its remaining quota. With no requests it returns
 // −1 and a zero Decision with Allowed set.
 //
-// A request with a nil Engine is refused with RetryAfter Never, like a
-// request that can never fit. The requests may name one engine and key more
-// than once; each is reserved on its own, so their units add up, and a
+// A request with a nil Engine is refused with RetryAfter Never and Limit
+// −1 (ReasonNever), like a request that can never fit. The requests may
+// name one engine and key more than once; each is reserved on its own, so their units add up, and a
 // denial's RetryAfter counts the earlier ones' units that are then given
 // back: requests on one key that can never fit together are not refused
 // with Never. Keys that the earlier requests created stay, empty, after a
@@ -248,7 +248,7 @@ func AllowAll(now time.Time, reqs ...Request) (int, Decision) {
 	for k := range reqs {
 		q := &reqs[k]
 		if q.Engine == nil {
-			return k, Decision{RetryAfter: Never}
+			return k, Decision{Limit: -1, RetryAfter: Never} // Limit −1: no engine, hence no limit (0 would read as ReasonKeyTooLong)
 		}
 		r := &held[k]
 		q.Engine.reserve(r, q.Key, q.N, t)

@@ -78,7 +78,7 @@ func TestAdvMaxKeysUnderChurn(t *testing.T) {
 func TestAdvHotPathAllocs(t *testing.T) {
 	big := strings.Repeat("x", 1<<20)
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: alg, PerKeyLimits: true, DisableEviction: true})
+		e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: alg, PerKeyLimits: true, DisableEviction: true, MaxKeyBytes: engine.MaxKeyBytesCeiling})
 		at := time.Unix(1_700_000_000, 0)
 		e.AllowAt("k", 1, at)
 		e.AllowAt(big, 1, at)

@@ -29,7 +29,8 @@ var (
 	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
 	// n above the key's limit, a Config.KeyLimit result out of range, or
 	// the engine's clock outside 1970 … 2262 (Decision.Reason is
-	// ReasonNever).
+	// ReasonNever); or the key is longer than Config.MaxKeyBytes
+	// (ReasonKeyTooLong).
 	ErrNeverAdmitted = errors.New("the request can never be admitted")
 	// ErrKeysFull: the key is new and Config.MaxKeys keys are held
 	// (ReasonKeysFull). Wait does not wait for room, which depends on
@@ -106,6 +107,8 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: n must be 0 … the key's limit %d, and the engine's clock inside 1970 … 2262", key, n, ErrNeverAdmitted, d.Limit)
 		case ReasonKeysFull:
 			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d)", key, n, ErrKeysFull, d.Limit)
+		case ReasonKeyTooLong: // the key is not quoted: it is long, and may be anyone's
+			return d, fmt.Errorf("ringlimit: Wait: %w: the key is %d bytes, longer than Config.MaxKeyBytes = %d", ErrNeverAdmitted, len(key), e.cfg.maxKey)
 		}
 		wait := max(d.RetryAfter, 1) // a limited denial's is > 0; never a zero sleep, which would spin
 		if dl, ok := ctx.Deadline(); ok {
