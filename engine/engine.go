@@ -12,16 +12,6 @@ import (
 	"github.com/ringlimit/ringlimit/shard"
 )
 
-// Clock is a time source in Unix nanoseconds.
-type Clock = clock.Clock
-
-// ManualClock is a Clock that moves only when told to, for tests and
-// simulations. It is safe for concurrent use.
-type ManualClock = clock.Manual
-
-// NewManualClock returns a ManualClock reading t.
-func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
-
 // Engine decides, for any string key, whether n more units fit the key's
 // limit in a sliding window. It is safe for concurrent use.
 //
@@ -62,7 +52,11 @@ type Engine struct {
 
 // New validates cfg and returns a running Engine. Close it to stop the
 // goroutines it owns: the sweeper, and the coarse clock if configured.
-func New(cfg Config) (*Engine, error) {
+func New(cfg Config) (*Engine, error) { return newEngine(cfg, nil) }
+
+// newEngine is New with, when cfg has a CoarseClock, that clock given (a
+// test drives its refreshes by hand); nil starts the engine's own.
+func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 	nc, err := cfg.validate()
 	if err != nil {
 		return nil, err
@@ -89,7 +83,10 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.clk == nil {
 		if nc.CoarseClock > 0 {
-			e.coarse = clock.NewCoarse(nc.CoarseClock)
+			if coarse == nil {
+				coarse = clock.NewCoarse(nc.CoarseClock)
+			}
+			e.coarse = coarse
 			e.clk = e.coarse
 		} else {
 			e.clk = clock.NewMonotonic()
@@ -528,9 +525,11 @@ func (e *Engine) Stats() Stats {
 
 // Close stops every goroutine the engine started and waits for them to
 // exit. It is idempotent and always returns nil. Decisions still work after
-// Close, but idle keys are no longer reclaimed, a coarse clock no longer
-// advances, and the self-audit's buffer is drained only by Audit calls
-// (decisions that find it full are counted as dropped).
+// Close, but idle keys are no longer reclaimed, and the self-audit's buffer
+// is drained only by Audit calls (decisions that find it full are counted
+// as dropped). A coarse clock's refresher stops, and the engine reads the
+// precise clock from then on, so that RetryAfter still comes true and Wait
+// still returns.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)

@@ -33,3 +33,12 @@ func SetWaitHook(f func(d Decision, wait time.Duration)) func() {
 	testHookWaitSleep = f
 	return func() { testHookWaitSleep = nil }
 }
+
+// NewDrivenCoarse returns an engine whose coarse clock (cfg.CoarseClock >
+// 0) reads src and refreshes only when refresh is called: a test chooses
+// every gap between two refreshes, the coarse clock's error.
+func NewDrivenCoarse(cfg Config, src Clock) (e *Engine, refresh func(), err error) {
+	c := clock.NewCoarseDriven(src, cfg.CoarseClock)
+	e, err = newEngine(cfg, c)
+	return e, c.Refresh, err
+}
