@@ -42,3 +42,11 @@ func NewDrivenCoarse(cfg Config, src Clock) (e *Engine, refresh func(), err erro
 	e, err = newEngine(cfg, c)
 	return e, c.Refresh, err
 }
+
+// SetAuditCancelHook sets the hook an audited Cancel runs between
+// buffering its unadmit and the engine's cancel, and returns a function
+// that removes it.
+func SetAuditCancelHook(f func()) func() {
+	testHookAuditCancel = f
+	return func() { testHookAuditCancel = nil }
+}
