@@ -152,6 +152,24 @@ func (e *Engine) now() int64 {
 // treated as that time), so it gains no capacity and erases nothing. Idle
 // keys are reclaimed by the engine's Clock, not by now; see
 // Config.DisableEviction.
+//
+// With eviction on, a key's new state starts no earlier than its shard's
+// floor: the latest retirement time of any key reclaimed from that shard
+// (a reclaimed key retires one window and one sub-window after its newest
+// sub-window began, and never later than the engine's clock minus one
+// sub-window). So a new key decided at a now older than the floor, which
+// takes a now more than a sub-window behind the clock, is decided at the
+// floor, as an older now is for an existing key: it gets Limit units
+// there, and RetryAfter counts from now to the room on that timeline (in
+// one test, 40 s behind the clock, about 41 s). Nothing is admitted that
+// the algorithm would refuse on the key's timeline. The floor is per shard
+// on purpose: it stops a writer that read its time before a sweep
+// reclaimed its key, and reached the table after, from building the key
+// again below counts still inside its window; a record per key would have
+// to outlive the key for as long as such a writer can be delayed, which
+// nothing bounds, while one word per shard costs nothing. A caller on a
+// timeline of its own avoids it as it avoids eviction by the wrong clock:
+// a matching Clock, or DisableEviction (docs/design.md §5).
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	t := clock.UnixNano(now) // −1 outside 1970 … 2262: refused in decideSlow
 	if res, limit, ok := e.fast(key, n, t, true); ok {
