@@ -251,10 +251,11 @@ func (r *auditRing) push(ev auditEvent, keep uint64) (uint64, bool) {
 
 // pushPair claims two consecutive cells, writes ev into the first and
 // leaves the second to fill, or reports false when either is not free.
-// Both cells are checked free before the CAS of tail from pos to pos+2: a
-// cell at or past tail only ever becomes free (the consumer frees it; no
-// writer can claim it before tail passes it), so the CAS owning them
-// both is safe. The consumer stops at the second cell until fill.
+// Both cells are checked free for their positions before the CAS of tail
+// from pos to pos+2, which succeeds only while pos is still the tail: a
+// cell at or past tail is claimed by no writer and only ever becomes free
+// (the consumer frees it), so the CAS owns them both. The consumer stops
+// at the second cell until fill.
 func (r *auditRing) pushPair(ev auditEvent) (uint64, bool) {
 	pos := r.tail.Load()
 	for {
@@ -262,8 +263,17 @@ func (r *auditRing) pushPair(ev auditEvent) (uint64, bool) {
 		d := int64(c.seq.Load() - pos)
 		switch {
 		case d == 0:
-			if c2.seq.Load() != pos+1 {
+			// A seq equal to the position does not prove a cell free: a
+			// writer that claimed it may not have stored yet, and then
+			// pos is stale. The CAS of tail settles that; before it, the
+			// second cell tells full (an older lap) from stale (written
+			// already at pos+1: reload).
+			switch d2 := int64(c2.seq.Load() - (pos + 1)); {
+			case d2 < 0:
 				return pos, false // the second cell holds the previous lap's event
+			case d2 > 0:
+				pos = r.tail.Load()
+				continue
 			}
 			if r.tail.CompareAndSwap(pos, pos+2) {
 				c.ev = ev

@@ -12,8 +12,16 @@ import (
 // second event always right after its first (the consumer waits at the
 // claimed cell), and a failed pair pushed neither.
 func TestAuditRingPairsConcurrent(t *testing.T) {
-	const producers, each = 4, 4000
-	r := newAuditRing(64)
+	t.Run("laps", func(t *testing.T) { testAuditRingPairs(t, 64, false) })
+	// A ring larger than everything pushed: no push may report it full
+	// (a pair that read a claimed, not yet written cell as free once did,
+	// instead of reloading the tail).
+	t.Run("never-full", func(t *testing.T) { testAuditRingPairs(t, 1<<16, true) })
+}
+
+func testAuditRingPairs(t *testing.T, size int, neverFull bool) {
+	const producers, each = 8, 4000
+	r := newAuditRing(size)
 	type rec struct{ first, second bool }
 	pushed := make([][]rec, producers)
 	var wg sync.WaitGroup
@@ -75,6 +83,9 @@ func TestAuditRingPairsConcurrent(t *testing.T) {
 	}
 	for p := range producers {
 		for i := range each {
+			if neverFull && !pushed[p][i].first {
+				t.Fatalf("producer %d event %d: reported full in a ring of %d cells holding at most %d events", p, i, size, producers*each*3/2)
+			}
 			if seen[p][i] != pushed[p][i] {
 				t.Fatalf("producer %d event %d: pushed %+v, popped %+v", p, i, pushed[p][i], seen[p][i])
 			}
