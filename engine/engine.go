@@ -44,6 +44,9 @@ type Engine struct {
 	// audit the self-audit, nil when off.
 	auditBelow uint64
 	audit      *auditor
+	// claims hand out the word each admitted Reservation's copies share
+	// (claim.go).
+	claims []claimCursor
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -74,6 +77,7 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 		maxLimit: nc.maxLimit,
 		perKey:   nc.PerKeyLimits,
 		keyLimit: nc.KeyLimit,
+		claims:   newClaims(nc.shards),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
