@@ -471,7 +471,9 @@ type AuditReport struct {
 	// window (t − W, t], over the judged admissions of every key, as a
 	// multiple of the limit in force at t: ≤ 1 for Strict and SlidingLog,
 	// < 2 for SlidingWindow, ≤ 2 for FixedWindow (more if SetLimit lowered
-	// a limit below what the window already held). WorstKey is that key.
+	// a limit below what the window already held). WorstKey is that key;
+	// of keys with the same worst window, the least (so the report does
+	// not depend on when drains ran).
 	WorstWindow float64
 	WorstKey    string
 	// Unadmits counts every Cancel of an audited reservation that gave
@@ -828,7 +830,10 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		a.entries -= int64(k.expire(t - a.window)) // it may be out of the window already
 	}
 	if judged {
-		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow {
+		// Ties go to the least key, so that the report does not depend on
+		// the order the drains happened to replay keys in (a batch is
+		// sorted by sub-window, batches come in arrival order).
+		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow || w == a.rep.WorstWindow && w > 0 && ev.key < a.rep.WorstKey {
 			a.rep.WorstWindow, a.rep.WorstKey = w, strings.Clone(ev.key) // not the caller's backing array
 		}
 	}

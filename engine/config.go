@@ -241,6 +241,19 @@ type Config struct {
 	// last eighth is kept for Reservation.Cancel's take-backs. A decision
 	// or take-back that finds it full is counted in AuditReport.Dropped,
 	// never lost silently. Needs Audit > 0.
+	//
+	// When it drops: the engine's goroutine drains when a quarter has
+	// filled, so decisions drop once 5/8 of the buffer more (10,240 at
+	// the default) arrive before that goroutine has run and replayed
+	// them: at a sampled-decision rate R, when the drain waits longer
+	// than 0.625·AuditBuffer/R (10 ms at the default and 1M sampled
+	// decisions per second), or for good when R exceeds what one core
+	// replays (a replay costs about what a decision does, so goroutines
+	// deciding sampled keys in a tight loop on every core, as a
+	// benchmark or a test under -cover does, outrun it). Size it as
+	// AuditBuffer ≥ 2·R·(the longest scheduling delay you expect), lower
+	// Audit until Dropped (ringlimit_audit_dropped_total in promlimit)
+	// stays 0, or call Engine.Audit from the deciding goroutines.
 	AuditBuffer int
 }
 
