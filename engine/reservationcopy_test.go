@@ -22,10 +22,12 @@ func TestReservationCopiesCancelOnce(t *testing.T) {
 			return []engine.Reservation{r, r2, r3}
 		},
 		"range": func(r engine.Reservation) []engine.Reservation {
-			src := []engine.Reservation{r}
-			var out []engine.Reservation
-			for _, c := range src { // c is a copy of src[0]
-				out = append(out, c)
+			src := []engine.Reservation{r, r}
+			out := make([]engine.Reservation, 0, 3)
+			for i, c := range src { // c is a copy of src[i]
+				if i == 0 {
+					out = append(out, c, src[1])
+				}
 			}
 			return append(out, src[0])
 		},
