@@ -27,8 +27,8 @@ func TestWaitNeverSaysWhy(t *testing.T) {
 		notWant []string
 	}{
 		{"room past 2262", near2262, true, 1, 0, "only after 2262-04-11T23:47:16.854775807Z", []string{"n must be", "n is", "clock reads a time before"}},
-		{"n above the limit", t0, false, 3, 0, "n is above the key's limit 2", []string{"2262-04-11T23:47:16.854775807Z, the last", "clock reads a time"}},
-		{"n negative", t0, false, -1, 0, "n is negative", []string{"limit 2", "clock reads a time"}},
+		{"n above the limit", t0, false, 3, 0, "(limit 2): n is above the key's limit", []string{"2262-04-11T23:47:16.854775807Z, the last", "clock reads a time"}},
+		{"n negative", t0, false, -1, 0, "n is negative", []string{"above the key's limit", "clock reads a time"}},
 		{"clock out of range", time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), false, 1, 0, "before 1970 or after 2262-04-11", []string{"n is"}},
 		{"bad KeyLimit", t0, false, 1, -5, "Config.KeyLimit returned a limit outside", []string{"n is", "clock reads a time"}},
 	}
