@@ -104,7 +104,18 @@ func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref int64, id uint6
 	if cur, ok := e.tab.Load(e.tab.Hash(key), key); ok && cur != ring {
 		t = max(t, e.geo.Newest(cur))
 	}
-	pos, pushed := e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, id: id, kind: evUnadmit})
+	// The unadmit claims the next cell too, for its settling event, so
+	// that the settle can never be dropped: every take-back the drain
+	// replays is settled, and its record in auditor.taken lives exactly
+	// until then (a prune used to drop records older than two windows
+	// whose settle had not been replayed yet, losing the cancel from
+	// Unadmits: TestAuditCountsEveryCancelOfALaggingKey). The consumer
+	// stops at the claimed cell until the settle is written, a few
+	// instructions after the engine's cancel.
+	pos, pushed := e.audit.pushTakeBack(auditEvent{key: key, t: t, ref: ref, n: n, id: id, kind: evUnadmit})
+	if testHookAuditCancel != nil {
+		testHookAuditCancel()
+	}
 	ok := cancel()
 	if pushed {
 		// Settle exactly this unadmit (its position names it): keep it,
@@ -113,10 +124,14 @@ func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref int64, id uint6
 		if ok {
 			kind = evKept
 		}
-		e.audit.push(auditEvent{key: key, t: t, ref: ref, n: n, id: pos, kind: kind})
+		e.audit.ring.fill(pos+1, auditEvent{key: key, t: t, ref: ref, n: n, id: pos, kind: kind})
 	}
 	return ok
 }
+
+// testHookAuditCancel, when a test sets it, runs in an audited Cancel
+// between buffering the unadmit and the engine's cancel.
+var testHookAuditCancel func()
 
 // effective is the time a decision at t was made at, given its Result's
 // Epoch: t, or the start of the key's newest sub-window when t was older
@@ -232,6 +247,54 @@ func (r *auditRing) push(ev auditEvent, keep uint64) (uint64, bool) {
 			pos = r.tail.Load() // another writer took pos meanwhile
 		}
 	}
+}
+
+// pushPair claims two consecutive cells, writes ev into the first and
+// leaves the second to fill, or reports false when either is not free.
+// Both cells are checked free for their positions before the CAS of tail
+// from pos to pos+2, which succeeds only while pos is still the tail: a
+// cell at or past tail is claimed by no writer and only ever becomes free
+// (the consumer frees it), so the CAS owns them both. The consumer stops
+// at the second cell until fill.
+func (r *auditRing) pushPair(ev auditEvent) (uint64, bool) {
+	pos := r.tail.Load()
+	for {
+		c, c2 := &r.cells[pos&r.mask], &r.cells[(pos+1)&r.mask]
+		d := int64(c.seq.Load() - pos)
+		switch {
+		case d == 0:
+			// A seq equal to the position does not prove a cell free: a
+			// writer that claimed it may not have stored yet, and then
+			// pos is stale. The CAS of tail settles that; before it, the
+			// second cell tells full (an older lap) from stale (written
+			// already at pos+1: reload).
+			switch d2 := int64(c2.seq.Load() - (pos + 1)); {
+			case d2 < 0:
+				return pos, false // the second cell holds the previous lap's event
+			case d2 > 0:
+				pos = r.tail.Load()
+				continue
+			}
+			if r.tail.CompareAndSwap(pos, pos+2) {
+				c.ev = ev
+				c.seq.Store(pos + 1)
+				return pos, true
+			}
+			pos = r.tail.Load()
+		case d < 0:
+			return pos, false
+		default:
+			pos = r.tail.Load()
+		}
+	}
+}
+
+// fill writes ev into the cell at pos, claimed by pushPair, and publishes
+// it to the consumer.
+func (r *auditRing) fill(pos uint64, ev auditEvent) {
+	c := &r.cells[pos&r.mask]
+	c.ev = ev
+	c.seq.Store(pos + 1)
 }
 
 // pop takes the next event, or reports false when none is ready. Consumer
@@ -408,13 +471,18 @@ type AuditReport struct {
 	// window (t − W, t], over the judged admissions of every key, as a
 	// multiple of the limit in force at t: ≤ 1 for Strict and SlidingLog,
 	// < 2 for SlidingWindow, ≤ 2 for FixedWindow (more if SetLimit lowered
-	// a limit below what the window already held). WorstKey is that key.
+	// a limit below what the window already held). WorstKey is that key;
+	// of keys with the same worst window, the least (so the report does
+	// not depend on when drains ran).
 	WorstWindow float64
 	WorstKey    string
-	// Unadmits count the cancelled reservations whose units the engine
-	// gave back; UnadmitMissed those whose units had already left the
-	// exact window at the key's newest time, so the log had nothing to
-	// take out (a weighted counter still counts part of that sub-window).
+	// Unadmits counts every Cancel of an audited reservation that gave
+	// units back, once (a key kept out of the logs by a cap counts none;
+	// a take-back that found the buffer full is counted in Dropped
+	// instead). UnadmitMissed is the part of Unadmits whose units had
+	// already left the exact window at the key's newest time, or whose
+	// key's log had been dropped as idle, so the log had nothing to take
+	// out (a weighted counter still counts part of that sub-window).
 	Unadmits, UnadmitMissed int64
 	// Keys shadowed now, and log Entries held now (bounded by
 	// AuditMaxKeys and AuditMaxEntries).
@@ -460,9 +528,10 @@ type auditor struct {
 	// decision). Updated through the pointer: assigning an existing string
 	// key would store the caller's copy of it (Go updates string keys).
 	skipped map[string]*int64
-	// taken: the units each replayed unadmit took out of a log, by its
-	// buffer position, for an evReadmit that undoes it (only unadmits that
-	// took units; dropped by prune two windows on).
+	// taken: what each replayed unadmit took out of a log, by its buffer
+	// position, until its settling event (evKept or evReadmit) is
+	// replayed, which always follows (its cell is claimed with the
+	// unadmit's): at most one record per Cancel in flight.
 	taken   map[uint64]takenUnits
 	entries int64
 	scratch []auditEvent
@@ -529,6 +598,24 @@ func (a *auditor) push(ev auditEvent) (uint64, bool) {
 		keep = (a.ring.mask + 1) / 8
 	}
 	pos, ok := a.ring.push(ev, keep)
+	return a.pushed(ev, pos, ok)
+}
+
+// pushTakeBack buffers an unadmit with a cell claimed after it for its
+// settling event (see Engine.auditCancel), and returns the unadmit's
+// position and whether it was buffered (else both were dropped, and
+// counted once).
+func (a *auditor) pushTakeBack(ev auditEvent) (uint64, bool) {
+	pos, ok := a.ring.pushPair(ev)
+	if ok && (pos+1)&(a.ring.mask>>2) == a.ring.mask>>2 {
+		a.wake() // the claimed cell ends a quarter buffer
+	}
+	return a.pushed(ev, pos, ok)
+}
+
+// pushed finishes a push at pos: a wake-up every quarter buffer, or the
+// accounting of a drop.
+func (a *auditor) pushed(ev auditEvent, pos uint64, ok bool) (uint64, bool) {
 	if ok {
 		if pos&(a.ring.mask>>2) == a.ring.mask>>2 {
 			// Every quarter buffer: drain now, not at the next tick, and
@@ -743,7 +830,10 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		a.entries -= int64(k.expire(t - a.window)) // it may be out of the window already
 	}
 	if judged {
-		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow {
+		// Ties go to the least key, so that the report does not depend on
+		// the order the drains happened to replay keys in (a batch is
+		// sorted by sub-window, batches come in arrival order).
+		if w := float64(k.sum) / float64(ev.limit); w > a.rep.WorstWindow || w == a.rep.WorstWindow && w > 0 && ev.key < a.rep.WorstKey {
 			a.rep.WorstWindow, a.rep.WorstKey = w, strings.Clone(ev.key) // not the caller's backing array
 		}
 	}
@@ -767,7 +857,7 @@ func (a *auditor) takeBack(k *shadowKey, ev *auditEvent) {
 		if emptied {
 			a.entries--
 		}
-		a.taken[ev.pos] = takenUnits{t: en.t, ref: ev.ref, id: ev.id, units: took, emptied: emptied, at: ev.t}
+		a.taken[ev.pos] = takenUnits{t: en.t, ref: ev.ref, id: ev.id, units: took, emptied: emptied}
 	case evKept:
 		tk, ok := a.taken[ev.id]
 		delete(a.taken, ev.id)
@@ -793,11 +883,11 @@ var noLog shadowKey
 
 // takenUnits is what one unadmit took out of a log: units of the
 // admission id (admitted at ref, its entry at t), the entry removed when
-// emptied; at is the unadmit's time, for prune.
+// emptied.
 type takenUnits struct {
-	t, ref, units, at int64
-	id                uint64
-	emptied           bool
+	t, ref, units int64
+	id            uint64
+	emptied       bool
 }
 
 // minSkipRecords is the least number of keys kept out of the logs that
@@ -853,11 +943,8 @@ func (a *auditor) prune(now int64) {
 			delete(a.skipped, key)
 		}
 	}
-	for id, tk := range a.taken { // an unadmit whose settling event was dropped
-		if tk.at <= cut {
-			delete(a.taken, id)
-		}
-	}
+	// a.taken is not pruned: an unadmit's settling event has its cell
+	// claimed with it (pushPair) and is always replayed, after it.
 }
 
 // Audit drains the self-audit's buffer and returns its counts (see

@@ -333,7 +333,7 @@ func TestAuditReadmitWithoutLog(t *testing.T) {
 	a := e.audit
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.taken[7] = takenUnits{t: 5, ref: 5, units: 3, id: 1, emptied: true, at: 5}
+	a.taken[7] = takenUnits{t: 5, ref: 5, units: 3, id: 1, emptied: true}
 	a.replay(&auditEvent{key: "gone", t: 6, ref: 5, n: 3, id: 7, kind: evReadmit}, quarantine{})
 	require.Empty(t, noLog.log)
 	require.Zero(t, noLog.sum)

@@ -572,6 +572,12 @@ func TestAuditHugeKeyCount(t *testing.T) {
 func TestAuditAllocatesNothing(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		e := newEngine(t, engine.Config{Limit: 1000, Window: time.Second, Algorithm: alg, Audit: 0.5, DisableEviction: true})
+		// No background drain: AllocsPerRun counts every goroutine's
+		// allocations, and a drain's (a shadow log growing or giving
+		// memory back) depends on when it runs, which made this test fail
+		// on a loaded machine. The buffer holds the 2,000 events; the
+		// decision path is what is measured.
+		e.Close()
 		var sampled, unsampled string
 		for i := 0; sampled == "" || unsampled == ""; i++ {
 			k := fmt.Sprint("key-", i)

@@ -168,10 +168,26 @@ type Config struct {
 	Clock Clock
 	// CoarseClock, if > 0, makes the engine own a cached clock refreshed
 	// every CoarseClock (≥ 100µs), so that Allow costs one atomic load for
-	// the time instead of a clock read (about 30–60 ns). Readings lag true
-	// time by up to the resolution plus scheduling delay, so a window can
-	// open up to that much late; it never opens early. Close stops it. It
-	// cannot be combined with Clock.
+	// the time instead of a clock read (about 30–60 ns). It cannot be
+	// combined with Clock.
+	//
+	// The engine decides on the coarse readings as if they were the time,
+	// so every bound of the algorithm holds exactly on the coarse
+	// timeline. In real time they hold over windows shorter by Λ, the
+	// longest gap between two refreshes (CoarseClock plus the refresher's
+	// scheduling delay; Λ ≈ CoarseClock on an idle machine, more under
+	// CPU starvation): a reading lags true time by less than Λ, and an
+	// admission is stamped with its reading, so its unit can leave the
+	// window up to Λ early. With SlidingWindowStrict or SlidingLog, any
+	// real interval of length Window − Λ holds at most Limit units, but a
+	// real interval of length Window can hold the units of Window + Λ of
+	// coarse time (Limit 1, Window 100ms, CoarseClock 20ms: two
+	// admissions about 80ms apart). And a window can open up to Λ late:
+	// a RetryAfter counts from a lagging reading. Use the precise clock
+	// where the bound must hold in real time (docs/design.md §4).
+	//
+	// Close stops the refresher; the engine then reads the precise clock,
+	// so decisions made after Close still see time move.
 	CoarseClock time.Duration
 
 	// Shards is the number of map shards, a power of two in 1 … MaxShards;
@@ -225,6 +241,19 @@ type Config struct {
 	// last eighth is kept for Reservation.Cancel's take-backs. A decision
 	// or take-back that finds it full is counted in AuditReport.Dropped,
 	// never lost silently. Needs Audit > 0.
+	//
+	// When it drops: the engine's goroutine drains when a quarter has
+	// filled, so decisions drop once 5/8 of the buffer more (10,240 at
+	// the default) arrive before that goroutine has run and replayed
+	// them: at a sampled-decision rate R, when the drain waits longer
+	// than 0.625·AuditBuffer/R (10 ms at the default and 1M sampled
+	// decisions per second), or for good when R exceeds what one core
+	// replays (a replay costs about what a decision does, so goroutines
+	// deciding sampled keys in a tight loop on every core, as a
+	// benchmark or a test under -cover does, outrun it). Size it as
+	// AuditBuffer ≥ 2·R·(the longest scheduling delay you expect), lower
+	// Audit until Dropped (ringlimit_audit_dropped_total in promlimit)
+	// stays 0, or call Engine.Audit from the deciding goroutines.
 	AuditBuffer int
 }
 

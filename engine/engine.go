@@ -12,16 +12,6 @@ import (
 	"github.com/ringlimit/ringlimit/shard"
 )
 
-// Clock is a time source in Unix nanoseconds.
-type Clock = clock.Clock
-
-// ManualClock is a Clock that moves only when told to, for tests and
-// simulations. It is safe for concurrent use.
-type ManualClock = clock.Manual
-
-// NewManualClock returns a ManualClock reading t.
-func NewManualClock(t time.Time) *ManualClock { return clock.NewManual(t) }
-
 // Engine decides, for any string key, whether n more units fit the key's
 // limit in a sliding window. It is safe for concurrent use.
 //
@@ -55,6 +45,9 @@ type Engine struct {
 	// audit the self-audit, nil when off.
 	auditBelow uint64
 	audit      *auditor
+	// claims hand out the word each admitted Reservation's copies share
+	// (claim.go).
+	claims []claimCursor
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -63,7 +56,11 @@ type Engine struct {
 
 // New validates cfg and returns a running Engine. Close it to stop the
 // goroutines it owns: the sweeper, and the coarse clock if configured.
-func New(cfg Config) (*Engine, error) {
+func New(cfg Config) (*Engine, error) { return newEngine(cfg, nil) }
+
+// newEngine is New with, when cfg has a CoarseClock, that clock given (a
+// test drives its refreshes by hand); nil starts the engine's own.
+func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 	nc, err := cfg.validate()
 	if err != nil {
 		return nil, err
@@ -81,6 +78,7 @@ func New(cfg Config) (*Engine, error) {
 		maxLimit: nc.maxLimit,
 		perKey:   nc.PerKeyLimits,
 		keyLimit: nc.KeyLimit,
+		claims:   newClaims(nc.shards),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -90,7 +88,10 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if e.clk == nil {
 		if nc.CoarseClock > 0 {
-			e.coarse = clock.NewCoarse(nc.CoarseClock)
+			if coarse == nil {
+				coarse = clock.NewCoarse(nc.CoarseClock)
+			}
+			e.coarse = coarse
 			e.clk = e.coarse
 		} else {
 			e.clk = clock.NewMonotonic()
@@ -156,6 +157,24 @@ func (e *Engine) now() int64 {
 // treated as that time), so it gains no capacity and erases nothing. Idle
 // keys are reclaimed by the engine's Clock, not by now; see
 // Config.DisableEviction.
+//
+// With eviction on, a key's new state starts no earlier than its shard's
+// floor: the latest retirement time of any key reclaimed from that shard
+// (a reclaimed key retires one window and one sub-window after its newest
+// sub-window began, and never later than the engine's clock minus one
+// sub-window). So a new key decided at a now older than the floor, which
+// takes a now more than a sub-window behind the clock, is decided at the
+// floor, as an older now is for an existing key: it gets Limit units
+// there, and RetryAfter counts from now to the room on that timeline (in
+// one test, 40 s behind the clock, about 41 s). Nothing is admitted that
+// the algorithm would refuse on the key's timeline. The floor is per shard
+// on purpose: it stops a writer that read its time before a sweep
+// reclaimed its key, and reached the table after, from building the key
+// again below counts still inside its window; a record per key would have
+// to outlive the key for as long as such a writer can be delayed, which
+// nothing bounds, while one word per shard costs nothing. A caller on a
+// timeline of its own avoids it as it avoids eviction by the wrong clock:
+// a matching Clock, or DisableEviction (docs/design.md §5).
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	t := clock.UnixNano(now) // −1 outside 1970 … 2262: refused in decideSlow
 	if res, limit, ok := e.fast(key, n, t, true); ok {
@@ -543,9 +562,11 @@ func (e *Engine) Stats() Stats {
 
 // Close stops every goroutine the engine started and waits for them to
 // exit. It is idempotent and always returns nil. Decisions still work after
-// Close, but idle keys are no longer reclaimed, a coarse clock no longer
-// advances, and the self-audit's buffer is drained only by Audit calls
-// (decisions that find it full are counted as dropped).
+// Close, but idle keys are no longer reclaimed, and the self-audit's buffer
+// is drained only by Audit calls (decisions that find it full are counted
+// as dropped). A coarse clock's refresher stops, and the engine reads the
+// precise clock from then on, so that RetryAfter still comes true and Wait
+// still returns.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)

@@ -33,3 +33,20 @@ func SetWaitHook(f func(d Decision, wait time.Duration)) func() {
 	testHookWaitSleep = f
 	return func() { testHookWaitSleep = nil }
 }
+
+// NewDrivenCoarse returns an engine whose coarse clock (cfg.CoarseClock >
+// 0) reads src and refreshes only when refresh is called: a test chooses
+// every gap between two refreshes, the coarse clock's error.
+func NewDrivenCoarse(cfg Config, src Clock) (e *Engine, refresh func(), err error) {
+	c := clock.NewCoarseDriven(src, cfg.CoarseClock)
+	e, err = newEngine(cfg, c)
+	return e, c.Refresh, err
+}
+
+// SetAuditCancelHook sets the hook an audited Cancel runs between
+// buffering its unadmit and the engine's cancel, and returns a function
+// that removes it.
+func SetAuditCancelHook(f func()) func() {
+	testHookAuditCancel = f
+	return func() { testHookAuditCancel = nil }
+}

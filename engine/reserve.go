@@ -12,22 +12,17 @@ import (
 // back. When it was Allowed, Cancel returns its units to the sub-window they
 // were recorded in (docs/design.md §3b).
 //
-// A Reservation is a value, so that Reserve and Cancel allocate nothing (104
-// bytes on 64-bit platforms). It must not be copied after it is returned
-// (go vet's copylocks check reports copies): a copy is the same claim on
-// the same units, and the engine keeps no state per reservation, so
-// cancelling two copies would return the units twice, and the second
-// return would free units that other requests were admitted into. Keep it
-// in one variable (or slice element; append moving it is fine, as only the
-// moved value is used afterwards) and pass a pointer. Cancel and Decision
-// on one Reservation are safe for concurrent use; Cancel returns the units
-// at most once.
+// A Reservation is a value (112 bytes on 64-bit platforms), and copies of
+// it are safe: every copy (an assignment, a range loop's variable, append,
+// a channel send) shares one claim on the units, and Cancel on any of them
+// returns the units at most once, whichever copy and however many calls.
+// Cancel and Decision are safe for concurrent use, on one value or on
+// copies.
 //
 // It keeps the key string it was given (Key), and the key's state, until
 // it is dropped. The zero Reservation is a denied one with nothing to
 // cancel.
 type Reservation struct {
-	_     noCopy
 	d     Decision
 	e     *Engine
 	key   string
@@ -37,35 +32,37 @@ type Reservation struct {
 	audit int64 // for a key the self-audit samples: the time its log recorded the units at, plus one; else 0
 	// auditID names the admission in the self-audit's log (0: unknown).
 	auditID uint64
-	state   uint32 // atomic: 0 until Cancel claims the units, then 1
+	// claim is the word every copy shares (claim.go): 0 until a Cancel
+	// claims the units, then 1. nil for AllowAll's own reservations,
+	// which are never copied and claim through state instead.
+	claim *uint32
+	state uint32 // atomic, when claim is nil: 0 until Cancel claims the units, then 1
 }
-
-// noCopy makes go vet's copylocks check report copies of a Reservation.
-type noCopy struct{}
-
-func (*noCopy) Lock()   {}
-func (*noCopy) Unlock() {}
 
 // ReserveAt is AllowAt that can be taken back: it decides and records
 // exactly as AllowAt(key, n, now) does, and when the Decision is Allowed
 // (with n ≥ 1), Cancel returns the n units.
 //
-// It allocates nothing for a key the engine holds.
+// It allocates nothing per call for a key the engine holds: an admission
+// takes the claim its copies share from a 4 KiB chunk that the engine
+// allocates once per 1,023 admissions.
 func (e *Engine) ReserveAt(key string, n int64, now time.Time) (r Reservation) {
-	e.reserve(&r, key, n, clock.UnixNano(now))
+	e.reserve(&r, key, n, clock.UnixNano(now), true)
 	return // a bare return: the Reservation is built in place, not copied
 }
 
 // Reserve is shorthand for ReserveAt(key, n, now) with now from the
 // engine's clock.
 func (e *Engine) Reserve(key string, n int64) (r Reservation) {
-	e.reserve(&r, key, n, e.now())
+	e.reserve(&r, key, n, e.now(), true)
 	return
 }
 
 // reserve is ReserveAt at t (Unix ns, −1 when out of range), into *out,
-// a zero Reservation. The fast path is fast's, keeping the ring.
-func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
+// a zero Reservation. The fast path is fast's, keeping the ring. With
+// shared, an admission gets a claim its copies share (claim.go); without,
+// for AllowAll's reservations, which never leave it, none.
+func (e *Engine) reserve(out *Reservation, key string, n, t int64, shared bool) {
 	out.e, out.key = e, key
 	if t >= 0 && n >= 1 && len(key) <= e.cfg.maxKey {
 		h := e.tab.Hash(key)
@@ -75,6 +72,9 @@ func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
 					out.d = decision(res, limit)
 					if res.Allowed {
 						out.ring, out.at, out.n = r, res.Epoch, n
+						if shared {
+							out.claim = e.claim(h)
+						}
 					}
 					if e.sampled(h) { // Config.Audit's one branch, as in fast
 						out.audit, out.auditID = e.auditReserve(key, t, n, limit, res)
@@ -88,7 +88,11 @@ func (e *Engine) reserve(out *Reservation, key string, n, t int64) {
 	out.d = d
 	if d.Allowed && n >= 1 && r.Valid() {
 		out.ring, out.at, out.n = r, at, n
-		if e.audit != nil && e.sampled(e.tab.Hash(key)) {
+		h := e.tab.Hash(key)
+		if shared {
+			out.claim = e.claim(h)
+		}
+		if e.audit != nil && e.sampled(h) {
 			out.audit, out.auditID = e.effective(t, at)+1, aid
 		}
 	}
@@ -124,8 +128,9 @@ func (r *Reservation) At() time.Time {
 // recorded in, and reports whether it did. It returns false, and changes
 // nothing, when:
 //   - the Reservation recorded nothing: it was denied, or n was 0 (a peek);
-//   - Cancel was called on it before (Cancel is idempotent, also when called
-//     concurrently: one call returns the units, the others report false);
+//   - Cancel was called on it, or on a copy of it, before (Cancel is
+//     idempotent across copies, also when called concurrently: one call
+//     returns the units, the others report false);
 //   - the sub-window has left the key's window: the key has seen a request
 //     that late or later (SlidingWindow and SlidingWindowStrict: N+1
 //     sub-windows after it, since the window at sub-window e+N still counts
@@ -151,7 +156,14 @@ func (r *Reservation) At() time.Time {
 // With SlidingLog, Cancel removes exactly n of the timestamps recorded at
 // the reservation's effective time.
 func (r *Reservation) Cancel() bool {
-	if r.n == 0 || !atomic.CompareAndSwapUint32(&r.state, 0, 1) {
+	if r.n == 0 {
+		return false
+	}
+	claim := r.claim
+	if claim == nil { // AllowAll's own, never copied
+		claim = &r.state
+	}
+	if !atomic.CompareAndSwapUint32(claim, 0, 1) {
 		return false
 	}
 	if r.audit != 0 {
@@ -251,7 +263,7 @@ func AllowAll(now time.Time, reqs ...Request) (int, Decision) {
 			return k, Decision{Limit: -1, RetryAfter: Never} // Limit −1: no engine, hence no limit (0 would read as ReasonKeyTooLong)
 		}
 		r := &held[k]
-		q.Engine.reserve(r, q.Key, q.N, t)
+		q.Engine.reserve(r, q.Key, q.N, t, false)
 		if !r.d.Allowed {
 			return k, r.d
 		}

@@ -645,7 +645,7 @@ func TestReservationSize(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("64-bit platforms only")
 	}
-	require.Equal(t, uintptr(104), unsafe.Sizeof(engine.Reservation{}))
+	require.Equal(t, uintptr(112), unsafe.Sizeof(engine.Reservation{}))
 }
 
 // ManualClock is a WaitClock.

@@ -23,8 +23,9 @@ type WaitClock interface {
 }
 
 // Errors of Wait, for errors.Is. Wait wraps each of them in an error that
-// also names the key, n and the limit; when ctx ends, Wait returns ctx's
-// error as it is.
+// also names the key, n, the limit and, for ErrNeverAdmitted, which cause
+// applied (a key longer than Config.MaxKeyBytes is not quoted, only its
+// length); when ctx ends, Wait returns ctx's error as it is.
 var (
 	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
 	// n above the key's limit, a Config.KeyLimit result out of range, or
@@ -77,7 +78,8 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // Clock implements it, so that tests move waiters deterministically by
 // advancing the clock; a time.Timer otherwise (the monotonic and the
 // coarse clock run at the pace of real time). With Config.CoarseClock the
-// reading can lag the timer by up to its resolution, so a wake may find
+// reading can lag the timer by up to the gap between two refreshes (the
+// resolution plus the refresher's scheduling delay), so a wake may find
 // the room not yet there and sleep once more, for about that lag.
 func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
 	if err := ctx.Err(); err != nil {
@@ -104,7 +106,7 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 		case ReasonOK:
 			return d, nil
 		case ReasonNever:
-			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: n must be 0 … the key's limit %d, and the engine's clock inside 1970 … 2262", key, n, ErrNeverAdmitted, d.Limit)
+			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d): %s", key, n, ErrNeverAdmitted, d.Limit, e.whyNever(key, n, t, d))
 		case ReasonKeysFull:
 			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d)", key, n, ErrKeysFull, d.Limit)
 		case ReasonKeyTooLong: // the key is not quoted: it is long, and may be anyone's
@@ -159,4 +161,23 @@ func jitter(d time.Duration) time.Duration {
 		return rand.N(j + 1)
 	}
 	return 0
+}
+
+// whyNever says what made a Wait attempt at t ReasonNever, from what Wait
+// knows: its n and t, and the Decision.
+func (e *Engine) whyNever(key string, n, t int64, d Decision) string {
+	switch {
+	case t < 0:
+		return "the engine's clock reads a time before 1970 or after 2262-04-11 (outside int64 Unix nanoseconds)"
+	case n < 0:
+		return "n is negative"
+	case n > d.Limit:
+		return "n is above the key's limit"
+	}
+	if _, held := e.tab.Load(e.tab.Hash(key), key); !held && e.keyLimit != nil {
+		return fmt.Sprintf("Config.KeyLimit returned a limit outside 1 … %d for the key", e.maxLimit)
+	}
+	// n fits the limit and the clock is in range: the key's window makes
+	// room only at an instant int64 nanoseconds cannot name.
+	return fmt.Sprintf("n fits the key's limit, but the key's window makes room for it only after 2262-04-11T23:47:16.854775807Z, the last instant the engine represents (the clock reads %s)", time.Unix(0, t).UTC().Format(time.RFC3339Nano))
 }

@@ -59,26 +59,49 @@ func (m *Monotonic) UnixNano() int64 { return m.base + int64(time.Since(m.start)
 // decision loads, off the cache line of anything written more often.
 const cacheLine = 64
 
-// Coarse caches a Monotonic reading that one goroutine refreshes every
-// Resolution. A reading lags true time by at most Resolution plus the
-// refresher's scheduling delay; it never goes backwards. Stop ends the
-// goroutine; UnixNano keeps returning the last reading afterwards.
+// Coarse caches a reading of a precise clock that one goroutine refreshes
+// every Resolution. A reading lags the precise clock by at most the gap
+// between two refreshes, Resolution plus the refresher's scheduling delay
+// (the time between its tick and its store); it never goes backwards.
+// Stop ends the goroutine; UnixNano then reads the precise clock itself,
+// so that time keeps moving for whoever still decides (a stopped engine's
+// RetryAfter must still come true).
 type Coarse struct {
 	_    [cacheLine]byte
-	now  atomic.Int64
+	now  atomic.Int64 // the reading, or coarseStopped once Stop has run
 	_    [cacheLine - 8]byte
-	src  *Monotonic
+	src  Clock
 	res  time.Duration
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 }
 
-// NewCoarse starts a coarse clock that refreshes every res (> 0).
+// coarseStopped is Coarse.now after Stop: no reading is math.MinInt64 (the
+// engine refuses every time before 1970 anyway), so UnixNano tells a
+// stopped clock from a running one by the value it loads already.
+const coarseStopped = math.MinInt64
+
+// NewCoarse starts a coarse clock over a Monotonic that refreshes every
+// res (> 0).
 func NewCoarse(res time.Duration) *Coarse {
-	c := &Coarse{src: NewMonotonic(), res: res, stop: make(chan struct{}), done: make(chan struct{})}
-	c.now.Store(c.src.UnixNano())
+	c := newCoarse(NewMonotonic(), res)
 	go c.run()
+	return c
+}
+
+// NewCoarseDriven returns a coarse clock over src that refreshes only when
+// Refresh is called, with no goroutine: tests drive the gap between two
+// refreshes, the coarse clock's error, by hand.
+func NewCoarseDriven(src Clock, res time.Duration) *Coarse {
+	c := newCoarse(src, res)
+	close(c.done)
+	return c
+}
+
+func newCoarse(src Clock, res time.Duration) *Coarse {
+	c := &Coarse{src: src, res: res, stop: make(chan struct{}), done: make(chan struct{})}
+	c.now.Store(src.UnixNano())
 	return c
 }
 
@@ -96,15 +119,37 @@ func (c *Coarse) run() {
 	}
 }
 
-// UnixNano implements Clock with one atomic load.
-func (c *Coarse) UnixNano() int64 { return c.now.Load() }
+// UnixNano implements Clock with one atomic load while the clock runs.
+func (c *Coarse) UnixNano() int64 {
+	if v := c.now.Load(); v != coarseStopped {
+		return v
+	}
+	return c.src.UnixNano() // stopped: the precise clock, never behind the last reading
+}
+
+// Refresh stores a new reading of the precise clock, as the refresher does
+// at each tick. After Stop it does nothing.
+func (c *Coarse) Refresh() {
+	for {
+		v := c.now.Load()
+		if v == coarseStopped || c.now.CompareAndSwap(v, c.src.UnixNano()) {
+			return
+		}
+	}
+}
 
 // Resolution is the refresh period.
 func (c *Coarse) Resolution() time.Duration { return c.res }
 
-// Stop ends the refresher and waits for it to exit. It is idempotent.
+// Stop ends the refresher and waits for it to exit; from then on UnixNano
+// reads the precise clock. It is idempotent. The refresher's last store
+// happens before done is closed, so no reading overwrites coarseStopped.
 func (c *Coarse) Stop() {
-	c.once.Do(func() { close(c.stop) })
+	c.once.Do(func() {
+		close(c.stop)
+		<-c.done
+		c.now.Store(coarseStopped)
+	})
 	<-c.done
 }
 

@@ -159,3 +159,21 @@ func TestManualAfterRacesAdvance(t *testing.T) {
 		t.Fatalf("Waits() = %d, want 0", m.Waits())
 	}
 }
+
+// A driven coarse clock holds its reading until Refresh; once stopped it
+// reads its precise source, and a Refresh after Stop changes nothing.
+func TestCoarseDrivenAndStopped(t *testing.T) {
+	src := NewManual(time.Unix(1000, 0))
+	c := NewCoarseDriven(src, time.Millisecond)
+	src.Advance(time.Second)
+	require.Equal(t, time.Unix(1000, 0).UnixNano(), c.UnixNano())
+	c.Refresh()
+	require.Equal(t, time.Unix(1001, 0).UnixNano(), c.UnixNano())
+	src.Advance(time.Second)
+	c.Stop()
+	c.Stop()
+	require.Equal(t, time.Unix(1002, 0).UnixNano(), c.UnixNano())
+	c.Refresh()
+	src.Advance(time.Second)
+	require.Equal(t, time.Unix(1003, 0).UnixNano(), c.UnixNano())
+}
