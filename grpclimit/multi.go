@@ -121,7 +121,7 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, cost int64
 	var md metadata.MD
 	for j := range n {
 		if have[j] && j != v.At && !adapter.Quiet(i.cfg.below, ds[j]) {
-			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedReset())
+			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedResetAt(v.Now))
 		}
 	}
 	switch {

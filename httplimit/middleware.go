@@ -84,8 +84,14 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 // current Unix-aligned window (read from the limiter's Config().Clock, or
 // the wall clock), the same point in time a denial in that window gives;
 // Window (SlidingLog) or Window plus one sub-window (the sliding
-// counters), rounded up, otherwise. A
-// limiter that does not report its Config gets no t= on admitted
+// counters), rounded up, otherwise. These are counted from the
+// limiter's clock reading (Redis limiters: the application's wall
+// clock, while Redis decides by its own TIME), so they hold while that
+// reading is the key's time: after the limiter's clock steps back (an
+// injected clock, or the Redis host's TIME), a key keeps deciding at its
+// newest sub-window, and the admitted t= can fall short by the step, or
+// by the skew between the two hosts, where a 429's Retry-After includes
+// it. A limiter that does not report its Config gets no t= on admitted
 // responses. RateLimit-Policy is built once per distinct limit and reused.
 // WithHeadersBelow leaves the fields out of admitted responses far from
 // the limit.

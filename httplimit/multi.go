@@ -117,7 +117,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	h := w.Header()
 	for i := range n {
 		if have[i] && i != v.At {
-			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedReset(), false)
+			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedResetAt(v.Now), false)
 		}
 	}
 	switch {

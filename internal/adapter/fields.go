@@ -177,29 +177,34 @@ func (f *Fields) AppendRate(b []byte, remaining, reset int64) []byte {
 // AdmittedReset returns the t= of an admitted response now, in seconds: a
 // true upper bound on when the key's whole quota is free again, or −1 when
 // the limiter does not report its Config.
-func (f *Fields) AdmittedReset() int64 {
+func (f *Fields) AdmittedReset() int64 { return f.AdmittedResetAt(0) }
+
+// AdmittedResetAt is AdmittedReset for units decided at now (Unix ns), the
+// time NewMulti's engines decided at; now = 0 reads the limiter's clock.
+func (f *Fields) AdmittedResetAt(now int64) int64 {
 	if f.fixed == 0 {
 		return f.admitted
 	}
-	return f.fixedReset()
-}
-
-// fixedReset is the time from now to the end of the Unix-aligned
-// FixedWindow that holds now, rounded up to whole seconds: exactly when
-// the units admitted now stop counting. now is read from the limiter's
-// Config().Clock, or the wall clock when it has none (an engine with
-// CoarseClock reads a clock up to one CoarseClock period behind the wall
-// clock; the rounding up covers that, except near a whole second). The
-// window end is at most now + Window ≤ 2262 + 2^60 ns, inside int64.
-func (f *Fields) fixedReset() int64 {
-	var now int64
-	if f.clk != nil {
-		now = f.clk.UnixNano()
-	} else {
-		now = time.Now().UnixNano()
+	if now == 0 {
+		now = f.now()
 	}
 	end := (now/f.fixed + 1) * f.fixed
 	return ceilSeconds(time.Duration(end - now))
+}
+
+// now reads the limiter's Config().Clock, or the wall clock when it has
+// none, for AdmittedResetAt: the t= of a FixedWindow admission is the time
+// from now to the end of the Unix-aligned window that holds now, rounded
+// up to whole seconds, exactly when the units admitted now stop counting
+// (an engine with CoarseClock reads a clock up to one CoarseClock period
+// behind the wall clock; the rounding up covers that, except near a whole
+// second). The window end is at most now + Window ≤ 2262 + 2^60 ns, inside
+// int64.
+func (f *Fields) now() int64 {
+	if f.clk != nil {
+		return f.clk.UnixNano()
+	}
+	return time.Now().UnixNano()
 }
 
 // admittedReset returns a true upper bound on how long the units a key
@@ -217,7 +222,7 @@ func (f *Fields) fixedReset() int64 {
 //     the same bound.
 //   - FixedWindow: a unit counts until the end of its Unix-aligned window,
 //     at most W after now. AdmittedReset sends that end exactly
-//     (fixedReset); this bound is its ceiling.
+//     (AdmittedResetAt); this bound is its ceiling.
 //   - SlidingLog: a unit admitted at s counts while u − W < s, so until
 //     s + W ≤ now + W.
 //

@@ -48,6 +48,11 @@ type Verdict struct {
 	Failure bool // At refused through its backend's failure policy (the backend failed), not by a decision
 	Failed  bool // a backend failed on the way; its failure policy admitted or (Failure) refused
 	Gone    bool // At's backend failed after the caller's context ended: no admission, whatever its policy said
+	// Now is the time (Unix ns) every engine decided at, when all the
+	// policies are engines; 0 otherwise. The admitted t= of a FixedWindow
+	// policy is counted from it (Fields.AdmittedResetAt), so that it names
+	// the end of the window the units were counted in.
+	Now int64
 }
 
 // Decide asks every policy for n units of keys[i], and fills ds[i] with
@@ -118,7 +123,7 @@ func (m *Multi) decideAll(keys []string, n int64, read bool, ds []engine.Decisio
 			ds[i], have[i] = m.engines[i].AllowAt(keys[i], 0, now), true
 		}
 	}
-	return Verdict{At: at}
+	return Verdict{At: at, Now: now.UnixNano()}
 }
 
 // PolicySpec is one policy given to httplimit.NewMulti or
