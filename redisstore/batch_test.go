@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Issue 12: a decision returns by its caller's deadline whatever the
@@ -36,8 +37,8 @@ func TestDeadlineStalledServer(t *testing.T) {
 }
 
 func testDeadlineStalled(t *testing.T, opt redis.Options) {
-	s := startRedis(t)
-	opt.Addr = s.addr()
+	s := redistest.Start(t)
+	opt.Addr = s.Addr()
 	c := redis.NewClient(&opt)
 	defer c.Close()
 	var warned atomic.Bool
@@ -52,11 +53,11 @@ func testDeadlineStalled(t *testing.T, opt redis.Options) {
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall.SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	resumed := false
 	defer func() {
 		if !resumed {
-			s.signal(syscall.SIGCONT)
+			s.Signal(syscall.SIGCONT)
 		}
 	}()
 	const callers = 8
@@ -93,7 +94,7 @@ func testDeadlineStalled(t *testing.T, opt redis.Options) {
 	if st := l.Stats(); st.CallerGone != callers || st.FallbackDecisions != 0 || st.Failures != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	s.signal(syscall.SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	resumed = true
 	// The server answers again; the sender that was stuck in the client's
 	// read comes back and the next decision is Redis's.
@@ -113,14 +114,14 @@ func testDeadlineStalled(t *testing.T, opt redis.Options) {
 // every caller has its own key and limit (KeyLimit), asks for varying n,
 // and checks Limit and Remaining against its own exact count.
 func TestBatchAttribution(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	const callers = 48
 	kl := func(k string) int64 {
 		var i int64
 		fmt.Sscanf(k, "c%d", &i)
 		return 50 + i
 	}
-	l := mustNew(t, s.client(), engine.Config{Limit: 1, Window: time.Minute, Algorithm: engine.SlidingWindowStrict, KeyLimit: kl})
+	l := mustNew(t, client(t, s), engine.Config{Limit: 1, Window: time.Minute, Algorithm: engine.SlidingWindowStrict, KeyLimit: kl})
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	for i := range callers {
@@ -163,8 +164,8 @@ func TestBatchAttribution(t *testing.T) {
 // was sent is never sent, so Redis holds at most the units of the real
 // admissions plus those of calls given up after they were sent.
 func TestMixedDeadlines(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 1_000_000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
@@ -221,8 +222,8 @@ func TestMixedDeadlines(t *testing.T) {
 // policy's answer with ErrUnavailable, none gets another caller's reply,
 // and every later answer is its own key's exact count.
 func TestCutDuringBatch(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
 	defer c.Close()
 	const callers = 32
@@ -293,8 +294,8 @@ func TestCutDuringBatch(t *testing.T) {
 // resent. Every caller's answers stay its own key's exact count, and Redis
 // holds exactly the units admitted.
 func TestScriptFlushDuringBatches(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	const callers = 24
 	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	var wg sync.WaitGroup
@@ -357,8 +358,8 @@ func TestScriptFlushDuringBatches(t *testing.T) {
 // Close waits for the round trips in flight, also those whose callers gave
 // up at their deadlines, and no sender is left after it.
 func TestCloseWaitsForSenders(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
 	defer c.Close()
 	l, err := New(c, engine.Config{Limit: 100, Window: time.Minute})

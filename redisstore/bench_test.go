@@ -14,6 +14,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // BenchmarkVsRedisRate runs one redis-server and, on it, go-redis/redis_rate
@@ -35,8 +36,8 @@ import (
 //	go test -run '^$' -bench VsRedisRate -count 6 -timeout 30m ./ | tee bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da -col /impl bench.txt
 func BenchmarkVsRedisRate(b *testing.B) {
-	s := startRedis(b)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), PoolSize: 128})
+	s := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolSize: 128})
 	defer c.Close()
 	const keys = 1000
 	names := make([]string, keys)

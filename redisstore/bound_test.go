@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // The hybrid bound at scale: R replicas, two callers each, press one key
@@ -37,7 +38,7 @@ import (
 //
 //	REDISSTORE_LONG_BOUND=1 go test -run TestHybridBoundScale -v -timeout 30m ./
 func TestHybridBoundScale(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	replicas := []int{2, 4, 8}
 	intervals := []time.Duration{time.Millisecond, 5 * time.Millisecond}
 	maxLocals := []int64{5, 50}
@@ -82,7 +83,7 @@ type boundResult struct {
 	slow, flushes, failures uint64
 }
 
-func runBound(t *testing.T, s *server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
+func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
 	t.Helper()
 	cfg := engine.Config{Limit: boundLimit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
 	ls := make([]*Limiter, replicas)
@@ -92,7 +93,7 @@ func runBound(t *testing.T, s *server, prefix string, replicas int, interval tim
 		// and Redis share 2 cores here, and a decision's read may wait
 		// longer than 300 ms for CPU. (The flushes' deadline is the
 		// limiter's own, 500 ms.)
-		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 		defer c.Close() // at the end of the case: hundreds of cases must not pile up connections
 		l, err := New(c, cfg, WithPrefix(prefix), WithHybrid(interval, maxLocal), WithOnError(func(err error) { t.Logf("replica %d: %v", i, err) }))
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Issue 12: a deploy that changes the sub-window width. Before the
@@ -19,7 +20,7 @@ import (
 // engine driven at the Redis time of the decision; at half the limit none
 // is denied.
 func TestGeometryChange(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	const limit = 10
 	const window = 200 * time.Millisecond
 	for _, tc := range []struct {
@@ -33,7 +34,7 @@ func TestGeometryChange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := s.client()
+			c := client(t, s)
 			prefix := "geo:" + tc.name + ":"
 			old := mustNew(t, c, tc.old, WithPrefix(prefix))
 			nw := mustNew(t, c, tc.new, WithPrefix(prefix))
@@ -115,8 +116,8 @@ func TestKeyFormat(t *testing.T) {
 // A limit change keeps the key and its counts: the new limit applies to
 // the counts already there, from the next decision.
 func TestLimitChangeKeepsCounts(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	a := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	b := mustNew(t, c, engine.Config{Limit: 4, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	for range 6 {
@@ -142,8 +143,8 @@ func TestLimitChangeKeepsCounts(t *testing.T) {
 // engine at the Redis time the script used, and the stored state checked
 // (mid agrees with the ring).
 func TestRingMoves(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Parallel()

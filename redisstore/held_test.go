@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Calls queued behind the round trips that open the breaker (both of the
@@ -19,18 +20,18 @@ import (
 // sender that took the slot sent them into the outage: with go-redis's
 // default options each waited another full round-trip timeout.
 func TestQueuedCallsHeldWhenBreakerOpens(t *testing.T) {
-	s := startRedis(t)
-	c := s.client() // ReadTimeout 300 ms, no retries
+	s := redistest.Start(t)
+	c := client(t, s) // ReadTimeout 300 ms, no retries
 	var hook hookCounter
 	l := mustNew(t, c, engine.Config{Limit: 100, Window: time.Minute}, withManual(), hook.opt())
 	if _, err := l.AllowN(ctx, "warm", 1); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	s.signal(syscall.SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	resumed := false
 	defer func() {
 		if !resumed {
-			s.signal(syscall.SIGCONT)
+			s.Signal(syscall.SIGCONT)
 		}
 	}()
 
@@ -72,7 +73,7 @@ func TestQueuedCallsHeldWhenBreakerOpens(t *testing.T) {
 		t.Fatalf("%d round trips, want 3: the queued calls were sent into the outage", r)
 	}
 
-	s.signal(syscall.SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	resumed = true
 	for i := range queuedCallers {
 		if got := storedUnits(t, c, l, fmt.Sprint("queued", i)); got != 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A key longer than Config.MaxKeyBytes is refused locally, as the engine
@@ -15,8 +16,8 @@ import (
 // keys of any length (about 45 requests with 1 MiB keys filled a 48 MB
 // Redis, and every client got 503 for seconds after).
 func TestKeyTooLongRefusedLocally(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	for _, tc := range []struct {
 		name string
 		max  int

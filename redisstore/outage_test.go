@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // hookCounter is an OnError hook that counts its calls.
@@ -27,15 +28,15 @@ func (h *hookCounter) opt() Option { return WithOnError(func(error) { h.n.Add(1)
 // closes it (through NOSCRIPT: the new server has no script) and decisions
 // are Redis's again. The probe writes only its own key.
 func TestBreakerSteps_Plain(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	var hook hookCounter
 	cfg := engine.Config{Limit: 10, Window: time.Minute}
 	l := mustNew(t, c, cfg, withManual(), hook.opt())
 	if d, err := l.AllowN(ctx, "k", 3); err != nil || !d.Allowed {
 		t.Fatalf("before the kill: %+v %v", d, err)
 	}
-	s.kill()
+	s.Kill()
 
 	d, err := l.AllowN(ctx, "k", 1)
 	if !errors.Is(err, ErrUnavailable) || d.Allowed || !errors.Is(err, syscall.ECONNREFUSED) {
@@ -71,7 +72,7 @@ func TestBreakerSteps_Plain(t *testing.T) {
 		t.Fatalf("while open after a probe: %v", err)
 	}
 
-	s.start() // empty, on the same port
+	s.Start() // empty, on the same port
 	if !l.br.probeOnce() || l.br.err() != nil {
 		t.Fatalf("the probe did not close the breaker after the restart: %+v", l.Stats())
 	}
@@ -99,8 +100,8 @@ func TestBreakerSteps_Plain(t *testing.T) {
 // caller's own cancellation during the call. A caller's deadline opens it
 // only when no round trip succeeded while that call was in flight.
 func TestBreakerWhatTrips(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, withManual())
@@ -193,9 +194,9 @@ func TestBreakerWhatTrips(t *testing.T) {
 // prober ends once the breaker closes. No timing is asserted (the outage
 // command measures it).
 func TestBreakerRecovers(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	var hook hookCounter
-	l := mustNew(t, s.client(), engine.Config{Limit: 1_000_000, Window: time.Minute}, hook.opt(), WithPolicy(FailOpen))
+	l := mustNew(t, client(t, s), engine.Config{Limit: 1_000_000, Window: time.Minute}, hook.opt(), WithPolicy(FailOpen))
 	var calls, ok, unavailable atomic.Int64
 	stop := make(chan struct{})
 	errc := make(chan error, 8)
@@ -231,7 +232,7 @@ func TestBreakerRecovers(t *testing.T) {
 		}
 	}
 	waitFor("decisions", func() bool { return ok.Load() > 100 })
-	s.kill()
+	s.Kill()
 	waitFor("the breaker to open", func() bool { return l.br.err() != nil })
 	waitFor("policy answers", func() bool { return unavailable.Load() > 1000 })
 	st := l.Stats()
@@ -240,7 +241,7 @@ func TestBreakerRecovers(t *testing.T) {
 	if st.Failures > 50 || st.FallbackDecisions < 1000 || st.Failures != uint64(hook.n.Load()) {
 		t.Fatalf("during the outage: %+v (hook %d)", st, hook.n.Load())
 	}
-	s.start()
+	s.Start()
 	before := ok.Load()
 	waitFor("recovery", func() bool { return ok.Load() > before+100 })
 	close(stop)
@@ -260,12 +261,12 @@ func TestBreakerRecovers(t *testing.T) {
 // Close while the breaker is open: the prober ends, no goroutine is left,
 // and later decisions try Redis again (the breaker is off after Close).
 func TestBreakerCloseWhileOpen(t *testing.T) {
-	s := startRedis(t)
-	l, err := New(s.client(), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, 5*time.Millisecond))
+	s := redistest.Start(t)
+	l, err := New(client(t, s), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.kill()
+	s.Kill()
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestBreakerCloseWhileOpen(t *testing.T) {
 	if st := l.Stats(); st.Failures != before.Failures+1 {
 		t.Fatalf("after Close the decision made no round trip: %+v", st)
 	}
-	s.start()
+	s.Start()
 	if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("after Close and restart: %+v %v", d, err)
 	}
@@ -295,23 +296,23 @@ func TestBreakerCloseWhileOpen(t *testing.T) {
 // probe fails at the client's timeout and the breaker stays open; after
 // the restart the next probe closes it.
 func TestBreakerKilledDuringProbe(t *testing.T) {
-	s := startRedis(t)
-	l := mustNew(t, s.client(), engine.Config{Limit: 10, Window: time.Minute}, withManual())
+	s := redistest.Start(t)
+	l := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: time.Minute}, withManual())
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall.SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || l.br.err() == nil {
 		t.Fatalf("a stalled server (300 ms ReadTimeout) did not open the breaker: %v", err)
 	}
 	done := make(chan bool)
 	go func() { done <- l.br.probeOnce() }()
 	time.Sleep(50 * time.Millisecond) // the probe is waiting for the stalled server
-	s.kill()
+	s.Kill()
 	if <-done || l.br.err() == nil {
 		t.Fatal("a probe that met a stalled, then killed, server closed the breaker")
 	}
-	s.start()
+	s.Start()
 	if !l.br.probeOnce() {
 		t.Fatalf("no recovery: %v", l.br.err())
 	}
@@ -325,8 +326,8 @@ func TestBreakerKilledDuringProbe(t *testing.T) {
 // once; in the end decisions return to Redis, and Close leaves no
 // goroutine.
 func TestBreakerFlapping(t *testing.T) {
-	s := startRedis(t)
-	l, err := New(s.client(), engine.Config{Limit: 1_000_000, Window: time.Minute}, WithBreaker(time.Millisecond, 20*time.Millisecond))
+	s := redistest.Start(t)
+	l, err := New(client(t, s), engine.Config{Limit: 1_000_000, Window: time.Minute}, WithBreaker(time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,9 +374,9 @@ func TestBreakerFlapping(t *testing.T) {
 	}
 	for range 8 {
 		time.Sleep(30 * time.Millisecond)
-		s.kill()
+		s.Kill()
 		time.Sleep(30 * time.Millisecond)
-		s.start()
+		s.Start()
 	}
 	before := l.Stats().RedisDecisions
 	for start := time.Now(); l.Stats().RedisDecisions < before+50; time.Sleep(time.Millisecond) {
@@ -427,16 +428,16 @@ func TestWithBreakerErrors(t *testing.T) {
 // returns once go-redis gives the probe up (here the client's 300 ms
 // ReadTimeout), and no goroutine is left.
 func TestBreakerCloseDuringStalledProbe(t *testing.T) {
-	s := startRedis(t)
-	l, err := New(s.client(), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
+	s := redistest.Start(t)
+	l, err := New(client(t, s), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall.SIGSTOP)
-	defer s.signal(syscall.SIGCONT)
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || l.br.err() == nil {
 		t.Fatalf("the stall did not open the breaker: %v", err)
 	}
@@ -463,8 +464,8 @@ func TestBreakerCloseDuringStalledProbe(t *testing.T) {
 // writes) keeps it open while PING still answers, and once memory is
 // available again the probe closes it.
 func TestBreakerOOM(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, withManual())
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
@@ -500,10 +501,10 @@ func TestBreakerOOM(t *testing.T) {
 // by Redis. After the node's restart (same port and cluster config, no
 // data), one probe closes its breaker.
 func TestBreakerClusterNode(t *testing.T) {
-	nodes := startCluster(t)
+	nodes := redistest.StartCluster(t, 3)
 	var addrs []string
 	for _, s := range nodes {
-		addrs = append(addrs, s.addr())
+		addrs = append(addrs, s.Addr())
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
 	defer cc.Close()
@@ -532,13 +533,13 @@ func TestBreakerClusterNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var dead *server
+	var dead *redistest.Server
 	for _, s := range nodes {
-		if s.addr() == owner(down) {
+		if s.Addr() == owner(down) {
 			dead = s
 		}
 	}
-	dead.kill()
+	dead.Kill()
 	if _, err := l.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("the dead node's key: %v", err)
 	}
@@ -562,7 +563,7 @@ func TestBreakerClusterNode(t *testing.T) {
 	}
 	// The restarted node answers PING at once but CLUSTERDOWN to scripts
 	// until it has rejoined: the probes fail until then.
-	dead.start()
+	dead.Start()
 	for start := time.Now(); !pb.probeOnce(); time.Sleep(10 * time.Millisecond) {
 		if time.Since(start) > 20*time.Second {
 			t.Fatalf("no recovery after the node's restart: %v", pb.err())
@@ -578,7 +579,7 @@ func TestBreakerClusterNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead.kill()
+	dead.Kill()
 	if _, err := l2.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
@@ -596,9 +597,9 @@ func TestBreakerClusterNode(t *testing.T) {
 // Close racing decisions that fail and trip the breaker: no prober
 // survives Close, whichever comes first.
 func TestBreakerCloseRace(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
-	s.kill()
+	s := redistest.Start(t)
+	c := client(t, s)
+	s.Kill()
 	for range 20 {
 		l, err := New(c, engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 var ctx = context.Background()
@@ -59,13 +60,13 @@ func TestConfigErrors(t *testing.T) {
 // Several Limiters, each with its own client, share one key's limit from
 // concurrent goroutines: together they admit exactly Limit.
 func TestSharedLimit(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	const limit = 300
 	cfg := engine.Config{Limit: limit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
-		l := mustNew(t, s.client(), cfg)
+		l := mustNew(t, client(t, s), cfg)
 		for range 4 {
 			wg.Go(func() {
 				for range 150 {
@@ -93,8 +94,8 @@ func TestSharedLimit(t *testing.T) {
 // Each decision, with the Redis time the script used, matches the engine
 // driven with AllowAt at that time: Allowed, Remaining and RetryAfter.
 func TestMatchesReference(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	for _, tc := range []struct {
 		alg engine.Algorithm
 		n   int
@@ -165,19 +166,19 @@ func TestMatchesReference(t *testing.T) {
 // script). The breaker is off, so that every decision tries Redis (the
 // breaker's own tests are in outage_test.go).
 func TestServerKilled(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	cfg := engine.Config{Limit: 10, Window: time.Minute}
 	var hookCalls atomic.Int64
 	hook, off := WithOnError(func(error) { hookCalls.Add(1) }), WithBreaker(0, 0)
-	closed := mustNew(t, s.client(), cfg, hook, off)
-	open := mustNew(t, s.client(), cfg, hook, off, WithPolicy(FailOpen))
-	local := mustNew(t, s.client(), cfg, hook, off, WithFallbackLocal(0.5))
+	closed := mustNew(t, client(t, s), cfg, hook, off)
+	open := mustNew(t, client(t, s), cfg, hook, off, WithPolicy(FailOpen))
+	local := mustNew(t, client(t, s), cfg, hook, off, WithFallbackLocal(0.5))
 	for _, l := range []*Limiter{closed, open, local} {
 		if ok, err := l.Allow(ctx, "k"); !ok || err != nil {
 			t.Fatalf("before the kill: %v %v", ok, err)
 		}
 	}
-	s.kill()
+	s.Kill()
 
 	d, err := closed.AllowN(ctx, "k", 1)
 	if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason() != engine.ReasonLimited || d.RetryAfter != 6*time.Second {
@@ -220,7 +221,7 @@ func TestServerKilled(t *testing.T) {
 		t.Fatalf("a done context was counted: %+v", st)
 	}
 
-	s.start()
+	s.Start()
 	for _, l := range []*Limiter{closed, open, local} {
 		before := l.Stats()
 		// The pool's connections died with the server: each call finds
@@ -242,8 +243,8 @@ func TestServerKilled(t *testing.T) {
 // and the error wraps the context's error, not ErrUnavailable. The proxy
 // holds every reply for 300 ms; the client honours context deadlines.
 func TestDeadlineDuringCall(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, WithPolicy(FailOpen))
@@ -263,8 +264,8 @@ func TestDeadlineDuringCall(t *testing.T) {
 }
 
 func TestScriptFlush(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	l := mustNew(t, c, engine.Config{Limit: 3, Window: time.Minute})
 	for i := range 5 {
 		if i == 2 {
@@ -283,8 +284,8 @@ func TestScriptFlush(t *testing.T) {
 }
 
 func TestBraces(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	cfg := engine.Config{Limit: 2, Window: time.Minute, SubWindows: 6}
 	l := mustNew(t, c, cfg)
 	keys := []string{"a{b}c", "{a}", "a", "{a", "a}", `\(a\)`, "(a)", "}{", "", `\`, `\\`}
@@ -318,10 +319,10 @@ func TestBraces(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
-	nodes := startCluster(t)
+	nodes := redistest.StartCluster(t, 3)
 	var addrs []string
 	for _, s := range nodes {
-		addrs = append(addrs, s.addr())
+		addrs = append(addrs, s.Addr())
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer cc.Close()
@@ -349,7 +350,7 @@ func TestCluster(t *testing.T) {
 	}
 	var perNode []int64
 	for _, s := range nodes {
-		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		n, err := c.DBSize(ctx).Result()
 		_ = c.Close()
 		if err != nil {
@@ -370,7 +371,7 @@ func TestCluster(t *testing.T) {
 	// node has lost the script first: a pipeline's EVAL reaches one node,
 	// and the calls on the others go again as EVAL.
 	for _, s := range nodes {
-		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		err := c.ScriptFlush(ctx).Err()
 		_ = c.Close()
 		if err != nil {

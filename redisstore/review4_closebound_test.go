@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Close waits for the round trips in flight: on a stalled server each is
@@ -18,16 +19,16 @@ import (
 func TestReview4CloseBoundedByReadTimeout(t *testing.T) {
 	for _, mr := range []int{0, -1} {
 		t.Run("", func(t *testing.T) {
-			s := startRedis(t)
+			s := redistest.Start(t)
 			const rt = 200 * time.Millisecond
-			c := redis.NewClient(&redis.Options{Addr: s.addr(), ReadTimeout: rt, MaxRetries: mr})
+			c := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: rt, MaxRetries: mr})
 			defer c.Close()
 			l, err := New(c, engine.Config{Limit: 1 << 20, Window: time.Second, Algorithm: engine.SlidingWindowStrict})
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, _ = l.AllowN(context.Background(), "warm", 1)
-			s.signal(syscall.SIGSTOP)
+			s.Signal(syscall.SIGSTOP)
 			var wg sync.WaitGroup
 			var bgEl time.Duration
 			wg.Go(func() { t0 := time.Now(); _, _ = l.AllowN(context.Background(), "bg", 1); bgEl = time.Since(t0) })
@@ -40,7 +41,7 @@ func TestReview4CloseBoundedByReadTimeout(t *testing.T) {
 			t0 := time.Now()
 			_ = l.Close()
 			el := time.Since(t0)
-			s.signal(syscall.SIGCONT)
+			s.Signal(syscall.SIGCONT)
 			wg.Wait()
 			t.Logf("MaxRetries %d: Close took %v with ReadTimeout %v; a never-ending caller's decision took %v", mr, el, rt, bgEl)
 			retries := 3 // go-redis's default, MaxRetries 0

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // The empty user key in a Cluster: its probe key (same "hash tag" {}) lands on
@@ -19,8 +20,8 @@ func TestReview4EmptyKeyClusterBreaker(t *testing.T) {
 }
 
 func advClusterBreaker(t *testing.T, uk string) {
-	nodes := startCluster(t)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}, MaxRetries: -1,
+	nodes := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}, MaxRetries: -1,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	defer cc.Close()
 	ctx := context.Background()
@@ -51,8 +52,8 @@ func advClusterBreaker(t *testing.T, uk string) {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
-		if n.addr() == owner {
-			n.kill()
+		if n.Addr() == owner {
+			n.Kill()
 		}
 	}
 	end := time.Now().Add(1500 * time.Millisecond)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // README: a caller whose deadline passes gets the policy's answer; "if its
@@ -19,8 +20,8 @@ import (
 // count it (the error says which)". Healthy server, short deadlines: every
 // such error must say which.
 func TestReview4ErrorSaysWhich(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, PoolSize: 64})
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 64})
 	defer c.Close()
 	l, err := New(c, engine.Config{Limit: 1 << 30, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithBreaker(0, 0))
 	if err != nil {

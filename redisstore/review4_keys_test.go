@@ -8,13 +8,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // TestAdvKeyNames: tricky user keys stay distinct, independent, and keep
 // their counts.
 func TestReview4KeyNames(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	l, err := New(c, engine.Config{Limit: 3, Window: time.Minute, Algorithm: engine.FixedWindow, MaxKeyBytes: 100000}) // the 100,000-byte key is held
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +55,8 @@ func TestReview4KeyNames(t *testing.T) {
 // empty user key the tag is "{}", which Redis Cluster does not treat as a
 // hash tag: the whole name is hashed.
 func TestReview4EmptyKeyCluster(t *testing.T) {
-	nodes := startCluster(t)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}, MaxRetries: -1})
+	nodes := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}, MaxRetries: -1})
 	defer cc.Close()
 	ctx := context.Background()
 	var slots []int64

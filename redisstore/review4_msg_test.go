@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // "Bad input gets clear errors at New": the microsecond error ends mid-sentence.
@@ -29,12 +30,12 @@ func TestReview4MicrosecondErrorMessage(t *testing.T) {
 // Policy answers: FailClosed RetryAfter is one sub-window (the window for
 // FixedWindow); FailOpen admits; both with ErrUnavailable.
 func TestReview4PolicyAnswers(t *testing.T) {
-	s := startRedis(t)
-	fc, _ := New(s.client(), engine.Config{Limit: 10, Window: 3 * time.Second, Algorithm: engine.FixedWindow})
-	fo, _ := New(s.client(), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithPolicy(FailOpen))
+	s := redistest.Start(t)
+	fc, _ := New(client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, Algorithm: engine.FixedWindow})
+	fo, _ := New(client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithPolicy(FailOpen))
 	defer fc.Close()
 	defer fo.Close()
-	s.kill()
+	s.Kill()
 	for i := range 3 {
 		d, err := fc.AllowN(context.Background(), "k", 1)
 		if !errors.Is(err, ErrUnavailable) || d.Allowed || d.RetryAfter != 3*time.Second || d.Remaining != 0 {

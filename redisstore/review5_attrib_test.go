@@ -9,17 +9,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Every reply reaches its own caller: each goroutine has its own key and
 // checks Remaining against its own count, while SCRIPT FLUSH runs every few
 // ms and callers mix no-deadline, cancellable and deadline contexts.
 func TestReview5AttributionWithFlushes(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
 	defer c.Close()
-	admin := redis.NewClient(&redis.Options{Addr: s.addr()})
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer admin.Close()
 	const L = 1 << 20
 	l := mustNew(t, c, engine.Config{Limit: L, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})

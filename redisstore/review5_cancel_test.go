@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A stalled server and callers whose contexts have no deadline but are
@@ -18,18 +20,18 @@ import (
 // 300 ms here), and a timeout of the client's own opens the breaker. A
 // queued no-deadline caller returns at its cancellation, "counted nothing".
 func TestReview5CancelledNoDeadlineDuringStall(t *testing.T) {
-	s := startRedis(t)
-	c := s.client() // ReadTimeout 300 ms, no retries
+	s := redistest.Start(t)
+	c := client(t, s) // ReadTimeout 300 ms, no retries
 	var hook hookCounter
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, hook.opt())
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall_SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	resumed := false
 	defer func() {
 		if !resumed {
-			s.signal(syscall_SIGCONT)
+			s.Signal(syscall.SIGCONT)
 		}
 	}()
 	var slowest atomic.Int64
@@ -74,7 +76,7 @@ func TestReview5CancelledNoDeadlineDuringStall(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	st := l.Stats()
-	s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	resumed = true
 	t.Logf("first breaker answer %v after the stall", time.Duration(firstOpen.Load()))
 	if fo := time.Duration(firstOpen.Load()); fo == 0 || fo > 450*time.Millisecond {

@@ -6,18 +6,20 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Close racing callers of every context kind, a stall and a resume: no
 // panic, Close returns, no goroutine left once the callers are done.
 func TestReview5CloseRacesEverything(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, PoolSize: 64,
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 64,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 150 * time.Millisecond, WriteTimeout: 150 * time.Millisecond})
 	defer c.Close()
 	base := runtime.NumGoroutine()
@@ -59,7 +61,7 @@ func TestReview5CloseRacesEverything(t *testing.T) {
 		}
 		time.Sleep(30 * time.Millisecond)
 		if round%2 == 1 {
-			s.signal(syscall_SIGSTOP)
+			s.Signal(syscall.SIGSTOP)
 		}
 		time.Sleep(time.Duration(round*10) * time.Millisecond)
 		var cw sync.WaitGroup
@@ -69,7 +71,7 @@ func TestReview5CloseRacesEverything(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 		if round%2 == 1 {
-			s.signal(syscall_SIGCONT)
+			s.Signal(syscall.SIGCONT)
 		}
 		cw.Wait()
 		closeTook := time.Since(closeStart)
@@ -98,8 +100,8 @@ func TestReview5CloseRacesEverything(t *testing.T) {
 // Key escaping: distinct user keys give distinct Redis keys and counters,
 // including the empty key's "\e" against user keys that look like it.
 func TestReview5KeyEscaping(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	l := mustNew(t, c, engine.Config{Limit: 100, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	keys := []string{"", "\\e", "\\", "e", "\\\\e", "\\(", "{", "}", "(", ")", "\\)", "{}", "\\e}", "}\\e", "\x1b", "\\\\", "\\{", "\\(e", "e\\"}
 	seen := map[string]string{}

@@ -8,14 +8,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Close "waits for the round trips in flight to come back": bounded by
 // one round trip (here ~5 ms of link latency, ReadTimeout 300 ms), even
 // while callers keep deciding (decisions after Close still work).
 func TestReview5CloseUnderSustainedLoad(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64, ReadTimeout: 300 * time.Millisecond})
 	defer c.Close()
 	l, err := New(c, engine.Config{Limit: 1 << 30, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})

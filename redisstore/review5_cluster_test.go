@@ -6,23 +6,25 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // One Cluster node stalls (SIGSTOP); callers with 20 ms deadlines use keys
 // on every node. Promise: "one node down leaves the other nodes' keys to
 // Redis" (one breaker per master node). Observed: keys on healthy nodes.
 func TestReview5ClusterStallOtherNodes(t *testing.T) {
-	nodes := startCluster(t)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}, MaxRetries: -1, PoolSize: 64,
+	nodes := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}, MaxRetries: -1, PoolSize: 64,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	defer cc.Close()
 	l := mustNew(t, cc, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
-	stalledAddr := nodes[0].addr()
+	stalledAddr := nodes[0].Addr()
 	var onStalled, onHealthy []string
 	for i := 0; len(onStalled) < 4 || len(onHealthy) < 4; i++ {
 		k := fmt.Sprint("key", i)
@@ -80,14 +82,14 @@ func TestReview5ClusterStallOtherNodes(t *testing.T) {
 		})
 	}
 	time.Sleep(200 * time.Millisecond)
-	nodes[0].signal(syscall_SIGSTOP)
+	nodes[0].Signal(syscall.SIGSTOP)
 	time.Sleep(100 * time.Millisecond)
 	stalled.Store(true)
 	time.Sleep(1500 * time.Millisecond)
 	stalled.Store(false)
 	close(stop)
 	wg.Wait()
-	nodes[0].signal(syscall_SIGCONT)
+	nodes[0].Signal(syscall.SIGCONT)
 	t.Logf("healthy-node keys during the stall: %d Redis answers, %d policy answers (%d by an open breaker); e.g. %v; stats %+v",
 		healthyReal.Load(), healthyPolicy.Load(), healthyBreaker.Load(), sample.Load(), l.Stats())
 	// That the healthy nodes' keys wait behind the stalled node's round

@@ -5,19 +5,21 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // "A decision returns by its caller's context deadline, plus scheduling
 // delay, whatever the client's options": deadline callers mixed with
 // no-deadline callers behind a slow link (40 ms), then a stall.
 func TestReview5DeadlineKeptMixed(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64, ReadTimeout: 2 * time.Second})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
@@ -65,9 +67,9 @@ func TestReview5DeadlineKeptMixed(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	phase.Store(1)
-	s.signal(syscall_SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	time.Sleep(800 * time.Millisecond)
-	s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	phase.Store(2)
 	time.Sleep(300 * time.Millisecond)
 	close(stop)

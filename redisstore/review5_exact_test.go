@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 type adv5Outcome int
@@ -32,8 +34,8 @@ const (
 func TestReview5CountedNothingMeansNothing(t *testing.T) {
 	for _, breaker := range []bool{true, false} {
 		t.Run(fmt.Sprint("breaker=", breaker), func(t *testing.T) {
-			s := startRedis(t)
-			p := startProxy(t, s.addr())
+			s := redistest.Start(t)
+			p := startProxy(t, s.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
 			defer c.Close()
 			var hook hookCounter
@@ -154,8 +156,8 @@ func TestReview5CountedNothingMeansNothing(t *testing.T) {
 // breaker must not stay open (README: "If Redis answered others lately ...
 // the breaker stays closed").
 func TestReview5SlowServerDeadlineOnlyBreaker(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
 	defer c.Close()
 	var hook hookCounter
@@ -207,8 +209,8 @@ func TestReview5SlowServerDeadlineOnlyBreaker(t *testing.T) {
 // open (no round trip succeeds), so that decisions stop waiting out their
 // deadlines.
 func TestReview5StallDeadlineOnlyOpens(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, PoolSize: 64, ReadTimeout: 3 * time.Second})
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 64, ReadTimeout: 3 * time.Second})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	stop := make(chan struct{})
@@ -234,13 +236,13 @@ func TestReview5StallDeadlineOnlyOpens(t *testing.T) {
 		})
 	}
 	time.Sleep(200 * time.Millisecond)
-	s.signal(syscall_SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	stalled.Store(true)
 	time.Sleep(1200 * time.Millisecond)
 	st := l.Stats()
 	close(stop)
 	wg.Wait()
-	s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	t.Logf("stats during stall %+v; decisions that waited > 10 ms during the stall: %d", st, slow.Load())
 	if st.BreakerOpens == 0 {
 		t.Errorf("a 1.2 s stall with only deadline callers never opened the breaker: %d decisions waited out their deadline", slow.Load())

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // Held calls never reach Redis: callers of all kinds, each on its own key,
@@ -17,17 +19,17 @@ import (
 // "breaker is open" or "counted nothing" must find its key empty once the
 // server resumes.
 func TestReview5HeldNeverSent(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	if _, err := l.AllowN(ctx, "warm", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall_SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	resumed := false
 	defer func() {
 		if !resumed {
-			s.signal(syscall_SIGCONT)
+			s.Signal(syscall.SIGCONT)
 		}
 	}()
 	var mu sync.Mutex
@@ -65,7 +67,7 @@ func TestReview5HeldNeverSent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	resumed = true
 	l.batch.wait()
 	time.Sleep(100 * time.Millisecond)

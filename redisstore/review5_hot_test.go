@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // One strict key, a small limit, callers of all three context kinds behind
@@ -22,8 +23,8 @@ import (
 func TestReview5HotKeyMixedContexts(t *testing.T) {
 	for run := range 3 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			s := startRedis(t)
-			p := startProxy(t, s.addr())
+			s := redistest.Start(t)
+			p := startProxy(t, s.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64,
 				DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 			defer c.Close()

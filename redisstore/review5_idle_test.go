@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A healthy local server with sporadic traffic: after 150 ms idle, one
@@ -15,8 +16,8 @@ import (
 // no deadline comes 1 ms later. The breaker should not refuse it: Redis is
 // answering (nobody asked it in the last 100 ms).
 func TestReview5IdleThenTinyDeadline(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	if _, err := l.AllowN(ctx, "k", 0); err != nil {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // README "A stalled server: phantom units": at most k = 2 × (1 + ⌈100 ms
@@ -21,9 +23,9 @@ import (
 func TestReview5PhantomBoundDeadlineCallers(t *testing.T) {
 	for _, cte := range []bool{false, true} {
 		t.Run(fmt.Sprint("ContextTimeoutEnabled=", cte), func(t *testing.T) {
-			s := startRedis(t)
+			s := redistest.Start(t)
 			c := redis.NewClient(&redis.Options{
-				Addr: s.addr(), MaxRetries: -1, DialerRetries: 1, PoolSize: 32, ContextTimeoutEnabled: cte,
+				Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1, PoolSize: 32, ContextTimeoutEnabled: cte,
 				DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
 			})
 			defer c.Close()
@@ -58,10 +60,10 @@ func TestReview5PhantomBoundDeadlineCallers(t *testing.T) {
 			for l.Stats().RedisDecisions < 300 {
 				time.Sleep(time.Millisecond)
 			}
-			s.signal(syscall_SIGSTOP)
+			s.Signal(syscall.SIGSTOP)
 			stalled.Store(true)
 			time.Sleep(600 * time.Millisecond)
-			s.signal(syscall_SIGCONT)
+			s.Signal(syscall.SIGCONT)
 			stalled.Store(false)
 			time.Sleep(100 * time.Millisecond)
 			close(stop)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A slow but alive server (15 ms replies): many callers with 5 ms budgets,
@@ -18,8 +19,8 @@ import (
 // slower than that caller's deadline ..., not down, and the breaker stays
 // closed". Observed: the sporadic caller is refused by an open breaker.
 func TestReview5SlowServerSporadicPatientCaller(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})

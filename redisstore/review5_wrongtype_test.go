@@ -11,13 +11,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // "WRONGTYPE does not open it: another client's value at one key fails that
 // key alone", also when that key's calls share pipelines with others.
 func TestReview5WrongTypeInBatches(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
 	defer c.Close()
 	var hook hookCounter

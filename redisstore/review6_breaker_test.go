@@ -5,11 +5,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A real SIGSTOP stall with mixed callers: two callers with no deadline
@@ -19,8 +21,8 @@ import (
 // gone unanswered for 100 ms". Promised: open within a few hundred ms of
 // the stall; deadline callers then answered at once.
 func TestReview6StallMixedCallersOpens(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ReadTimeout: 3 * time.Second, PoolSize: 64})
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 3 * time.Second, PoolSize: 64})
 	defer c.Close()
 	var onErr, calls atomic.Int64
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithOnError(func(error) { onErr.Add(1) }))
@@ -57,11 +59,11 @@ func TestReview6StallMixedCallersOpens(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	stalled.Store(time.Now().UnixNano())
-	s.signal(syscall_SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	time.Sleep(1200 * time.Millisecond)
 	st := l.Stats()
 	opened := quickOpen.Load()
-	s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	close(stop)
 	wg.Wait()
 	t.Logf("stats at 1.2 s into the stall: %+v", st)
@@ -88,8 +90,8 @@ func TestReview6StallMixedCallersOpens(t *testing.T) {
 // starting round trips (Close turns the breaker off). Promised: Close
 // returns about 300 ms after the first round trip started.
 func TestReview6CloseIgnoresLaterRoundTrips(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ReadTimeout: 300 * time.Millisecond, PoolSize: 64})
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 300 * time.Millisecond, PoolSize: 64})
 	defer c.Close()
 	l, err := New(c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithBreaker(0, 0))
 	if err != nil {
@@ -98,8 +100,8 @@ func TestReview6CloseIgnoresLaterRoundTrips(t *testing.T) {
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall_SIGSTOP)
-	defer s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = l.AllowN(context.Background(), "k", 1) })
@@ -132,7 +134,7 @@ func TestReview6CloseIgnoresLaterRoundTrips(t *testing.T) {
 		took = -1
 	}
 	close(stop)
-	s.signal(syscall_SIGCONT)
+	s.Signal(syscall.SIGCONT)
 	wg.Wait()
 	t.Logf("Close returned %v after the first round trip started", took)
 	if took < 0 || took > 450*time.Millisecond {

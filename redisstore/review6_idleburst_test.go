@@ -8,14 +8,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A healthy local server; after idle periods (0.3–1.5 s), bursts of 200
 // callers with 50 µs–1 ms deadlines. Redis answers every round trip in well
 // under 100 ms: the breaker must never open.
 func TestReview6IdleTinyDeadlineBursts(t *testing.T) {
-	s := startRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, PoolSize: 256})
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 256})
 	defer c.Close()
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {

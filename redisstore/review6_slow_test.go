@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A server that answers every round trip in about 60 ms (a slow link),
@@ -19,8 +20,8 @@ import (
 // the README's rule says the breaker never opens. Also: every decision in
 // exactly one Stats counter; Failures == OnError calls.
 func TestReview6SlowLinkBurstsNoOpen(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 128, ReadTimeout: 2 * time.Second})
 	defer c.Close()
 	var onErr atomic.Int64

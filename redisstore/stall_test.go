@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A stalled server (SIGSTOP) with short client timeouts: the calls in
@@ -25,13 +26,13 @@ import (
 func TestStallPhantomUnits(t *testing.T) {
 	for _, retries := range []int{0, 2} {
 		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
-			s := startRedis(t)
+			s := redistest.Start(t)
 			mr := retries
 			if mr == 0 {
 				mr = -1 // go-redis: -1 is no retry, 0 the default (3)
 			}
 			c := redis.NewClient(&redis.Options{
-				Addr: s.addr(), MaxRetries: mr, DialerRetries: 1, PoolSize: 16,
+				Addr: s.Addr(), MaxRetries: mr, DialerRetries: 1, PoolSize: 16,
 				DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond,
 			})
 			defer c.Close()
@@ -73,12 +74,12 @@ func TestStallPhantomUnits(t *testing.T) {
 				}
 			}
 			waitFor("decisions", func() bool { return l.Stats().RedisDecisions > 200 })
-			s.signal(syscall.SIGSTOP)
+			s.Signal(syscall.SIGSTOP)
 			waitFor("the breaker to open", func() bool { return l.br.err() != nil })
 			// Every call sent before the stall has timed out by now
 			// (ReadTimeout 100 ms, each retry as long).
 			time.Sleep(time.Duration(retries+1)*100*time.Millisecond + 200*time.Millisecond)
-			s.signal(syscall.SIGCONT)
+			s.Signal(syscall.SIGCONT)
 			before := l.Stats().RedisDecisions
 			waitFor("recovery", func() bool { return l.Stats().RedisDecisions > before+200 })
 			close(stop)
