@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +32,49 @@ func TestConfigAsTheEngineReportsIt(t *testing.T) {
 			t.Fatalf("Config() = %+v, the engine's %+v", got, want)
 		}
 		var _ interface{ Config() engine.Config } = l
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		cfg  engine.Config
+		want string
+	}{
+		{engine.Config{Window: time.Second}, "Limit"},
+		{engine.Config{Limit: 1}, "Window"},
+		{engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.SlidingLog}, "SlidingLog"},
+		{engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4}, "microseconds"},
+		{engine.Config{Limit: 1e8, Window: 10 * time.Second, SubWindows: 10}, "2^53"},
+		{engine.Config{Limit: 1, Window: 200 * 24 * time.Hour, SubWindows: 10}, "2^53"},
+		{engine.Config{Limit: 1, Window: time.Second, PerKeyLimits: true}, "PerKeyLimits"},
+	} {
+		_, err := New(c, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	// Strict and Fixed have no product bound.
+	if _, err := New(c, engine.Config{Limit: 1e8, Window: 10 * time.Second, Algorithm: engine.SlidingWindowStrict}); err != nil {
+		t.Error(err)
+	}
+	if _, err := New(c, engine.Config{Limit: 1, Window: time.Second}, WithFallbackLocal(0)); err == nil {
+		t.Error("share 0 accepted")
+	}
+}
+
+// "Bad input gets clear errors at New": the microsecond error ends mid-sentence.
+func TestConfigErrorIsAWholeSentence(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	_, err := New(c, engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	t.Logf("%s", msg)
+	if strings.HasSuffix(strings.TrimSpace(msg), " is") {
+		t.Errorf("error message is cut off mid-sentence: %q", msg)
 	}
 }

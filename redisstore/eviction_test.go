@@ -3,7 +3,6 @@ package redisstore
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,39 +10,6 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
-
-// hookLog keeps every error passed to the OnError hook.
-type hookLog struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (h *hookLog) opt() Option {
-	return WithOnError(func(err error) {
-		h.mu.Lock()
-		h.errs = append(h.errs, err)
-		h.mu.Unlock()
-	})
-}
-
-// count returns how many errors wrap target.
-func (h *hookLog) count(target error) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, e := range h.errs {
-		if errors.Is(e, target) {
-			n++
-		}
-	}
-	return n
-}
-
-func (h *hookLog) all() []error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]error(nil), h.errs...)
-}
 
 var evictCfg = engine.Config{Limit: 10, Window: time.Minute}
 

@@ -3,11 +3,17 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"io"
 	"math"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
@@ -98,3 +104,184 @@ type staleDeadline struct{ context.Context }
 
 func (staleDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 func (staleDeadline) Err() error                  { return nil }
+
+var ctx = context.Background()
+
+func mustNew(t *testing.T, c redis.UniversalClient, cfg engine.Config, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(c, cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// hookCounter is an OnError hook that counts its calls.
+type hookCounter struct{ n atomic.Int64 }
+
+func (h *hookCounter) opt() Option { return WithOnError(func(error) { h.n.Add(1) }) }
+
+// hookLog keeps every error passed to the OnError hook.
+type hookLog struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (h *hookLog) opt() Option {
+	return WithOnError(func(err error) {
+		h.mu.Lock()
+		h.errs = append(h.errs, err)
+		h.mu.Unlock()
+	})
+}
+
+// count returns how many errors wrap target.
+func (h *hookLog) count(target error) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.errs {
+		if errors.Is(e, target) {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *hookLog) all() []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]error(nil), h.errs...)
+}
+
+// deadClient is a client pointing at a loopback port nothing listens on.
+func deadClient(t *testing.T) *redis.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func canceled() context.Context { // a context done before the call
+	cx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return cx
+}
+
+// proxy is a loopback TCP proxy in front of a test's redis-server that can
+// add latency to replies and cut connections, to reproduce what a slow or
+// flaky network does to a client.
+type proxy struct {
+	ln     net.Listener
+	target string
+	// delay is added before each chunk of replies is forwarded (ns).
+	delay atomic.Int64
+	// cut, while positive, makes the next chunk of replies that starts
+	// with an array ('*': a script's reply, not a handshake's) be dropped
+	// and both connections closed: the server ran the commands, the
+	// client sees EOF. Each cut decrements it.
+	cut atomic.Int64
+	// cuts counts the chunks dropped so far.
+	cuts atomic.Int64
+
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startProxy(tb testing.TB, target string) *proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: []net.Conn{}}
+	p.wg.Add(1)
+	go p.accept()
+	tb.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false // closed
+	}
+	p.conns = append(p.conns, c)
+	return true
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		if !p.track(c) || !p.track(s) {
+			_ = c.Close()
+			_ = s.Close()
+			return
+		}
+		p.wg.Add(2)
+		go func() {
+			defer p.wg.Done()
+			_, _ = io.Copy(s, c)
+			_ = s.Close()
+			_ = c.Close()
+		}()
+		go func() {
+			defer p.wg.Done()
+			defer c.Close()
+			defer s.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 {
+					if buf[0] == '*' && p.cut.Load() > 0 && p.cut.Add(-1) >= 0 {
+						p.cuts.Add(1)
+						return
+					}
+					if d := p.delay.Load(); d > 0 {
+						time.Sleep(time.Duration(d)) // simulated latency
+					}
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// close stops accepting, closes every connection and waits for the
+// forwarding goroutines.
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	p.wg.Wait()
+}

@@ -2,32 +2,16 @@ package redisstore
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
-
-// deadClient is a client pointing at a loopback port nothing listens on.
-func deadClient(t *testing.T) *redis.Client {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // Issue 12: a request that can never be admitted is answered without a
 // round trip: a client whose server is down still gets the refusal, with a

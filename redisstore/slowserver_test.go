@@ -1,0 +1,242 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// A server that answers every round trip in about 60 ms (a slow link),
+// idle for a second, then bursts of callers with 2–50 ms deadlines mixed
+// with no-deadline callers. No round trip goes unanswered for 100 ms, so
+// the README's rule says the breaker never opens. Also: every decision in
+// exactly one Stats counter; Failures == OnError calls.
+func TestSlowLinkBurstsNeverOpenBreaker(t *testing.T) {
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 128, ReadTimeout: 2 * time.Second})
+	defer c.Close()
+	var onErr atomic.Int64
+	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithOnError(func(error) { onErr.Add(1) }))
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	p.delay.Store(int64(60 * time.Millisecond))
+	var calls, openAns atomic.Int64
+	for round := 0; round < 4; round++ {
+		time.Sleep(time.Second)
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewSource(int64(round*100 + i)))
+				for j := 0; j < 3; j++ {
+					cx, cancel := context.Background(), func() {}
+					if i%8 != 0 {
+						cx, cancel = context.WithTimeout(context.Background(), time.Duration(2+rng.Intn(48))*time.Millisecond)
+					}
+					_, err := l.AllowN(cx, "k", 1)
+					cancel()
+					calls.Add(1)
+					if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+						openAns.Add(1)
+						t.Logf("round %d: %v", round, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	time.Sleep(200 * time.Millisecond)
+	st := l.Stats()
+	t.Logf("%+v calls=%d onErr=%d", st, calls.Load(), onErr.Load())
+	if st.BreakerOpens != 0 || openAns.Load() != 0 {
+		t.Errorf("breaker opened %d times (%d answers by it) although every round trip was answered within ~60 ms", st.BreakerOpens, openAns.Load())
+	}
+	if got := st.RedisDecisions + st.LocalDecisions + st.FallbackDecisions + st.CallerGone; int64(got) != calls.Load()+1 {
+		t.Errorf("decisions counted %d, calls %d", got, calls.Load()+1)
+	}
+	if int64(st.Failures) != onErr.Load() {
+		t.Errorf("Failures %d != OnError calls %d", st.Failures, onErr.Load())
+	}
+}
+
+// A slow but alive server (every reply 15 ms late) and callers that all
+// have deadlines shorter than that: Redis answers every round trip, so the
+// breaker must not stay open (README: "If Redis answered others lately ...
+// the breaker stays closed").
+func TestSlowServerShortDeadlinesNeverOpenBreaker(t *testing.T) {
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
+	defer c.Close()
+	var hook hookCounter
+	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, hook.opt())
+	if _, err := l.AllowN(ctx, "k", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.delay.Store(int64(15 * time.Millisecond))
+	var breakerAnswers, nothing, may, real atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				d, err := l.AllowN(cx, "k", 1)
+				cancel()
+				switch {
+				case err == nil && d.Allowed:
+					real.Add(1)
+				case err != nil && strings.Contains(err.Error(), "breaker is open"):
+					breakerAnswers.Add(1)
+					time.Sleep(time.Millisecond)
+				case err != nil && strings.Contains(err.Error(), "counted nothing"):
+					nothing.Add(1)
+				case err != nil && strings.Contains(err.Error(), "may have counted"):
+					may.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	st := l.Stats()
+	t.Logf("real %d nothing %d may %d breaker-answers %d; stats %+v", real.Load(), nothing.Load(), may.Load(), breakerAnswers.Load(), st)
+	if st.BreakerOpens > 0 {
+		t.Errorf("the breaker opened %d times (%d decisions answered by it) while Redis answered every round trip within 15 ms", st.BreakerOpens, breakerAnswers.Load())
+	}
+}
+
+// A slow but alive server (15 ms replies): many callers with 5 ms budgets,
+// and a sporadic caller with a 200 ms budget every 250 ms, which Redis can
+// answer in time. README: "If Redis answered others lately, the server is
+// slower than that caller's deadline ..., not down, and the breaker stays
+// closed". Observed: the sporadic caller is refused by an open breaker.
+func TestSlowServerPatientCallerNotRefused(t *testing.T) {
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
+	defer c.Close()
+	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	if _, err := l.AllowN(ctx, "k", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.delay.Store(int64(15 * time.Millisecond))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+				_, err := l.AllowN(cx, "k", 1)
+				cancel()
+				if err != nil && strings.Contains(err.Error(), "breaker is open") {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	var patientOK, patientBreaker, patientOther atomic.Int64
+	for range 12 {
+		time.Sleep(250 * time.Millisecond)
+		cx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, err := l.AllowN(cx, "k", 1)
+		cancel()
+		switch {
+		case err == nil:
+			patientOK.Add(1)
+		case strings.Contains(err.Error(), "breaker is open"):
+			patientBreaker.Add(1)
+		default:
+			patientOther.Add(1)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("patient callers: %d Redis answers, %d breaker answers, %d other; %+v", patientOK.Load(), patientBreaker.Load(), patientOther.Load(), l.Stats())
+	if patientBreaker.Load() > 0 {
+		t.Errorf("%d of 12 callers with a 200 ms budget were refused by the breaker while Redis answered every round trip in 15 ms", patientBreaker.Load())
+	}
+}
+
+// A healthy local server with sporadic traffic: after 150 ms idle, one
+// caller with a tiny remaining budget (200 µs) gives up, then a caller with
+// no deadline comes 1 ms later. The breaker should not refuse it: Redis is
+// answering (nobody asked it in the last 100 ms).
+func TestIdleThenTinyDeadlineRefusesNobody(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	if _, err := l.AllowN(ctx, "k", 0); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	var tinyErr error
+	for range 10 {
+		time.Sleep(150 * time.Millisecond)
+		cx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+		_, terr := l.AllowN(cx, "k", 1)
+		cancel()
+		if tinyErr == nil {
+			tinyErr = terr
+		}
+		time.Sleep(time.Millisecond)
+		if _, err := l.AllowN(context.Background(), "k", 1); err != nil && strings.Contains(err.Error(), "breaker is open") {
+			refused++
+		}
+	}
+	t.Logf("refused %d of 10; the tiny caller's error: %v; %+v", refused, tinyErr, l.Stats())
+	if refused > 0 {
+		t.Errorf("%d of 10 no-deadline callers on a healthy server refused by a breaker opened by one caller's 200 µs budget", refused)
+	}
+}
+
+// A healthy local server; after idle periods (0.3–1.5 s), bursts of 200
+// callers with 50 µs–1 ms deadlines. Redis answers every round trip in well
+// under 100 ms: the breaker must never open.
+func TestIdleTinyDeadlineBurstsNeverOpenBreaker(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 256})
+	defer c.Close()
+	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	for round, idle := range []time.Duration{300, 1500, 700, 1200} {
+		time.Sleep(idle * time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Go(func() {
+				cx, cancel := context.WithTimeout(context.Background(), time.Duration(50+(i*37)%950)*time.Microsecond)
+				_, _ = l.AllowN(cx, "k", 1)
+				cancel()
+			})
+		}
+		wg.Wait()
+		if st := l.Stats(); st.BreakerOpens != 0 {
+			t.Fatalf("round %d: breaker opened on a healthy server: %+v", round, st)
+		}
+	}
+	t.Logf("%+v", l.Stats())
+}
