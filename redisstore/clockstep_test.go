@@ -60,13 +60,7 @@ func TestClockStepBackKeepsRetryAfterTrue(t *testing.T) {
 			}
 			// The reference: an engine that saw the same units, asked at the
 			// start of epoch newest.
-			rc := cfg
-			rc.DisableEviction = true
-			ref, err := engine.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
+			ref := engineRef(t, cfg)
 			start := time.UnixMicro(newest * w)
 			if l.span > 1 {
 				ref.AllowAt("k", 2, start.Add(-time.Duration(l.span-1)*time.Duration(l.width)))

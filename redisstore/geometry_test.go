@@ -48,13 +48,7 @@ func TestGeometryChange(t *testing.T) {
 					t.Fatalf("old: %+v %v", d, err)
 				}
 			}
-			rc := tc.new
-			rc.DisableEviction = true
-			ref, err := engine.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
+			ref := engineRef(t, tc.new)
 			tick := time.NewTicker(2 * tc.new.Window / time.Duration(tc.new.Limit)) // half the new limit per window
 			defer tick.Stop()
 			denied := 0
@@ -152,13 +146,7 @@ func TestRingMoves(t *testing.T) {
 			cfg := engine.Config{Limit: 9, Window: 50 * time.Millisecond, SubWindows: n, Algorithm: alg}
 			width := cfg.Window / n
 			l := mustNew(t, c, cfg, WithPrefix("moves:"+alg.String()+":"))
-			rc := cfg
-			rc.DisableEviction = true
-			ref, err := engine.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
+			ref := engineRef(t, cfg)
 			rng := rand.New(rand.NewPCG(3, uint64(alg)))
 			moved := map[int]bool{}
 			for i := range 160 {

@@ -285,3 +285,17 @@ func (p *proxy) close() {
 	}
 	p.wg.Wait()
 }
+
+// engineRef is the one reference of every decision test: an engine with
+// cfg (never reclaiming a key), which the test drives with AllowAt at the
+// Redis time the script used. It is closed when the test ends.
+func engineRef(tb testing.TB, cfg engine.Config) *engine.Engine {
+	tb.Helper()
+	cfg.DisableEviction = true
+	e, err := engine.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Close() })
+	return e
+}

@@ -63,13 +63,7 @@ func TestScriptMatchesEngine(t *testing.T) {
 				cfg.Window = 80 * time.Millisecond
 			}
 			l := mustNew(t, c, cfg, WithPrefix(fmt.Sprintf("ref:%v:%d:", alg, tc.n)))
-			rc := cfg
-			rc.DisableEviction = true
-			ref, err := engine.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
+			ref := engineRef(t, cfg)
 			rng := rand.New(rand.NewPCG(uint64(alg), uint64(tc.n)))
 			keys := []string{"a", "b{c}"}
 			denied, admitted := 0, 0
