@@ -123,7 +123,7 @@ func TestBreakerCloseWhileOpen(t *testing.T) {
 // the restart the next probe closes it.
 func TestBreakerKilledDuringProbe(t *testing.T) {
 	s := redistest.Start(t)
-	l := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: time.Minute}, withManual())
+	l := mustNew(t, stallClient(t, s), engine.Config{Limit: 10, Window: time.Minute}, withManual())
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestBreakerFlapping(t *testing.T) {
 // ReadTimeout), and no goroutine is left.
 func TestBreakerCloseDuringStalledProbe(t *testing.T) {
 	s := redistest.Start(t)
-	l, err := New(client(t, s), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
+	l, err := New(stallClient(t, s), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
