@@ -301,19 +301,7 @@ func TestHotKeyMixedContextsNeverOverAdmits(t *testing.T) {
 					r := rand.New(rand.NewPCG(uint64(g), uint64(run)))
 					for range 80 {
 						n := int64(1 + r.IntN(4))
-						var cx context.Context = context.Background()
-						cancel := func() {}
-						switch r.IntN(3) {
-						case 1:
-							var cf context.CancelFunc
-							cx, cf = context.WithCancel(cx)
-							tm := time.AfterFunc(time.Duration(r.IntN(3000))*time.Microsecond, cf)
-							cancel = func() { tm.Stop(); cf() }
-						case 2:
-							var cf context.CancelFunc
-							cx, cf = context.WithTimeout(cx, time.Duration(200+r.IntN(4000))*time.Microsecond)
-							cancel = cf
-						}
+						cx, cancel := mixedContext(r, 3*time.Millisecond, 200*time.Microsecond, 4*time.Millisecond)
 						d, err := l.AllowN(cx, "hot", n)
 						cancel()
 						switch {

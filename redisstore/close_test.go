@@ -43,19 +43,7 @@ func TestCloseRacesCallersAndStalls(t *testing.T) {
 						return
 					default:
 					}
-					var cx context.Context = context.Background()
-					cancel := func() {}
-					switch r.IntN(3) {
-					case 1:
-						var cf context.CancelFunc
-						cx, cf = context.WithCancel(cx)
-						tm := time.AfterFunc(time.Duration(r.IntN(3000))*time.Microsecond, cf)
-						cancel = func() { tm.Stop(); cf() }
-					case 2:
-						var cf context.CancelFunc
-						cx, cf = context.WithTimeout(cx, time.Duration(100+r.IntN(3000))*time.Microsecond)
-						cancel = cf
-					}
+					cx, cancel := mixedContext(r, 3*time.Millisecond, 100*time.Microsecond, 3*time.Millisecond)
 					_, _ = l.AllowN(cx, fmt.Sprint("k", r.IntN(4)), int64(1+r.IntN(3)))
 					cancel()
 				}

@@ -390,11 +390,7 @@ func TestBreakerClusterNode(t *testing.T) {
 	if _, err := l2.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
-	for start := time.Now(); l2.Stats().Failures < 3; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no probes: %+v", l2.Stats())
-		}
-	}
+	waitUntil(t, "failing probes", func() bool { return l2.Stats().Failures >= 3 }, func() any { return l2.Stats() })
 	if err := l2.Close(); err != nil {
 		t.Fatal(err)
 	}

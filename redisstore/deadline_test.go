@@ -136,13 +136,7 @@ func testDeadlineStalled(t *testing.T, opt redis.Options) {
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.Signal(syscall.SIGSTOP)
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Signal(syscall.SIGCONT)
-		}
-	}()
+	resume := stall(t, s)
 	const callers = 8
 	var wg sync.WaitGroup
 	took := make([]time.Duration, callers)
@@ -177,8 +171,7 @@ func testDeadlineStalled(t *testing.T, opt redis.Options) {
 	if st := l.Stats(); st.CallerGone != callers || st.FallbackDecisions != 0 || st.Failures != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	s.Signal(syscall.SIGCONT)
-	resumed = true
+	resume()
 	// The server answers again; the sender that was stuck in the client's
 	// read comes back and the next decision is Redis's.
 	var err error
@@ -364,18 +357,7 @@ func TestCountedNothingLeavesKeyEmpty(t *testing.T) {
 					for j := range per {
 						n := int64(1 + r.IntN(5))
 						ns[g][j] = n
-						var cx context.Context
-						var cancel context.CancelFunc
-						switch r.IntN(3) {
-						case 0:
-							cx, cancel = context.Background(), func() {}
-						case 1:
-							cx, cancel = context.WithCancel(context.Background())
-							tm := time.AfterFunc(time.Duration(r.IntN(4000))*time.Microsecond, cancel)
-							defer tm.Stop()
-						default:
-							cx, cancel = context.WithTimeout(context.Background(), time.Duration(100+r.IntN(5000))*time.Microsecond)
-						}
+						cx, cancel := mixedContext(r, 4*time.Millisecond, 100*time.Microsecond, 5*time.Millisecond)
 						d, err := l.AllowN(cx, fmt.Sprintf("k%d-%d", g, j), n)
 						cancel()
 						var o callOutcome

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -380,3 +382,45 @@ func (w *roundTrips) wantClosed(tb testing.TB, opens uint64, answers int64, why 
 
 // String is the longest round trip, for logs.
 func (w *roundTrips) String() string { return time.Duration(w.longest.Load()).String() }
+
+// hangBound is how long a test waits for something that a correct limiter
+// does within milliseconds: a bound on a hang, never a verdict on speed.
+const hangBound = 20 * time.Second
+
+// waitUntil polls cond every millisecond and fails tb if it does not hold
+// within hangBound; the failure names what it waited for and state().
+func waitUntil(tb testing.TB, what string, cond func() bool, state func() any) {
+	tb.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > hangBound {
+			tb.Fatalf("no %s within %v: %+v", what, hangBound, state())
+		}
+	}
+}
+
+// stall stops s (SIGSTOP) and returns the function that resumes it,
+// which also runs when the test ends if the test has not called it.
+func stall(tb testing.TB, s *redistest.Server) (resume func()) {
+	tb.Helper()
+	s.Signal(syscall.SIGSTOP)
+	var once sync.Once
+	resume = func() { once.Do(func() { s.Signal(syscall.SIGCONT) }) }
+	tb.Cleanup(resume)
+	return resume
+}
+
+// mixedContext returns, at random, one of a caller's three kinds of
+// context: none (Background), one cancelled within cancelWithin (as an
+// HTTP request whose client leaves), or a deadline of minDeadline plus up
+// to spread. cancel releases it.
+func mixedContext(r *rand.Rand, cancelWithin, minDeadline, spread time.Duration) (ctx context.Context, cancel func()) {
+	switch r.IntN(3) {
+	case 1:
+		ctx, cf := context.WithCancel(context.Background())
+		tm := time.AfterFunc(time.Duration(r.Int64N(int64(cancelWithin))), cf)
+		return ctx, func() { tm.Stop(); cf() }
+	case 2:
+		return context.WithTimeout(context.Background(), minDeadline+time.Duration(r.Int64N(int64(spread))))
+	}
+	return context.Background(), func() {}
+}

@@ -51,11 +51,7 @@ func TestBreakerRecovers(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("timed out waiting for %s: %+v", what, l.Stats())
-			}
-		}
+		waitUntil(t, what, cond, func() any { return l.Stats() })
 	}
 	waitFor("decisions", func() bool { return ok.Load() > 100 })
 	s.Kill()
@@ -96,11 +92,7 @@ func TestBreakerCloseWhileOpen(t *testing.T) {
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
-	for start := time.Now(); l.Stats().Failures < 3; time.Sleep(time.Millisecond) { // probes failing
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no probes: %+v", l.Stats())
-		}
-	}
+	waitUntil(t, "failing probes", func() bool { return l.Stats().Failures >= 3 }, func() any { return l.Stats() })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -205,11 +197,8 @@ func TestBreakerFlapping(t *testing.T) {
 		s.Start()
 	}
 	before := l.Stats().RedisDecisions
-	for start := time.Now(); l.Stats().RedisDecisions < before+50; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no recovery after the flapping: %+v %v\n%s", l.Stats(), l.br.err(), stacks())
-		}
-	}
+	waitUntil(t, "recovery after the flapping", func() bool { return l.Stats().RedisDecisions >= before+50 },
+		func() any { return fmt.Sprintf("%+v %v\n%s", l.Stats(), l.br.err(), stacks()) })
 	close(stop)
 	wg.Wait()
 	close(errc)
@@ -244,11 +233,7 @@ func TestBreakerCloseDuringStalledProbe(t *testing.T) {
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || l.br.err() == nil {
 		t.Fatalf("the stall did not open the breaker: %v", err)
 	}
-	for start := time.Now(); !strings.Contains(stacks(), "(*Limiter).probeCall"); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("no probe in flight")
-		}
-	}
+	waitUntil(t, "probe in flight", func() bool { return strings.Contains(stacks(), "(*Limiter).probeCall") }, func() any { return l.Stats() })
 	done := make(chan error)
 	go func() { done <- l.Close() }()
 	select {

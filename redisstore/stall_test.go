@@ -69,11 +69,7 @@ func TestStallPhantomUnits(t *testing.T) {
 			}
 			waitFor := func(what string, cond func() bool) {
 				t.Helper()
-				for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-					if time.Since(start) > 10*time.Second {
-						t.Fatalf("timed out waiting for %s: %+v", what, l.Stats())
-					}
-				}
+				waitUntil(t, what, cond, func() any { return l.Stats() })
 			}
 			waitFor("decisions", func() bool { return l.Stats().RedisDecisions > 200 })
 			s.Signal(syscall.SIGSTOP)
@@ -187,13 +183,7 @@ func TestQueuedCallsHeldWhenBreakerOpens(t *testing.T) {
 	if _, err := l.AllowN(ctx, "warm", 1); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	s.Signal(syscall.SIGSTOP)
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Signal(syscall.SIGCONT)
-		}
-	}()
+	resume := stall(t, s)
 
 	// Two callers whose contexts never end make their own round trips,
 	// holding both sender slots until the client's ReadTimeout.
@@ -233,8 +223,7 @@ func TestQueuedCallsHeldWhenBreakerOpens(t *testing.T) {
 		t.Fatalf("%d round trips, want 3: the queued calls were sent into the outage", r)
 	}
 
-	s.Signal(syscall.SIGCONT)
-	resumed = true
+	resume()
 	for i := range queuedCallers {
 		if got := storedUnits(t, c, l, fmt.Sprint("queued", i)); got != 0 {
 			t.Fatalf("Redis counted %d units for queued%d, a call that was never sent", got, i)
@@ -253,13 +242,7 @@ func TestHeldCallsNeverSent(t *testing.T) {
 	if _, err := l.AllowN(ctx, "warm", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.Signal(syscall.SIGSTOP)
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Signal(syscall.SIGCONT)
-		}
-	}()
+	resume := stall(t, s)
 	var mu sync.Mutex
 	nothing := map[string]string{}
 	var all []string
@@ -295,8 +278,7 @@ func TestHeldCallsNeverSent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s.Signal(syscall.SIGCONT)
-	resumed = true
+	resume()
 	l.batch.wait()
 	time.Sleep(100 * time.Millisecond)
 	bad := 0
@@ -327,13 +309,7 @@ func TestStallCancelledCallersReturnAndOpenBreaker(t *testing.T) {
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.Signal(syscall.SIGSTOP)
-	resumed := false
-	defer func() {
-		if !resumed {
-			s.Signal(syscall.SIGCONT)
-		}
-	}()
+	resume := stall(t, s)
 	var slowest atomic.Int64
 	var notCounted, other atomic.Int64
 	var wg sync.WaitGroup
@@ -376,8 +352,7 @@ func TestStallCancelledCallersReturnAndOpenBreaker(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	st := l.Stats()
-	s.Signal(syscall.SIGCONT)
-	resumed = true
+	resume()
 	t.Logf("first breaker answer %v after the stall", time.Duration(firstOpen.Load()))
 	if fo := time.Duration(firstOpen.Load()); fo == 0 {
 		t.Errorf("the breaker answered nobody during a 1.5 s stall (ReadTimeout 300 ms): the client's own timeouts of cancelled callers did not open it")
@@ -494,11 +469,7 @@ func TestStallMixedCallersOpenBreaker(t *testing.T) {
 	}
 	// The stall is over: the held reads come back, and the prober closes
 	// the breaker; then every counter has settled.
-	for start := time.Now(); l.br.err() != nil; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the breaker did not close within 10 s of the server's resumption: %+v", l.Stats())
-		}
-	}
+	waitUntil(t, "closing of the breaker after the resumption", func() bool { return l.br.err() == nil }, func() any { return l.Stats() })
 	l.batch.wait()
 	st = l.Stats()
 	if got := st.RedisDecisions + st.LocalDecisions + st.FallbackDecisions + st.CallerGone; int64(got) != calls.Load() {
