@@ -265,9 +265,14 @@ func TestBatchAttributionWithScriptFlushes(t *testing.T) {
 // One strict key, a small limit, callers of all three context kinds behind
 // a slow link that is sometimes cut: the admitted units must stay within
 // Limit, and every admitted reply must be its own: the unit ranges
-// [L-Remaining-n, L-Remaining) of admitted decisions never overlap.
+// [L-Remaining-n, L-Remaining) of admitted decisions never overlap. One
+// seed; three with -long.
 func TestHotKeyMixedContextsNeverOverAdmits(t *testing.T) {
-	for run := range 3 {
+	runs := 1
+	if *long {
+		runs = 3
+	}
+	for run := range runs {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			s := redistest.Start(t)
 			p := startProxy(t, s.Addr())

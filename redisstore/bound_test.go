@@ -34,17 +34,18 @@ import (
 // exactly the units admitted, and reports how close each case came to the
 // simple forms (R−1)·2·maxLocal and (R−1)·3·maxLocal.
 //
-// CI runs a small matrix; REDISSTORE_LONG_BOUND=1 runs the long one:
+// go test runs a small matrix; -long (or REDISSTORE_LONG=1, or
+// REDISSTORE_LONG_BOUND=1 as before) runs the long one:
 //
-//	REDISSTORE_LONG_BOUND=1 go test -run TestHybridBoundScale -v -timeout 30m ./
+//	go test -run TestHybridBoundScale -v -timeout 30m ./ -long
 func TestHybridBoundScale(t *testing.T) {
 	s := redistest.Start(t)
-	replicas := []int{2, 4, 8}
+	replicas := []int{2, 8}
 	intervals := []time.Duration{time.Millisecond, 5 * time.Millisecond}
 	maxLocals := []int64{5, 50}
 	traffics := []string{"hammer", "smooth", "mixed"}
 	runs, dur := 1, 200*time.Millisecond
-	if os.Getenv("REDISSTORE_LONG_BOUND") != "" {
+	if *long || os.Getenv("REDISSTORE_LONG_BOUND") != "" {
 		replicas = []int{2, 4, 8, 16}
 		intervals = []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}
 		maxLocals = []int64{1, 10, 50}

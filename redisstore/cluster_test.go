@@ -102,6 +102,7 @@ func TestClusterStalledNodeLeavesOthersClosed(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel() // waits mostly on cluster or replica set-up
 	nodes := redistest.StartCluster(t, 3)
 	var addrs []string
 	for _, s := range nodes {
@@ -191,6 +192,7 @@ func TestCluster(t *testing.T) {
 // empty user key the tag is "{}", which Redis Cluster does not treat as a
 // hash tag: the whole name is hashed.
 func TestClusterEmptyKeyKeepsSlot(t *testing.T) {
+	t.Parallel() // waits mostly on cluster or replica set-up
 	nodes := redistest.StartCluster(t, 3)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}, MaxRetries: -1})
 	defer cc.Close()
@@ -243,8 +245,9 @@ func TestClusterEmptyKeyKeepsSlot(t *testing.T) {
 // another node, so while the key's node is down the breaker is closed by a
 // probe that succeeds elsewhere, and reopens on the next decision.
 func TestClusterBreakerProbesOnKeysNode(t *testing.T) {
+	t.Parallel() // waits mostly on cluster or replica set-up
 	for _, uk := range []string{"", "control"} {
-		t.Run(uk, func(t *testing.T) { clusterBreakerOnKeysNode(t, uk) })
+		t.Run(uk, func(t *testing.T) { t.Parallel(); clusterBreakerOnKeysNode(t, uk) })
 	}
 }
 
@@ -308,6 +311,7 @@ func clusterBreakerOnKeysNode(t *testing.T, uk string) {
 // by Redis. After the node's restart (same port and cluster config, no
 // data), one probe closes its breaker.
 func TestBreakerClusterNode(t *testing.T) {
+	t.Parallel() // waits mostly on cluster or replica set-up
 	nodes := redistest.StartCluster(t, 3)
 	var addrs []string
 	for _, s := range nodes {

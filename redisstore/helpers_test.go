@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -424,3 +426,11 @@ func mixedContext(r *rand.Rand, cancelWithin, minDeadline, spread time.Duration)
 	}
 	return context.Background(), func() {}
 }
+
+// long selects the long forms of the randomized and load tests: more
+// keys, cases and seeds. The default is the short form that
+// `go test ./...` and `make test` run; CI's long run sets it:
+//
+//	go test -race -run TestHybrid -long ./
+//	REDISSTORE_LONG=1 go test -race ./...
+var long = flag.Bool("long", os.Getenv("REDISSTORE_LONG") != "", "run the long forms of the randomized and load tests (also REDISSTORE_LONG=1)")

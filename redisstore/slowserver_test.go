@@ -129,7 +129,7 @@ func TestSlowServerShortDeadlinesNeverOpenBreaker(t *testing.T) {
 }
 
 // A slow but alive server (15 ms replies): many callers with 5 ms budgets,
-// and a sporadic caller with a 200 ms budget every 250 ms, which Redis can
+// and a sporadic caller with a 200 ms budget every 150 ms, which Redis can
 // answer in time. README: "If Redis answered others lately, the server is
 // slower than that caller's deadline ..., not down, and the breaker stays
 // closed". Observed: the sporadic caller is refused by an open breaker.
@@ -165,7 +165,7 @@ func TestSlowServerPatientCallerNotRefused(t *testing.T) {
 	}
 	var patientOK, patientBreaker, patientOther atomic.Int64
 	for range 12 {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond)
 		cx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, err := l.AllowN(cx, "k", 1)
 		cancel()
