@@ -264,26 +264,3 @@ func TestBreakerWhatTrips(t *testing.T) {
 		t.Fatalf("a stalled reply past the deadline did not open the breaker: %+v", st)
 	}
 }
-
-func TestWithBreakerErrors(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	cfg := engine.Config{Limit: 1, Window: time.Second}
-	for _, tc := range []struct{ min, max time.Duration }{
-		{0, time.Second}, {time.Microsecond, time.Second}, {time.Second, time.Millisecond}, {time.Second, 2 * time.Minute}, {-1, -1},
-	} {
-		if _, err := New(c, cfg, WithBreaker(tc.min, tc.max)); err == nil || !strings.Contains(err.Error(), "WithBreaker") {
-			t.Errorf("WithBreaker(%v, %v): %v", tc.min, tc.max, err)
-		}
-	}
-	if _, err := New(c, cfg, WithBreaker(time.Millisecond, time.Second), WithHybrid(time.Millisecond, 1)); !errors.Is(err, errBreakerHybrid) {
-		t.Errorf("WithBreaker with WithHybrid: %v", err)
-	}
-	for _, o := range []Option{WithBreaker(0, 0), WithBreaker(time.Millisecond, time.Millisecond)} {
-		l, err := New(c, cfg, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = l.Close()
-	}
-}

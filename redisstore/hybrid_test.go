@@ -17,25 +17,6 @@ import (
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
-func TestHybridOptionErrors(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	cfg := engine.Config{Limit: 10, Window: time.Second}
-	for _, tc := range []struct {
-		opt  Option
-		want string
-	}{
-		{WithHybrid(time.Microsecond, 1), "1ms ≤ interval ≤ Config.Window"},
-		{WithHybrid(2*time.Second, 1), "1ms ≤ interval ≤ Config.Window (1s)"},
-		{WithHybrid(time.Millisecond, 0), "1 ≤ maxLocal ≤ Config.Limit"},
-		{WithHybrid(time.Millisecond, 11), "1 ≤ maxLocal ≤ Config.Limit (10)"},
-	} {
-		if _, err := New(c, cfg, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("got %v, want an error containing %q", err, tc.want)
-		}
-	}
-}
-
 // Issue 15, item 1: a cost above maxLocal is decided by Redis, so a hot key
 // admits it while the window has room, and refuses it only for lack of
 // room, with a RetryAfter that is not Never. The exact decision counts the

@@ -390,45 +390,38 @@ func TestServerKilled(t *testing.T) {
 	}
 }
 
-// Policy answers: FailClosed RetryAfter is one sub-window (the window for
-// FixedWindow); FailOpen admits; both with ErrUnavailable.
+// The policies' answers while Redis is down, each with ErrUnavailable:
+// FailClosed denies with RetryAfter one sub-window (the window for
+// FixedWindow); FailOpen admits; FallbackLocal, asked for n above its
+// local share but within the key's limit, denies with RetryAfter one
+// sub-window, not Never: the request is admittable by Redis once back
+// (before the fix it said Never: n=50, Limit 100, share 0.25).
 func TestPolicyAnswersWhileDown(t *testing.T) {
 	s := redistest.Start(t)
-	fc, _ := New(client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, Algorithm: engine.FixedWindow})
-	fo, _ := New(client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithPolicy(FailOpen))
-	defer fc.Close()
-	defer fo.Close()
+	fc := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, Algorithm: engine.FixedWindow})
+	fo := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithPolicy(FailOpen))
+	fl := mustNew(t, client(t, s), engine.Config{Limit: 100, Window: time.Second}, WithFallbackLocal(0.25))
 	s.Kill()
-	for i := range 3 {
-		d, err := fc.AllowN(context.Background(), "k", 1)
-		if !errors.Is(err, ErrUnavailable) || d.Allowed || d.RetryAfter != 3*time.Second || d.Remaining != 0 {
-			t.Errorf("FailClosed #%d: %+v %v", i, d, err)
+	t.Run("FailClosedAndFailOpen", func(t *testing.T) {
+		for i := range 3 {
+			d, err := fc.AllowN(context.Background(), "k", 1)
+			if !errors.Is(err, ErrUnavailable) || d.Allowed || d.RetryAfter != 3*time.Second || d.Remaining != 0 {
+				t.Errorf("FailClosed #%d: %+v %v", i, d, err)
+			}
+			d, err = fo.AllowN(context.Background(), "k", 1)
+			if !errors.Is(err, ErrUnavailable) || !d.Allowed {
+				t.Errorf("FailOpen #%d: %+v %v", i, d, err)
+			}
 		}
-		d, err = fo.AllowN(context.Background(), "k", 1)
-		if !errors.Is(err, ErrUnavailable) || !d.Allowed {
-			t.Errorf("FailOpen #%d: %+v %v", i, d, err)
+	})
+	t.Run("FallbackLocalAdmittableIsNotNever", func(t *testing.T) {
+		d, err := fl.AllowN(context.Background(), "k", 50)
+		t.Logf("%+v %v reason %v", d, err, d.Reason())
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("err %v", err)
 		}
-	}
-}
-
-// FallbackLocal with n above the local share but ≤ the key's limit: the
-// request is admittable (by Redis, once back), so the policy answer must
-// not carry RetryAfter Never (before the fix it did: n=50, Limit 100,
-// share 0.25, Redis down).
-func TestFallbackLocalAdmittableIsNotNever(t *testing.T) {
-	s := redistest.Start(t)
-	l, err := New(client(t, s), engine.Config{Limit: 100, Window: time.Second}, WithFallbackLocal(0.25))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	s.Kill()
-	d, err := l.AllowN(context.Background(), "k", 50)
-	t.Logf("%+v %v reason %v", d, err, d.Reason())
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("err %v", err)
-	}
-	if d.Allowed || d.RetryAfter != time.Second/10 {
-		t.Errorf("policy answer for an admittable request (n=50 ≤ Limit 100) says %+v, want denied with RetryAfter one sub-window", d)
-	}
+		if d.Allowed || d.RetryAfter != time.Second/10 {
+			t.Errorf("policy answer for an admittable request (n=50 ≤ Limit 100) says %+v, want denied with RetryAfter one sub-window", d)
+		}
+	})
 }
