@@ -125,7 +125,7 @@ func TestCloseWaitsForSenders(t *testing.T) {
 		t.Fatalf("Close returned after %v with %d of %d round trips still out (each %v)", took, sent-back, sent, delay)
 	}
 	for start := time.Now(); strings.Contains(stacks(), "redisstore.(*batcher)"); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
+		if time.Since(start) > hangBound {
 			t.Fatalf("senders left after Close:\n%s", stacks())
 		}
 	}
