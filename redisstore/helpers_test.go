@@ -21,12 +21,8 @@ import (
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
-
 // The pool logs every failed dial; the tests kill servers on purpose.
-func init() { redis.SetLogger(quietLogger{}) }
+func init() { redistest.QuietClientLogs() }
 
 // client returns a client of s with go-redis retries off, closed when the
 // test ends. Its timeouts (10 s) are hang bounds: a healthy server on a

@@ -10,20 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/redisstore"
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
-
 // The pool logs every failed dial; the tests kill the server on purpose.
-func init() { redis.SetLogger(quietLogger{}) }
+func init() { redistest.QuietClientLogs() }
 
 func redisApp(t *testing.T, s *redistest.Server, l limits) *app {
 	t.Helper()

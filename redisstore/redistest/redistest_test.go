@@ -13,6 +13,9 @@ import (
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
+// These tests kill servers on purpose: no dial errors in the log.
+func init() { redistest.QuietClientLogs() }
+
 func TestStandaloneServesAndRestartsEmpty(t *testing.T) {
 	t.Parallel() // waits mostly on server start-up
 	s := redistest.Start(t, "--maxmemory-policy", "noeviction")
