@@ -332,7 +332,7 @@ func TestHotKeyMixedContextsNeverOverAdmits(t *testing.T) {
 			p.delay.Store(0)
 			l.batch.wait()
 			time.Sleep(50 * time.Millisecond)
-			got := storedUnits(t, c, l, "hot")
+			got := storedUnits(t, client(t, s), l, "hot") // straight to the server, with patient timeouts
 			t.Logf("admitted %d units, may-have-counted %d, Redis holds %d, cuts %d", admitted.Load(), may.Load(), got, p.cuts.Load())
 			if admitted.Load() > L {
 				t.Errorf("admitted %d > Limit %d", admitted.Load(), L)
