@@ -177,7 +177,7 @@ func TestStallPhantomUnitsDeadlineCallers(t *testing.T) {
 // default options each waited another full round-trip timeout.
 func TestQueuedCallsHeldWhenBreakerOpens(t *testing.T) {
 	s := redistest.Start(t)
-	c := stallClient(t, s) // ReadTimeout 300 ms, no retries
+	c := stallClient(t, s)  // ReadTimeout 300 ms, no retries
 	patient := client(t, s) // for the checks after the stall: a resumed server may take its time
 	var hook hookCounter
 	l := mustNew(t, c, engine.Config{Limit: 100, Window: time.Minute}, withManual(), hook.opt())
