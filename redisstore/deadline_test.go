@@ -329,6 +329,7 @@ const (
 func TestCountedNothingLeavesKeyEmpty(t *testing.T) {
 	for _, breaker := range []bool{true, false} {
 		t.Run(fmt.Sprint("breaker=", breaker), func(t *testing.T) {
+			t.Parallel() // own server; the checks are counts, which no schedule changes
 			s := redistest.Start(t)
 			p := startProxy(t, s.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 64})
