@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // The hybrid bound at scale: R replicas, two callers each, press one key
@@ -33,17 +34,18 @@ import (
 // exactly the units admitted, and reports how close each case came to the
 // simple forms (R−1)·2·maxLocal and (R−1)·3·maxLocal.
 //
-// CI runs a small matrix; REDISSTORE_LONG_BOUND=1 runs the long one:
+// go test runs a small matrix; -long (or REDISSTORE_LONG=1, or
+// REDISSTORE_LONG_BOUND=1 as before) runs the long one:
 //
-//	REDISSTORE_LONG_BOUND=1 go test -run TestHybridBoundScale -v -timeout 30m ./
+//	go test -run TestHybridBoundScale -v -timeout 30m ./ -long
 func TestHybridBoundScale(t *testing.T) {
-	s := startRedis(t)
-	replicas := []int{2, 4, 8}
+	s := redistest.Start(t)
+	replicas := []int{2, 8}
 	intervals := []time.Duration{time.Millisecond, 5 * time.Millisecond}
 	maxLocals := []int64{5, 50}
 	traffics := []string{"hammer", "smooth", "mixed"}
 	runs, dur := 1, 200*time.Millisecond
-	if os.Getenv("REDISSTORE_LONG_BOUND") != "" {
+	if *long || os.Getenv("REDISSTORE_LONG_BOUND") != "" {
 		replicas = []int{2, 4, 8, 16}
 		intervals = []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}
 		maxLocals = []int64{1, 10, 50}
@@ -82,7 +84,7 @@ type boundResult struct {
 	slow, flushes, failures uint64
 }
 
-func runBound(t *testing.T, s *server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
+func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
 	t.Helper()
 	cfg := engine.Config{Limit: boundLimit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
 	ls := make([]*Limiter, replicas)
@@ -92,7 +94,7 @@ func runBound(t *testing.T, s *server, prefix string, replicas int, interval tim
 		// and Redis share 2 cores here, and a decision's read may wait
 		// longer than 300 ms for CPU. (The flushes' deadline is the
 		// limiter's own, 500 ms.)
-		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 		defer c.Close() // at the end of the case: hundreds of cases must not pile up connections
 		l, err := New(c, cfg, WithPrefix(prefix), WithHybrid(interval, maxLocal), WithOnError(func(err error) { t.Logf("replica %d: %v", i, err) }))
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // goneTally sorts the answers of callers whose contexts end early.
@@ -95,8 +96,8 @@ func goneClient(t *testing.T, addr string) *redis.Client {
 // that Redis had not answered in time (hundreds, uncounted): a client
 // bought admissions with its own cancels.
 func TestCallerGoneNeverAdmitted(t *testing.T) {
-	s := startRedis(t)
-	c := goneClient(t, s.addr())
+	s := redistest.Start(t)
+	c := goneClient(t, s.Addr())
 	for _, tc := range []struct {
 		name string
 		opts []Option
@@ -145,8 +146,8 @@ func TestCallerGoneNeverAdmitted(t *testing.T) {
 // OnError (thousands of false alerts from one client cancelling its own
 // requests).
 func TestCallerGoneIsNotAFailure(t *testing.T) {
-	s := startRedis(t)
-	c := goneClient(t, s.addr())
+	s := redistest.Start(t)
+	c := goneClient(t, s.Addr())
 	var errs []error
 	var mu sync.Mutex
 	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute}, WithPolicy(FailOpen), WithBreaker(0, 0),
@@ -176,8 +177,8 @@ func TestCallerGoneIsNotAFailure(t *testing.T) {
 // in CallerGone; a live caller on a dead server still gets the policy's
 // answer with ErrUnavailable (the backend failed, the caller is there).
 func TestCallerGoneAndBackendFailureApart(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	var hook hookCounter
 	l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute}, WithPolicy(FailOpen), WithBreaker(0, 0), hook.opt())
 	cx, cancel := context.WithCancel(ctx)
@@ -186,7 +187,7 @@ func TestCallerGoneAndBackendFailureApart(t *testing.T) {
 	if d.Allowed || !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("cancelled before the call: %+v, %v", d, err)
 	}
-	s.kill()
+	s.Kill()
 	d, err = l.AllowN(ctx, "k", 1)
 	if !d.Allowed || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("live caller, dead server, FailOpen: %+v, %v", d, err)

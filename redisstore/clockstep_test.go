@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // packState builds a key's state (see luaSource): newest epoch l, mid, and
@@ -35,8 +36,8 @@ func packState(l int64, counts []int64) string {
 // Before, RetryAfter left the lag out: a full key stayed denied 16 s while
 // every denial said at most 1.1 s.
 func TestClockStepBackKeepsRetryAfterTrue(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 6, Window: time.Second, SubWindows: 10, Algorithm: alg}
@@ -59,13 +60,7 @@ func TestClockStepBackKeepsRetryAfterTrue(t *testing.T) {
 			}
 			// The reference: an engine that saw the same units, asked at the
 			// start of epoch newest.
-			rc := cfg
-			rc.DisableEviction = true
-			ref, err := engine.New(rc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
+			ref := engineRef(t, cfg)
 			start := time.UnixMicro(newest * w)
 			if l.span > 1 {
 				ref.AllowAt("k", 2, start.Add(-time.Duration(l.span-1)*time.Duration(l.width)))

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,4 +34,86 @@ func TestConfigAsTheEngineReportsIt(t *testing.T) {
 		}
 		var _ interface{ Config() engine.Config } = l
 	}
+}
+
+// New refuses bad input with an error naming the field and the allowed
+// range: the Config, WithBreaker and WithHybrid, one subtest each. No
+// server is needed: New refuses before any round trip.
+func TestConfigErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	t.Run("Config", func(t *testing.T) {
+		for _, tc := range []struct {
+			cfg  engine.Config
+			want string
+		}{
+			{engine.Config{Window: time.Second}, "Limit"},
+			{engine.Config{Limit: 1}, "Window"},
+			{engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.SlidingLog}, "SlidingLog"},
+			{engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4}, "microseconds"},
+			{engine.Config{Limit: 1e8, Window: 10 * time.Second, SubWindows: 10}, "2^53"},
+			{engine.Config{Limit: 1, Window: 200 * 24 * time.Hour, SubWindows: 10}, "2^53"},
+			{engine.Config{Limit: 1, Window: time.Second, PerKeyLimits: true}, "PerKeyLimits"},
+		} {
+			_, err := New(c, tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+			}
+		}
+		// Strict and Fixed have no product bound.
+		if _, err := New(c, engine.Config{Limit: 1e8, Window: 10 * time.Second, Algorithm: engine.SlidingWindowStrict}); err != nil {
+			t.Error(err)
+		}
+		if _, err := New(c, engine.Config{Limit: 1, Window: time.Second}, WithFallbackLocal(0)); err == nil {
+			t.Error("share 0 accepted")
+		}
+	})
+	// "Bad input gets clear errors at New": the microsecond error ends mid-sentence.
+	t.Run("WholeSentence", func(t *testing.T) {
+		_, err := New(c, engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4})
+		if err == nil {
+			t.Fatal("accepted")
+		}
+		msg := err.Error()
+		t.Logf("%s", msg)
+		if strings.HasSuffix(strings.TrimSpace(msg), " is") {
+			t.Errorf("error message is cut off mid-sentence: %q", msg)
+		}
+	})
+	t.Run("WithBreaker", func(t *testing.T) {
+		cfg := engine.Config{Limit: 1, Window: time.Second}
+		for _, tc := range []struct{ min, max time.Duration }{
+			{0, time.Second}, {time.Microsecond, time.Second}, {time.Second, time.Millisecond}, {time.Second, 2 * time.Minute}, {-1, -1},
+		} {
+			if _, err := New(c, cfg, WithBreaker(tc.min, tc.max)); err == nil || !strings.Contains(err.Error(), "WithBreaker") {
+				t.Errorf("WithBreaker(%v, %v): %v", tc.min, tc.max, err)
+			}
+		}
+		if _, err := New(c, cfg, WithBreaker(time.Millisecond, time.Second), WithHybrid(time.Millisecond, 1)); !errors.Is(err, errBreakerHybrid) {
+			t.Errorf("WithBreaker with WithHybrid: %v", err)
+		}
+		for _, o := range []Option{WithBreaker(0, 0), WithBreaker(time.Millisecond, time.Millisecond)} {
+			l, err := New(c, cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = l.Close()
+		}
+	})
+	t.Run("WithHybrid", func(t *testing.T) {
+		cfg := engine.Config{Limit: 10, Window: time.Second}
+		for _, tc := range []struct {
+			opt  Option
+			want string
+		}{
+			{WithHybrid(time.Microsecond, 1), "1ms ≤ interval ≤ Config.Window"},
+			{WithHybrid(2*time.Second, 1), "1ms ≤ interval ≤ Config.Window (1s)"},
+			{WithHybrid(time.Millisecond, 0), "1 ≤ maxLocal ≤ Config.Limit"},
+			{WithHybrid(time.Millisecond, 11), "1 ≤ maxLocal ≤ Config.Limit (10)"},
+		} {
+			if _, err := New(c, cfg, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		}
+	})
 }

@@ -3,46 +3,13 @@ package redisstore
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
-
-// hookLog keeps every error passed to the OnError hook.
-type hookLog struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (h *hookLog) opt() Option {
-	return WithOnError(func(err error) {
-		h.mu.Lock()
-		h.errs = append(h.errs, err)
-		h.mu.Unlock()
-	})
-}
-
-// count returns how many errors wrap target.
-func (h *hookLog) count(target error) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, e := range h.errs {
-		if errors.Is(e, target) {
-			n++
-		}
-	}
-	return n
-}
-
-func (h *hookLog) all() []error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]error(nil), h.errs...)
-}
 
 var evictCfg = engine.Config{Limit: 10, Window: time.Minute}
 
@@ -61,9 +28,9 @@ func TestEvictionPolicyWarnedAtNew(t *testing.T) {
 		{"volatile-ttl", true},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
-			s := startRedis(t, "--maxmemory-policy", tc.policy)
+			s := redistest.Start(t, "--maxmemory-policy", tc.policy)
 			var hook hookLog
-			l := mustNew(t, s.client(), evictCfg, hook.opt())
+			l := mustNew(t, client(t, s), evictCfg, hook.opt())
 			l.waitChecks()
 			want := 0
 			if tc.warn {
@@ -86,19 +53,19 @@ func TestEvictionPolicyUnreadable(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		args   []string
-		client func(*server) *redis.Client
+		client func(testing.TB, *redistest.Server) *redis.Client
 	}{
-		{"renamed", []string{"--rename-command", "CONFIG", ""}, (*server).client},
-		{"acl", []string{"--user", "limiter", "on", ">pw", "~*", "&*", "+@all", "-config"}, func(s *server) *redis.Client {
-			c := redis.NewClient(&redis.Options{Addr: s.addr(), Username: "limiter", Password: "pw", MaxRetries: -1})
+		{"renamed", []string{"--rename-command", "CONFIG", ""}, client},
+		{"acl", []string{"--user", "limiter", "on", ">pw", "~*", "&*", "+@all", "-config"}, func(t testing.TB, s *redistest.Server) *redis.Client {
+			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "limiter", Password: "pw", MaxRetries: -1})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startRedis(t, tc.args...)
+			s := redistest.Start(t, tc.args...)
 			var hook hookLog
-			l := mustNew(t, tc.client(s), evictCfg, hook.opt())
+			l := mustNew(t, tc.client(t, s), evictCfg, hook.opt())
 			l.waitChecks()
 			l.checkEviction()
 			l.checkEviction()
@@ -116,18 +83,18 @@ func TestEvictionPolicyUnreadable(t *testing.T) {
 // another one now, or restarted with other settings); so does the first
 // decision Redis answers after a check Redis did not answer.
 func TestEvictionPolicyRecheckedAfterOutage(t *testing.T) {
-	s := startRedis(t, "--maxmemory-policy", "allkeys-lru")
+	s := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	var hook hookLog
-	l := mustNew(t, s.client(), evictCfg, withManual(), hook.opt())
+	l := mustNew(t, client(t, s), evictCfg, withManual(), hook.opt())
 	l.waitChecks()
 	if got := hook.count(ErrEvictionPolicy); got != 1 {
 		t.Fatalf("at New: %v", hook.all())
 	}
-	s.kill()
+	s.Kill()
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("dead server: %v", err)
 	}
-	s.start()
+	s.Start()
 	if !l.br.probeOnce() {
 		t.Fatal("the probe did not close the breaker on a live server")
 	}
@@ -138,14 +105,14 @@ func TestEvictionPolicyRecheckedAfterOutage(t *testing.T) {
 
 	// Down at New: the check meets no answer; the first decision Redis
 	// answers checks again.
-	s.kill()
+	s.Kill()
 	var hook2 hookLog
-	l2 := mustNew(t, s.client(), evictCfg, WithBreaker(0, 0), hook2.opt())
+	l2 := mustNew(t, client(t, s), evictCfg, WithBreaker(0, 0), hook2.opt())
 	l2.waitChecks()
 	if got := hook2.count(ErrEvictionPolicy); got != 0 {
 		t.Fatalf("dead at New: %v", hook2.all())
 	}
-	s.start()
+	s.Start()
 	if _, err := l2.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}

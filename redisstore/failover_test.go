@@ -11,15 +11,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // replicate makes s a replica of primary and waits until the link is up
 // and the initial sync done.
-func replicate(t *testing.T, s, primary *server) {
+func replicate(t *testing.T, s, primary *redistest.Server) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer c.Close()
-	host, port, _ := net.SplitHostPort(primary.addr())
+	host, port, _ := net.SplitHostPort(primary.Addr())
 	if err := c.ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func replicate(t *testing.T, s, primary *server) {
 			return
 		}
 		if time.Since(start) > 10*time.Second {
-			t.Fatalf("%s did not sync from %s: %v\n%s", s.addr(), primary.addr(), err, info)
+			t.Fatalf("%s did not sync from %s: %v\n%s", s.Addr(), primary.Addr(), err, info)
 		}
 	}
 }
@@ -44,10 +45,10 @@ func replicate(t *testing.T, s, primary *server) {
 // through NOSCRIPT, and closes the breaker; the counts survived: the key
 // admits exactly what the limit leaves.
 func TestFailover(t *testing.T) {
-	oldP, newP := startRedis(t, "--repl-diskless-sync-delay", "0"), startRedis(t, "--repl-diskless-sync-delay", "0")
+	oldP, newP := redistest.Start(t, "--repl-diskless-sync-delay", "0"), redistest.Start(t, "--repl-diskless-sync-delay", "0")
 	replicate(t, newP, oldP)
 	var target atomic.Pointer[string]
-	addr := oldP.addr()
+	addr := oldP.Addr()
 	target.Store(&addr)
 	c := redis.NewClient(&redis.Options{
 		Addr: "limits.internal:6379", MaxRetries: -1, DialerRetries: 1,
@@ -65,7 +66,7 @@ func TestFailover(t *testing.T) {
 			t.Fatalf("decision %d on the primary: %+v %v", i, d, err)
 		}
 	}
-	pc, rc := oldP.client(), newP.client()
+	pc, rc := client(t, oldP), client(t, newP)
 	if n, err := pc.Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1: %d %v", n, err)
 	}
@@ -87,7 +88,7 @@ func TestFailover(t *testing.T) {
 	if err := rc.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	addr2 := newP.addr()
+	addr2 := newP.Addr()
 	target.Store(&addr2)
 
 	// The pooled connection still reaches the demoted node.

@@ -2,31 +2,16 @@ package redisstore
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
-
-// deadClient is a client pointing at a loopback port nothing listens on.
-func deadClient(t *testing.T) *redis.Client {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // Issue 12: a request that can never be admitted is answered without a
 // round trip: a client whose server is down still gets the refusal, with a
@@ -69,13 +54,13 @@ func TestNeverIsLocal(t *testing.T) {
 // change of httplimit.Policies applies from the next decision, counts
 // kept; 0 means Config.Limit; the Decision carries the key's own limit.
 func TestKeyLimitPolicies(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	pol, err := httplimit.NewPolicies(0, map[string]int64{"free": 3, "pro": 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := engine.Config{Limit: 2, Window: time.Minute, Algorithm: engine.SlidingWindowStrict, KeyLimit: pol.KeyLimit}
-	l := mustNew(t, s.client(), cfg)
+	l := mustNew(t, client(t, s), cfg)
 	admit := func(key string, want int) {
 		t.Helper()
 		got := 0
@@ -112,7 +97,7 @@ func TestKeyLimitPolicies(t *testing.T) {
 	// A limit above the weighted algorithm's exactness bound is refused
 	// per request, like a KeyLimit result the engine refuses.
 	wcfg := engine.Config{Limit: 10, Window: time.Second, SubWindows: 1, KeyLimit: func(string) int64 { return 9_007_199 + 1 }}
-	wl := mustNew(t, s.client(), wcfg)
+	wl := mustNew(t, client(t, s), wcfg)
 	if d, err := wl.AllowN(ctx, "k", 1); err != nil || d.Allowed || d.RetryAfter != engine.Never {
 		t.Fatalf("a key limit above the exactness bound: %+v %v", d, err)
 	}
@@ -122,12 +107,12 @@ func TestKeyLimitPolicies(t *testing.T) {
 // table: each tenant gets its own limit in the RateLimit fields, and a
 // Swap applies to the next request.
 func TestMiddlewarePolicies(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	pol, err := httplimit.NewPolicies(0, map[string]int64{"pro": 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := mustNew(t, s.client(), engine.Config{Limit: 1, Window: 10 * time.Second, Algorithm: engine.SlidingWindowStrict, KeyLimit: pol.KeyLimit})
+	l := mustNew(t, client(t, s), engine.Config{Limit: 1, Window: 10 * time.Second, Algorithm: engine.SlidingWindowStrict, KeyLimit: pol.KeyLimit})
 	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(httplimit.KeyByHeader("X-Tenant", httplimit.MissingReject)), httplimit.WithPolicy("tenant", 10*time.Second))
 	if err != nil {
 		t.Fatal(err)

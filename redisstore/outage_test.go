@@ -11,191 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
-
-// hookCounter is an OnError hook that counts its calls.
-type hookCounter struct{ n atomic.Int64 }
-
-func (h *hookCounter) opt() Option { return WithOnError(func(error) { h.n.Add(1) }) }
-
-// The plain breaker, step by step with the prober driven by the test: the
-// first failure opens it; later decisions are the policy's with no round
-// trip (no failure counted, no OnError call); a probe against the dead
-// server fails, is counted and keeps it open; after the restart one probe
-// closes it (through NOSCRIPT: the new server has no script) and decisions
-// are Redis's again. The probe writes only its own key.
-func TestBreakerSteps_Plain(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
-	var hook hookCounter
-	cfg := engine.Config{Limit: 10, Window: time.Minute}
-	l := mustNew(t, c, cfg, withManual(), hook.opt())
-	if d, err := l.AllowN(ctx, "k", 3); err != nil || !d.Allowed {
-		t.Fatalf("before the kill: %+v %v", d, err)
-	}
-	s.kill()
-
-	d, err := l.AllowN(ctx, "k", 1)
-	if !errors.Is(err, ErrUnavailable) || d.Allowed || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("first decision after the kill: %+v %v", d, err)
-	}
-	if st := l.Stats(); st.Failures != 1 || st.BreakerOpens != 1 || hook.n.Load() != 1 {
-		t.Fatalf("after the first failure: %+v, hook %d", st, hook.n.Load())
-	}
-	for i := range 50 {
-		d, err := l.AllowN(ctx, fmt.Sprint("k", i%3), 1)
-		if !errors.Is(err, ErrUnavailable) || d.Allowed || d.RetryAfter != 6*time.Second || !strings.Contains(err.Error(), "breaker is open") {
-			t.Fatalf("decision %d while open: %+v %v", i, d, err)
-		}
-	}
-	// A context already done is answered before the breaker, with its own
-	// error, and counted nowhere.
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := l.AllowN(cctx, "k", 1); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
-		t.Fatal(err)
-	}
-	st := l.Stats()
-	if st.Failures != 1 || st.FallbackDecisions != 51 || st.RedisDecisions != 1 || st.BreakerOpens != 1 || hook.n.Load() != 1 {
-		t.Fatalf("decisions while open made round trips: %+v, hook %d", st, hook.n.Load())
-	}
-	if l.br.probeOnce() || l.br.err() == nil {
-		t.Fatal("a probe against a dead server closed the breaker")
-	}
-	if st := l.Stats(); st.Failures != 2 || hook.n.Load() != 2 {
-		t.Fatalf("the failed probe was not counted: %+v, hook %d", st, hook.n.Load())
-	}
-	if _, err := l.AllowN(ctx, "k", 1); !strings.Contains(fmt.Sprint(err), "last probe failed") {
-		t.Fatalf("while open after a probe: %v", err)
-	}
-
-	s.start() // empty, on the same port
-	if !l.br.probeOnce() || l.br.err() != nil {
-		t.Fatalf("the probe did not close the breaker after the restart: %+v", l.Stats())
-	}
-	if st := l.Stats(); st.NoScript != 2 { // the first decision's, the probe's
-		t.Fatalf("the probe should have met NOSCRIPT on the new server: %+v", st)
-	}
-	for i := range 12 {
-		d, err := l.AllowN(ctx, "k", 1)
-		if err != nil || d.Allowed != (i < 10) {
-			t.Fatalf("step %d after recovery: %+v %v", i, d, err)
-		}
-	}
-	if got := storedUnits(t, c, l, "k"); got != 10 {
-		t.Fatalf("Redis holds %d units for k, want 10: the probe must not touch user keys", got)
-	}
-	if n, err := c.Exists(ctx, l.probeName("k")).Result(); err != nil || n != 1 {
-		t.Fatalf("the probe key %q: %d %v", l.probeName("k"), n, err)
-	}
-	if ttl, err := c.PTTL(ctx, l.probeName("k")).Result(); err != nil || ttl <= 0 || ttl > cfg.Window+cfg.Window/10 {
-		t.Fatalf("the probe key's TTL: %v %v", ttl, err)
-	}
-}
-
-// Failures that must not open the breaker: WRONGTYPE at one key, and the
-// caller's own cancellation during the call. A caller's deadline opens it
-// only when no round trip succeeded while that call was in flight.
-func TestBreakerWhatTrips(t *testing.T) {
-	s := startRedis(t)
-	p := startProxy(t, s.addr())
-	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer c.Close()
-	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, withManual())
-	if err := c.Set(ctx, l.Key("str"), "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.AllowN(ctx, "str", 1); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Fatalf("WRONGTYPE: %v", err)
-	}
-	if st := l.Stats(); st.BreakerOpens != 0 || l.br.err() != nil {
-		t.Fatalf("WRONGTYPE opened the breaker: %+v", st)
-	}
-
-	p.delay.Store(int64(200 * time.Millisecond))
-	// A cancellation (go-redis notices it only while dialing, waiting for
-	// a connection or backing off; the fail path is the same) never opens
-	// it, even with round trips unanswered for long. The deadline rule,
-	// at its edge: round trips unanswered for less than deadlineGrace keep
-	// it closed; for deadlineGrace, it opens.
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	timeout := fmt.Errorf("i/o timeout: %w", context.DeadlineExceeded)
-	g := int64(deadlineGrace)
-	l.pending.Store(1) // unanswered since the limiter began
-	l.tripOn(cctx, "k", context.Canceled)
-	l.tripOn(cctx, "k", timeout)
-	l.tripOn(cctx, "k", fmt.Errorf("%w: %w", errAbandoned, context.Canceled)) // never sent, cancelled
-	if st := l.Stats(); st.BreakerOpens != 0 || l.br.err() != nil {
-		t.Fatalf("a caller's cancellation opened the breaker: %+v", st)
-	}
-	// Unless the error shows Redis failing whatever the context: a
-	// refused connection, an error reply.
-	reply := c.Do(ctx, "NOSUCHCOMMAND").Err() // an error reply
-	if reply == nil {
-		t.Fatal("no error reply")
-	}
-	for _, err := range []error{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), reply} {
-		l.tripOn(cctx, "k", err)
-		if l.br.err() == nil {
-			t.Fatalf("%v with a cancelled context did not open the breaker", err)
-		}
-		if !l.br.probeOnce() {
-			t.Fatal("the probe did not close the breaker")
-		}
-	}
-	if l.pending.Load() != 0 {
-		t.Fatal("the probes' replies did not end the unanswered span")
-	}
-	dctx, dcancel := context.WithTimeout(ctx, time.Nanosecond)
-	defer dcancel()
-	<-dctx.Done()
-	l.tripOn(dctx, "k", timeout)
-	if l.br.err() != nil {
-		t.Fatal("a deadline opened the breaker with no round trip unanswered")
-	}
-	l.pending.Store(l.since() + 1 - g + int64(time.Millisecond)) // unanswered for just under deadlineGrace
-	l.tripOn(dctx, "k", timeout)
-	l.tripOn(staleDeadline{ctx}, "k", timeout)
-	if l.br.err() != nil {
-		t.Fatal("a deadline opened the breaker with round trips unanswered for less than deadlineGrace")
-	}
-	l.pending.Store(l.since() + 1 - g)
-	l.tripOn(dctx, "k", timeout)
-	if l.br.err() == nil {
-		t.Fatal("a deadline with round trips unanswered for deadlineGrace did not open the breaker")
-	}
-	if !l.br.probeOnce() {
-		t.Fatal("the probe (200 ms behind the proxy, within its 500 ms) did not close the breaker")
-	}
-
-	// For real: every reply held 200 ms, a 20 ms deadline, and round
-	// trips unanswered for twice deadlineGrace (set so, rather than
-	// waited for): it opens.
-	opens := l.Stats().BreakerOpens
-	l.pending.Store(l.since() + 1 - 2*g)
-	tctx, tcancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer tcancel()
-	// The caller is answered as gone (its deadline passed first); the
-	// breaker still judges the round trip: a stall.
-	if d, err := l.AllowN(tctx, "k", 1); d.Allowed || errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("deadline: %+v, %v", d, err)
-	}
-	if st := l.Stats(); st.BreakerOpens != opens+1 || l.br.err() == nil {
-		t.Fatalf("a stalled reply past the deadline did not open the breaker: %+v", st)
-	}
-}
 
 // The prober for real: kill under load, the breaker opens, decisions are
 // answered without round trips, restart, decisions return to Redis; the
 // prober ends once the breaker closes. No timing is asserted (the outage
 // command measures it).
 func TestBreakerRecovers(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	var hook hookCounter
-	l := mustNew(t, s.client(), engine.Config{Limit: 1_000_000, Window: time.Minute}, hook.opt(), WithPolicy(FailOpen))
+	l := mustNew(t, client(t, s), engine.Config{Limit: 1_000_000, Window: time.Minute}, hook.opt(), WithPolicy(FailOpen))
 	var calls, ok, unavailable atomic.Int64
 	stop := make(chan struct{})
 	errc := make(chan error, 8)
@@ -224,14 +51,10 @@ func TestBreakerRecovers(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("timed out waiting for %s: %+v", what, l.Stats())
-			}
-		}
+		waitUntil(t, what, cond, func() any { return l.Stats() })
 	}
 	waitFor("decisions", func() bool { return ok.Load() > 100 })
-	s.kill()
+	s.Kill()
 	waitFor("the breaker to open", func() bool { return l.br.err() != nil })
 	waitFor("policy answers", func() bool { return unavailable.Load() > 1000 })
 	st := l.Stats()
@@ -240,7 +63,7 @@ func TestBreakerRecovers(t *testing.T) {
 	if st.Failures > 50 || st.FallbackDecisions < 1000 || st.Failures != uint64(hook.n.Load()) {
 		t.Fatalf("during the outage: %+v (hook %d)", st, hook.n.Load())
 	}
-	s.start()
+	s.Start()
 	before := ok.Load()
 	waitFor("recovery", func() bool { return ok.Load() > before+100 })
 	close(stop)
@@ -260,20 +83,16 @@ func TestBreakerRecovers(t *testing.T) {
 // Close while the breaker is open: the prober ends, no goroutine is left,
 // and later decisions try Redis again (the breaker is off after Close).
 func TestBreakerCloseWhileOpen(t *testing.T) {
-	s := startRedis(t)
-	l, err := New(s.client(), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, 5*time.Millisecond))
+	s := redistest.Start(t)
+	l, err := New(client(t, s), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.kill()
+	s.Kill()
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatal(err)
 	}
-	for start := time.Now(); l.Stats().Failures < 3; time.Sleep(time.Millisecond) { // probes failing
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no probes: %+v", l.Stats())
-		}
-	}
+	waitUntil(t, "failing probes", func() bool { return l.Stats().Failures >= 3 }, func() any { return l.Stats() })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +104,7 @@ func TestBreakerCloseWhileOpen(t *testing.T) {
 	if st := l.Stats(); st.Failures != before.Failures+1 {
 		t.Fatalf("after Close the decision made no round trip: %+v", st)
 	}
-	s.start()
+	s.Start()
 	if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("after Close and restart: %+v %v", d, err)
 	}
@@ -295,23 +114,23 @@ func TestBreakerCloseWhileOpen(t *testing.T) {
 // probe fails at the client's timeout and the breaker stays open; after
 // the restart the next probe closes it.
 func TestBreakerKilledDuringProbe(t *testing.T) {
-	s := startRedis(t)
-	l := mustNew(t, s.client(), engine.Config{Limit: 10, Window: time.Minute}, withManual())
+	s := redistest.Start(t)
+	l := mustNew(t, stallClient(t, s), engine.Config{Limit: 10, Window: time.Minute}, withManual())
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall.SIGSTOP)
+	s.Signal(syscall.SIGSTOP)
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || l.br.err() == nil {
 		t.Fatalf("a stalled server (300 ms ReadTimeout) did not open the breaker: %v", err)
 	}
 	done := make(chan bool)
 	go func() { done <- l.br.probeOnce() }()
 	time.Sleep(50 * time.Millisecond) // the probe is waiting for the stalled server
-	s.kill()
+	s.Kill()
 	if <-done || l.br.err() == nil {
 		t.Fatal("a probe that met a stalled, then killed, server closed the breaker")
 	}
-	s.start()
+	s.Start()
 	if !l.br.probeOnce() {
 		t.Fatalf("no recovery: %v", l.br.err())
 	}
@@ -325,8 +144,8 @@ func TestBreakerKilledDuringProbe(t *testing.T) {
 // once; in the end decisions return to Redis, and Close leaves no
 // goroutine.
 func TestBreakerFlapping(t *testing.T) {
-	s := startRedis(t)
-	l, err := New(s.client(), engine.Config{Limit: 1_000_000, Window: time.Minute}, WithBreaker(time.Millisecond, 20*time.Millisecond))
+	s := redistest.Start(t)
+	l, err := New(client(t, s), engine.Config{Limit: 1_000_000, Window: time.Minute}, WithBreaker(time.Millisecond, 20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,16 +192,13 @@ func TestBreakerFlapping(t *testing.T) {
 	}
 	for range 8 {
 		time.Sleep(30 * time.Millisecond)
-		s.kill()
+		s.Kill()
 		time.Sleep(30 * time.Millisecond)
-		s.start()
+		s.Start()
 	}
 	before := l.Stats().RedisDecisions
-	for start := time.Now(); l.Stats().RedisDecisions < before+50; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no recovery after the flapping: %+v %v\n%s", l.Stats(), l.br.err(), stacks())
-		}
-	}
+	waitUntil(t, "recovery after the flapping", func() bool { return l.Stats().RedisDecisions >= before+50 },
+		func() any { return fmt.Sprintf("%+v %v\n%s", l.Stats(), l.br.err(), stacks()) })
 	close(stop)
 	wg.Wait()
 	close(errc)
@@ -400,51 +216,24 @@ func TestBreakerFlapping(t *testing.T) {
 	noneLeft(t)
 }
 
-func TestWithBreakerErrors(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	cfg := engine.Config{Limit: 1, Window: time.Second}
-	for _, tc := range []struct{ min, max time.Duration }{
-		{0, time.Second}, {time.Microsecond, time.Second}, {time.Second, time.Millisecond}, {time.Second, 2 * time.Minute}, {-1, -1},
-	} {
-		if _, err := New(c, cfg, WithBreaker(tc.min, tc.max)); err == nil || !strings.Contains(err.Error(), "WithBreaker") {
-			t.Errorf("WithBreaker(%v, %v): %v", tc.min, tc.max, err)
-		}
-	}
-	if _, err := New(c, cfg, WithBreaker(time.Millisecond, time.Second), WithHybrid(time.Millisecond, 1)); !errors.Is(err, errBreakerHybrid) {
-		t.Errorf("WithBreaker with WithHybrid: %v", err)
-	}
-	for _, o := range []Option{WithBreaker(0, 0), WithBreaker(time.Millisecond, time.Millisecond)} {
-		l, err := New(c, cfg, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = l.Close()
-	}
-}
-
 // Close while a probe waits for a stalled server: Close cancels it and
 // returns once go-redis gives the probe up (here the client's 300 ms
 // ReadTimeout), and no goroutine is left.
 func TestBreakerCloseDuringStalledProbe(t *testing.T) {
-	s := startRedis(t)
-	l, err := New(s.client(), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
+	s := redistest.Start(t)
+	l, err := New(stallClient(t, s), engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	s.signal(syscall.SIGSTOP)
-	defer s.signal(syscall.SIGCONT)
+	s.Signal(syscall.SIGSTOP)
+	defer s.Signal(syscall.SIGCONT)
 	if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) || l.br.err() == nil {
 		t.Fatalf("the stall did not open the breaker: %v", err)
 	}
-	for start := time.Now(); !strings.Contains(stacks(), "(*Limiter).probeCall"); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatal("no probe in flight")
-		}
-	}
+	waitUntil(t, "probe in flight", func() bool { return strings.Contains(stacks(), "(*Limiter).probeCall") }, func() any { return l.Stats() })
 	done := make(chan error)
 	go func() { done <- l.Close() }()
 	select {
@@ -463,8 +252,8 @@ func TestBreakerCloseDuringStalledProbe(t *testing.T) {
 // writes) keeps it open while PING still answers, and once memory is
 // available again the probe closes it.
 func TestBreakerOOM(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
+	s := redistest.Start(t)
+	c := client(t, s)
 	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, withManual())
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
@@ -495,110 +284,12 @@ func TestBreakerOOM(t *testing.T) {
 	}
 }
 
-// With a ClusterClient the breakers are per master node: one node killed
-// opens its own breaker, and keys on the other nodes keep being decided
-// by Redis. After the node's restart (same port and cluster config, no
-// data), one probe closes its breaker.
-func TestBreakerClusterNode(t *testing.T) {
-	nodes := startCluster(t)
-	var addrs []string
-	for _, s := range nodes {
-		addrs = append(addrs, s.addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
-	defer cc.Close()
-	var hook hookCounter
-	l := mustNew(t, cc, engine.Config{Limit: 10, Window: time.Minute}, withManual(), hook.opt())
-	owner := func(key string) string {
-		c, err := cc.MasterForKey(ctx, l.Key(key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Options().Addr
-	}
-	// Two keys on different nodes; kill the first one's node.
-	down, up := "a", ""
-	for i := range 100 {
-		if k := fmt.Sprint("b", i); owner(k) != owner(down) {
-			up = k
-			break
-		}
-	}
-	if up == "" {
-		t.Fatal("no key on another node")
-	}
-	for _, k := range []string{down, up} {
-		if _, err := l.AllowN(ctx, k, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var dead *server
-	for _, s := range nodes {
-		if s.addr() == owner(down) {
-			dead = s
-		}
-	}
-	dead.kill()
-	if _, err := l.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("the dead node's key: %v", err)
-	}
-	for i := range 20 {
-		if _, err := l.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "breaker is open") {
-			t.Fatalf("the dead node's key, decision %d: %v", i, err)
-		}
-		if d, err := l.AllowN(ctx, up, 0); err != nil || !d.Allowed {
-			t.Fatalf("a live node's key while another node is down: %+v %v", d, err)
-		}
-	}
-	if st := l.Stats(); st.Failures != 1 || st.BreakerOpens != 1 || st.RedisDecisions != 22 || hook.n.Load() != 1 {
-		t.Fatalf("%+v", st)
-	}
-	pb := l.breakerFor(ctx, down, false)
-	if pb == nil || l.breakerFor(ctx, up, false) != nil {
-		t.Fatal("the breakers are not per node")
-	}
-	if pb.probeOnce() {
-		t.Fatal("a probe closed the dead node's breaker")
-	}
-	// The restarted node answers PING at once but CLUSTERDOWN to scripts
-	// until it has rejoined: the probes fail until then.
-	dead.start()
-	for start := time.Now(); !pb.probeOnce(); time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("no recovery after the node's restart: %v", pb.err())
-		}
-	}
-	t.Logf("probes that failed after the restart: %d", l.Stats().Failures-2)
-	if d, err := l.AllowN(ctx, down, 1); err != nil || !d.Allowed {
-		t.Fatalf("%+v %v", d, err)
-	}
-
-	// Close with a node's prober running: it ends, nothing is left.
-	l2, err := New(cc, engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, 5*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead.kill()
-	if _, err := l2.AllowN(ctx, down, 1); !errors.Is(err, ErrUnavailable) {
-		t.Fatal(err)
-	}
-	for start := time.Now(); l2.Stats().Failures < 3; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("no probes: %+v", l2.Stats())
-		}
-	}
-	if err := l2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	noneLeft(t)
-}
-
 // Close racing decisions that fail and trip the breaker: no prober
 // survives Close, whichever comes first.
 func TestBreakerCloseRace(t *testing.T) {
-	s := startRedis(t)
-	c := s.client()
-	s.kill()
+	s := redistest.Start(t)
+	c := client(t, s)
+	s.Kill()
 	for range 20 {
 		l, err := New(c, engine.Config{Limit: 10, Window: time.Minute}, WithBreaker(time.Millisecond, time.Millisecond))
 		if err != nil {
@@ -618,4 +309,119 @@ func TestBreakerCloseRace(t *testing.T) {
 		wg.Wait()
 	}
 	noneLeft(t)
+}
+
+// The server killed mid-run: each policy decides while it is down, and
+// each of its answers comes with an error wrapping ErrUnavailable; every
+// failure is counted and reported once; restarted on the same port, each
+// limiter answers from Redis again (through NOSCRIPT: the new server has no
+// script). The breaker is off, so that every decision tries Redis (the
+// breaker's own tests are in outage_test.go).
+func TestServerKilled(t *testing.T) {
+	s := redistest.Start(t)
+	cfg := engine.Config{Limit: 10, Window: time.Minute}
+	var hookCalls atomic.Int64
+	hook, off := WithOnError(func(error) { hookCalls.Add(1) }), WithBreaker(0, 0)
+	closed := mustNew(t, client(t, s), cfg, hook, off)
+	open := mustNew(t, client(t, s), cfg, hook, off, WithPolicy(FailOpen))
+	local := mustNew(t, client(t, s), cfg, hook, off, WithFallbackLocal(0.5))
+	for _, l := range []*Limiter{closed, open, local} {
+		if ok, err := l.Allow(ctx, "k"); !ok || err != nil {
+			t.Fatalf("before the kill: %v %v", ok, err)
+		}
+	}
+	s.Kill()
+
+	d, err := closed.AllowN(ctx, "k", 1)
+	if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason() != engine.ReasonLimited || d.RetryAfter != 6*time.Second {
+		t.Fatalf("FailClosed while down: %+v %v", d, err)
+	}
+	d, err = open.AllowN(ctx, "k", 1)
+	if !errors.Is(err, ErrUnavailable) || !d.Allowed {
+		t.Fatalf("FailOpen while down: %+v %v", d, err)
+	}
+	n := 0
+	for range 10 {
+		d, err := local.AllowN(ctx, "k", 1)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("FallbackLocal while down: %+v %v", d, err)
+		}
+		if d.Allowed {
+			n++
+		}
+	}
+	if n != 5 {
+		t.Fatalf("FallbackLocal(0.5) of 10 admitted %d while down, want 5", n)
+	}
+	if st := local.Stats(); st.Failures != 10 || st.FallbackDecisions != 10 || st.RedisDecisions != 1 {
+		t.Fatalf("FallbackLocal stats %+v", st)
+	}
+	if got := hookCalls.Load(); got != 12 {
+		t.Fatalf("OnError called %d times, want 12", got)
+	}
+	// A context already done asks nothing and returns its own error, even
+	// when its deadline has passed and its timer has not fired yet.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []context.Context{cctx, staleDeadline{ctx}} {
+		d, err := closed.AllowN(c, "k", 1)
+		if err == nil || errors.Is(err, ErrUnavailable) || d.Allowed {
+			t.Fatalf("done context: %+v %v", d, err)
+		}
+	}
+	if st := closed.Stats(); st.Failures != 1 || st.FallbackDecisions != 1 {
+		t.Fatalf("a done context was counted: %+v", st)
+	}
+
+	s.Start()
+	for _, l := range []*Limiter{closed, open, local} {
+		before := l.Stats()
+		// The pool's connections died with the server: each call finds
+		// at most one of them dead (MaxRetries -1), then dials anew.
+		var err error
+		for range 20 {
+			if _, err = l.Allow(ctx, "k"); err == nil {
+				break
+			}
+		}
+		if st := l.Stats(); st.RedisDecisions != before.RedisDecisions+1 || err != nil {
+			t.Fatalf("no recovery after restart: %+v (%v)", st, err)
+		}
+	}
+}
+
+// The policies' answers while Redis is down, each with ErrUnavailable:
+// FailClosed denies with RetryAfter one sub-window (the window for
+// FixedWindow); FailOpen admits; FallbackLocal, asked for n above its
+// local share but within the key's limit, denies with RetryAfter one
+// sub-window, not Never: the request is admittable by Redis once back
+// (before the fix it said Never: n=50, Limit 100, share 0.25).
+func TestPolicyAnswersWhileDown(t *testing.T) {
+	s := redistest.Start(t)
+	fc := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, Algorithm: engine.FixedWindow})
+	fo := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithPolicy(FailOpen))
+	fl := mustNew(t, client(t, s), engine.Config{Limit: 100, Window: time.Second}, WithFallbackLocal(0.25))
+	s.Kill()
+	t.Run("FailClosedAndFailOpen", func(t *testing.T) {
+		for i := range 3 {
+			d, err := fc.AllowN(context.Background(), "k", 1)
+			if !errors.Is(err, ErrUnavailable) || d.Allowed || d.RetryAfter != 3*time.Second || d.Remaining != 0 {
+				t.Errorf("FailClosed #%d: %+v %v", i, d, err)
+			}
+			d, err = fo.AllowN(context.Background(), "k", 1)
+			if !errors.Is(err, ErrUnavailable) || !d.Allowed {
+				t.Errorf("FailOpen #%d: %+v %v", i, d, err)
+			}
+		}
+	})
+	t.Run("FallbackLocalAdmittableIsNotNever", func(t *testing.T) {
+		d, err := fl.AllowN(context.Background(), "k", 50)
+		t.Logf("%+v %v reason %v", d, err, d.Reason())
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("err %v", err)
+		}
+		if d.Allowed || d.RetryAfter != time.Second/10 {
+			t.Errorf("policy answer for an admittable request (n=50 ≤ Limit 100) says %+v, want denied with RetryAfter one sub-window", d)
+		}
+	})
 }

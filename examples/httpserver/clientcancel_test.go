@@ -13,6 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/redisstore"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
 // A client's own cancel buys no admission: real HTTP clients against a
@@ -24,8 +25,8 @@ import (
 // was the failure policy's, admitted uncounted: 2,147 handler runs in 3 s
 // from 64 such clients at a limit of 5.
 func TestCancellingClientsBuyNoAdmissions(t *testing.T) {
-	s := startRedis(t)
-	rdb := newRedisClient(s.addr())
+	s := redistest.Start(t)
+	rdb := newRedisClient(s.Addr())
 	defer rdb.Close()
 	const limit = 5
 	rl, err := redisstore.New(rdb, engine.Config{Limit: limit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict},

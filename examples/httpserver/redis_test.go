@@ -2,97 +2,26 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
 	"github.com/ringlimit/ringlimit/redisstore"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
-// redisServer is a redis-server started by a test on a free loopback port
-// with a temporary directory.
-type redisServer struct {
-	tb   testing.TB
-	port int
-	dir  string
-	cmd  *exec.Cmd
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
-
 // The pool logs every failed dial; the tests kill the server on purpose.
-func init() { redis.SetLogger(quietLogger{}) }
+func init() { redistest.QuietClientLogs() }
 
-func (s *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
-
-func startRedis(tb testing.TB) *redisServer {
-	tb.Helper()
-	for _, bin := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			tb.Fatalf("%s is not installed: these tests need a real Redis (Debian: apt-get install -y redis-server); .ci/run installs it", bin)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := &redisServer{tb: tb, port: ln.Addr().(*net.TCPAddr).Port, dir: tb.TempDir()}
-	ln.Close()
-	s.start()
-	tb.Cleanup(s.kill)
-	return s
-}
-
-// start runs redis-server and waits, at most 10 s, for it to answer PING.
-func (s *redisServer) start() {
-	s.tb.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--daemonize", "no")
-	if err := s.cmd.Start(); err != nil {
-		s.tb.Fatalf("starting redis-server: %v", err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			s.tb.Fatalf("redis-server on %s did not answer PING: %v", s.addr(), err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a process we do not control
-	}
-}
-
-// kill stops the server with SIGKILL and waits for it.
-func (s *redisServer) kill() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_, _ = s.cmd.Process.Wait()
-		s.cmd = nil
-	}
-}
-
-func redisApp(t *testing.T, s *redisServer, l limits) *app {
+func redisApp(t *testing.T, s *redistest.Server, l limits) *app {
 	t.Helper()
-	a, err := newRedisApp(context.Background(), newRedisClient(s.addr()), "t:", l)
+	a, err := newRedisApp(context.Background(), newRedisClient(s.Addr()), "t:", l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +33,7 @@ func redisApp(t *testing.T, s *redisServer, l limits) *app {
 // redis-server admit 5 requests per IP between them, not 5 each, and the
 // headers count down across them.
 func TestTwoInstancesShareOneLimit(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	a, b := redisApp(t, s, testLimits), redisApp(t, s, testLimits)
 	A, B := serve(t, a), serve(t, b)
 	for i, c := range []caller{A, B, A, B, A} {
@@ -149,8 +78,8 @@ func TestTwoInstancesShareOneLimit(t *testing.T) {
 // middleware the window (w=) and the bound t= of admitted responses.
 // Before redisstore had Config, both were missing.
 func TestRedisLimiterDirectly(t *testing.T) {
-	s := startRedis(t)
-	rdb := newRedisClient(s.addr())
+	s := redistest.Start(t)
+	rdb := newRedisClient(s.Addr())
 	defer rdb.Close()
 	l, err := redisstore.New(rdb, engine.Config{Limit: 2, Window: 10 * time.Second})
 	if err != nil {
@@ -203,7 +132,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	if !failureContract(t) {
 		t.Skip("this redisstore returns a nil error when Redis fails (the fail-closed denial then reads as a 429); the ErrUnavailable contract of issue 15 makes this test run")
 	}
-	s := startRedis(t)
+	s := redistest.Start(t)
 	l := limits{PerIP: 1_000_000, Window: 10 * time.Second, Free: 2, Pro: 4}
 	a, b := redisApp(t, s, l), redisApp(t, s, l)
 	A, B := serve(t, a), serve(t, b)
@@ -234,7 +163,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool { return a.m.Stats().Allowed > 20 && b.m.Stats().Allowed > 20 })
-	s.kill()
+	s.Kill()
 	// The kill is complete (Wait returned): every call from now on fails.
 	for _, c := range []caller{A, B} {
 		code, hdr, body := c.call("GET", "/", "")
@@ -246,7 +175,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 		wantValues(t, hdr, "RateLimit-Policy")
 	}
 	waitFor(t, func() bool { return a.m.Stats().Errors > 10 && b.m.Stats().Errors > 10 })
-	s.start()
+	s.Start()
 	waitFor(t, func() bool {
 		code, _, _ := A.call("GET", "/", "")
 		code2, _, _ := B.call("GET", "/", "")

@@ -199,6 +199,15 @@ func StartCluster(tb testing.TB, n int) []*Server {
 	return nodes
 }
 
+// QuietClientLogs silences go-redis's package logger, which logs every
+// failed dial: a test that kills or stalls its servers on purpose calls it
+// once (from an init func, say). It sets a process-wide logger.
+func QuietClientLogs() { redis.SetLogger(quietLogger{}) }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 // Addrs lists the servers' addresses.
 func Addrs(servers []*Server) []string {
 	addrs := make([]string, len(servers))

@@ -13,7 +13,11 @@ import (
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
+// These tests kill servers on purpose: no dial errors in the log.
+func init() { redistest.QuietClientLogs() }
+
 func TestStandaloneServesAndRestartsEmpty(t *testing.T) {
+	t.Parallel() // waits mostly on server start-up
 	s := redistest.Start(t, "--maxmemory-policy", "noeviction")
 	c := s.Client()
 	ctx := context.Background()
@@ -40,6 +44,7 @@ func TestStandaloneServesAndRestartsEmpty(t *testing.T) {
 }
 
 func TestReplicaPairReplicatesAndPromotes(t *testing.T) {
+	t.Parallel() // waits mostly on cluster or replica set-up
 	p, r := redistest.StartReplicaPair(t)
 	ctx := context.Background()
 	pc, rc := p.Client(), r.Client()
@@ -64,6 +69,7 @@ func TestReplicaPairReplicatesAndPromotes(t *testing.T) {
 }
 
 func TestClusterCoversEverySlot(t *testing.T) {
+	t.Parallel() // waits mostly on cluster or replica set-up
 	nodes := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes), MaxRetries: -1})
 	defer c.Close()
@@ -96,6 +102,7 @@ func TestClusterCoversEverySlot(t *testing.T) {
 // PATH, once plainly (the test must skip) and once with
 // RINGLIMIT_REQUIRE_REDIS=1 (it must fail).
 func TestMissingServerSkipsOrFails(t *testing.T) {
+	t.Parallel() // waits on its two child processes
 	if os.Getenv("REDISTEST_CHILD") == "1" {
 		redistest.Start(t)
 		t.Fatal("Start returned without a redis-server on PATH")

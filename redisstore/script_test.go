@@ -1,0 +1,129 @@
+package redisstore
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// Several Limiters, each with its own client, share one key's limit from
+// concurrent goroutines: together they admit exactly Limit.
+func TestSharedLimit(t *testing.T) {
+	s := redistest.Start(t)
+	const limit = 300
+	cfg := engine.Config{Limit: limit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		l := mustNew(t, client(t, s), cfg)
+		for range 4 {
+			wg.Go(func() {
+				for range 150 {
+					d, err := l.AllowN(ctx, "shared", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		if st := l.Stats(); st.Failures != 0 {
+			t.Errorf("failures: %+v", st)
+		}
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != limit {
+		t.Fatalf("admitted %d across 4 limiters, want exactly %d", got, limit)
+	}
+}
+
+// Each decision, with the Redis time the script used, matches the engine
+// driven with AllowAt at that time: Allowed, Remaining and RetryAfter.
+func TestScriptMatchesEngine(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	for _, tc := range []struct {
+		alg engine.Algorithm
+		n   int
+	}{{engine.SlidingWindow, 4}, {engine.SlidingWindowStrict, 4}, {engine.FixedWindow, 0}, {engine.SlidingWindow, 1}, {engine.SlidingWindowStrict, 2}} {
+		alg := tc.alg
+		t.Run(fmt.Sprintf("%v/N=%d", alg, tc.n), func(t *testing.T) {
+			t.Parallel()
+			cfg := engine.Config{Limit: 12, Window: 60 * time.Millisecond * time.Duration(tc.n), SubWindows: tc.n, Algorithm: alg}
+			if alg == engine.FixedWindow {
+				cfg.Window = 80 * time.Millisecond
+			}
+			l := mustNew(t, c, cfg, WithPrefix(fmt.Sprintf("ref:%v:%d:", alg, tc.n)))
+			ref := engineRef(t, cfg)
+			rng := rand.New(rand.NewPCG(uint64(alg), uint64(tc.n)))
+			keys := []string{"a", "b{c}"}
+			denied, admitted := 0, 0
+			for i := range 400 {
+				key := keys[rng.IntN(len(keys))]
+				n := int64(rng.IntN(5))
+				switch rng.IntN(20) {
+				case 0:
+					n = -1
+				case 1:
+					n = cfg.Limit + 1
+				case 2:
+					n = cfg.Limit
+				}
+				got, at, err := l.eval(ctx, key, n, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := ref.AllowAt(key, n, at)
+				if got != want {
+					t.Fatalf("step %d: key %q n %d at %v: redis %+v, engine %+v", i, key, n, at.Format(time.RFC3339Nano), got, want)
+				}
+				if got.Allowed && n > 0 {
+					admitted++
+				} else if !got.Allowed {
+					denied++
+				}
+				switch {
+				case rng.IntN(60) == 0:
+					// Idle for longer than the window: the state's ring
+					// moves by more than N+1 sub-windows at once.
+					time.Sleep(cfg.Window + 2*cfg.Window/time.Duration(max(1, tc.n)))
+				case rng.IntN(3) == 0:
+					time.Sleep(time.Duration(rng.IntN(15000)) * time.Microsecond)
+				}
+			}
+			if admitted == 0 || denied == 0 {
+				t.Fatalf("the script did not exercise both outcomes: %d admitted, %d denied", admitted, denied)
+			}
+			storedUnits(t, c, l, keys...) // the packed state decodes, and its header agrees with its tail
+		})
+	}
+}
+
+func TestScriptFlush(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 3, Window: time.Minute})
+	for i := range 5 {
+		if i == 2 {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := l.AllowN(ctx, "k", 1)
+		if err != nil || d.Allowed != (i < 3) {
+			t.Fatalf("step %d: %+v %v", i, d, err)
+		}
+	}
+	if st := l.Stats(); st.NoScript != 2 || st.Failures != 0 || st.RedisDecisions != 5 {
+		t.Fatalf("stats %+v, want two NOSCRIPTs (the first call, and after the flush) and no failure", st)
+	}
+}
