@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -31,24 +29,6 @@ func (x xrate) Limit(context.Context) error {
 	}
 	return nil
 }
-
-// stubStream is the ServerTransportStream a server puts in a call's
-// context, for grpc.SetHeader: it joins header metadata as the transport
-// does.
-type stubStream struct {
-	mu     sync.Mutex
-	header metadata.MD
-}
-
-func (s *stubStream) Method() string { return mSay }
-func (s *stubStream) SetHeader(md metadata.MD) error {
-	s.mu.Lock()
-	s.header = metadata.Join(s.header, md)
-	s.mu.Unlock()
-	return nil
-}
-func (s *stubStream) SendHeader(metadata.MD) error { return nil }
-func (s *stubStream) SetTrailer(metadata.MD) error { return nil }
 
 // benchImpls are the interceptors compared: none (a bare call),
 // go-grpc-middleware's ratelimit over x/time/rate, and ringlimit keyed by

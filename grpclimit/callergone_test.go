@@ -2,9 +2,11 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/internal/adaptertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -87,5 +89,59 @@ func TestClientCallerGone(t *testing.T) {
 	}
 	if s := c.Stats(); s != (ClientStats{Canceled: 1}) {
 		t.Fatalf("Stats %+v", s)
+	}
+}
+
+// TestCancelledCallCancelsTheLimiter: a client that gives up while a slow backend decides
+// cancels the context the backend sees; the failed decision runs no
+// handler and is counted Canceled.
+func TestCancelledCallCancelsTheLimiter(t *testing.T) {
+	entered := make(chan struct{})
+	seen := make(chan error, 1)
+	block := adaptertest.LimiterFunc(func(ctx context.Context, key string, n int64) (engine.Decision, error) {
+		close(entered)
+		<-ctx.Done()
+		seen <- ctx.Err()
+		return engine.Decision{Limit: 1, RetryAfter: time.Second}, ctx.Err()
+	})
+	i := mustInterceptorT(t, block)
+	served := make(chan struct{}) // closed when the interceptor has returned
+	outer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		defer close(served)
+		return h(ctx, req)
+	}
+	cc, _ := serve(t, grpc.ChainUnaryInterceptor(outer, i.Unary()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan result, 1)
+	go func() { done <- say(t, cc, ctx, mSay) }()
+	select {
+	case <-entered:
+	case <-time.After(time.Minute): // a hang guard, not a verdict
+		t.Fatal("the limiter was never called")
+	}
+	cancel()
+	select {
+	case r := <-done:
+		if r.code != codes.Canceled {
+			t.Errorf("client saw %v, want Canceled", r.code)
+		}
+	case <-time.After(time.Minute): // a hang guard, not a verdict
+		t.Fatal("the call did not end")
+	}
+	select {
+	case err := <-seen:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the limiter's context ended with %v", err)
+		}
+	case <-time.After(time.Minute): // a hang guard, not a verdict
+		t.Fatal("the limiter's context was not cancelled")
+	}
+	select { // the server finishes the call after the client left
+	case <-served:
+	case <-time.After(time.Minute): // a hang guard, not a verdict
+		t.Fatal("the server did not finish the call")
+	}
+	if s := i.Stats(); s != (Stats{Canceled: 1}) {
+		t.Errorf("Stats %+v", s)
 	}
 }
