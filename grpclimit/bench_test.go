@@ -71,20 +71,23 @@ func BenchmarkUnary(b *testing.B) {
 	handler := func(context.Context, any) (any, error) { return reply, nil }
 	addr := net.TCPAddrFromAddrPort(netip.MustParseAddrPort("192.0.2.10:4711"))
 	for _, impl := range benchImpls(b) {
+		// call is one call as the server makes it, on a new call's stream.
+		call := func(ctx context.Context, s *stubStream, req any) error {
+			s.header = nil
+			if impl.ic == nil {
+				_, err := handler(ctx, req)
+				return err
+			}
+			_, err := impl.ic(ctx, req, info, handler)
+			return err
+		}
 		b.Run("mode=inproc/impl="+impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			s := &stubStream{}
 			ctx := grpc.NewContextWithServerTransportStream(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}), s)
 			req := wrapperspb.String("x")
 			for b.Loop() {
-				s.header = nil // a new call's stream
-				var err error
-				if impl.ic == nil {
-					_, err = handler(ctx, req)
-				} else {
-					_, err = impl.ic(ctx, req, info, handler)
-				}
-				if err != nil {
+				if err := call(ctx, s, req); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -96,14 +99,7 @@ func BenchmarkUnary(b *testing.B) {
 				ctx := grpc.NewContextWithServerTransportStream(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}), s)
 				req := wrapperspb.String("x")
 				for pb.Next() {
-					s.header = nil
-					var err error
-					if impl.ic == nil {
-						_, err = handler(ctx, req)
-					} else {
-						_, err = impl.ic(ctx, req, info, handler)
-					}
-					if err != nil {
+					if err := call(ctx, s, req); err != nil {
 						b.Error(err)
 						return
 					}

@@ -180,3 +180,20 @@ func DoneContexts() []DoneContext {
 	cancel() // the deadline had passed already: Err stays DeadlineExceeded
 	return []DoneContext{{"canceled", canceled, context.Canceled}, {"deadline", expired, context.DeadlineExceeded}}
 }
+
+// HangBound is how long Await waits: a bound on a hang, never a verdict
+// on speed (a slow machine only waits longer).
+const HangBound = time.Minute
+
+// Await receives from ch, failing tb with "what did not happen" if
+// nothing arrives within HangBound.
+func Await[T any](tb testing.TB, ch <-chan T, what string) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(HangBound):
+		tb.Fatalf("%s did not happen within %v", what, HangBound)
+		panic("unreachable")
+	}
+}
