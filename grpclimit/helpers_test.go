@@ -121,6 +121,14 @@ var chatDesc = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientS
 // echo server. Both are stopped when the test ends.
 func serve(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServer) {
 	t.Helper()
+	cc, es, _ := serveServer(t, opts...)
+	return cc, es
+}
+
+// serveServer is serve, also returning the server, for a test that stops
+// it itself (GracefulStop: every call that reached it has finished).
+func serveServer(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServer, *grpc.Server) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +144,7 @@ func serve(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServ
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return cc, es
+	return cc, es, s
 }
 
 // result is what a client saw of one unary call.
