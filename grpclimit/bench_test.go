@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -31,24 +29,6 @@ func (x xrate) Limit(context.Context) error {
 	}
 	return nil
 }
-
-// stubStream is the ServerTransportStream a server puts in a call's
-// context, for grpc.SetHeader: it joins header metadata as the transport
-// does.
-type stubStream struct {
-	mu     sync.Mutex
-	header metadata.MD
-}
-
-func (s *stubStream) Method() string { return mSay }
-func (s *stubStream) SetHeader(md metadata.MD) error {
-	s.mu.Lock()
-	s.header = metadata.Join(s.header, md)
-	s.mu.Unlock()
-	return nil
-}
-func (s *stubStream) SendHeader(metadata.MD) error { return nil }
-func (s *stubStream) SetTrailer(metadata.MD) error { return nil }
 
 // benchImpls are the interceptors compared: none (a bare call),
 // go-grpc-middleware's ratelimit over x/time/rate, and ringlimit keyed by
@@ -91,20 +71,23 @@ func BenchmarkUnary(b *testing.B) {
 	handler := func(context.Context, any) (any, error) { return reply, nil }
 	addr := net.TCPAddrFromAddrPort(netip.MustParseAddrPort("192.0.2.10:4711"))
 	for _, impl := range benchImpls(b) {
+		// call is one call as the server makes it, on a new call's stream.
+		call := func(ctx context.Context, s *stubStream, req any) error {
+			s.header = nil
+			if impl.ic == nil {
+				_, err := handler(ctx, req)
+				return err
+			}
+			_, err := impl.ic(ctx, req, info, handler)
+			return err
+		}
 		b.Run("mode=inproc/impl="+impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			s := &stubStream{}
 			ctx := grpc.NewContextWithServerTransportStream(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}), s)
 			req := wrapperspb.String("x")
 			for b.Loop() {
-				s.header = nil // a new call's stream
-				var err error
-				if impl.ic == nil {
-					_, err = handler(ctx, req)
-				} else {
-					_, err = impl.ic(ctx, req, info, handler)
-				}
-				if err != nil {
+				if err := call(ctx, s, req); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -116,14 +99,7 @@ func BenchmarkUnary(b *testing.B) {
 				ctx := grpc.NewContextWithServerTransportStream(peer.NewContext(context.Background(), &peer.Peer{Addr: addr}), s)
 				req := wrapperspb.String("x")
 				for pb.Next() {
-					s.header = nil
-					var err error
-					if impl.ic == nil {
-						_, err = handler(ctx, req)
-					} else {
-						_, err = impl.ic(ctx, req, info, handler)
-					}
-					if err != nil {
+					if err := call(ctx, s, req); err != nil {
 						b.Error(err)
 						return
 					}

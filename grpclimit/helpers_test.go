@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,29 +19,20 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// t0 is aligned to a 10 s window, so FixedWindow waits are exact.
-var t0 = time.Unix(1_700_000_000, 0)
+// t0 is the instant every test engine starts at (adaptertest.T0, aligned
+// to a 10 s window, so FixedWindow waits are exact).
+var t0 = adaptertest.T0
 
+// newEngine is an engine on a ManualClock at t0: Window 10 s and Limit 2
+// unless cfg says otherwise.
 func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *engine.ManualClock) {
 	t.Helper()
-	clk := engine.NewManualClock(t0)
-	cfg.Clock = clk
-	if cfg.Window == 0 {
-		cfg.Window = 10 * time.Second
-	}
-	if cfg.Limit == 0 {
-		cfg.Limit = 2
-	}
-	e, err := engine.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e, clk
+	return adaptertest.NewEngine(t, cfg, 2)
 }
 
 func mustInterceptorT(t testing.TB, l any, opts ...Option) *Interceptor {
@@ -128,6 +121,14 @@ var chatDesc = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientS
 // echo server. Both are stopped when the test ends.
 func serve(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServer) {
 	t.Helper()
+	cc, es, _ := serveServer(t, opts...)
+	return cc, es
+}
+
+// serveServer is serve, also returning the server, for a test that stops
+// it itself (GracefulStop: every call that reached it has finished).
+func serveServer(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServer, *grpc.Server) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func serve(t testing.TB, opts ...grpc.ServerOption) (*grpc.ClientConn, *echoServ
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return cc, es
+	return cc, es, s
 }
 
 // result is what a client saw of one unary call.
@@ -184,59 +185,52 @@ func resultOf(err error, hdr metadata.MD) result {
 // wantMD checks that md[key] is exactly want (none for no want).
 func wantMD(t testing.TB, md metadata.MD, key string, want ...string) {
 	t.Helper()
-	got := md.Get(key)
-	if len(got) != len(want) {
-		t.Errorf("metadata %s = %q, want %q", key, got, want)
-		return
+	adaptertest.WantValues(t, "metadata "+key, md.Get(key), want...)
+}
+
+func serveUnary(t *testing.T, i *Interceptor) *grpc.ClientConn {
+	cc, _ := serve(t, grpc.UnaryInterceptor(i.Unary()))
+	return cc
+}
+
+// callCtx is the server context of a call from addr with incoming
+// metadata md (key/value pairs).
+func callCtx(addr net.Addr, md ...string) context.Context {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: addr})
+	if len(md) > 0 {
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(md...))
 	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Errorf("metadata %s = %q, want %q", key, got, want)
-			return
-		}
-	}
+	return ctx
 }
 
-// recorder is a Limiter that records the keys it is asked for and admits
-// everything.
-type recorder struct {
-	mu   sync.Mutex
-	keys []string
+func tcp(s string) net.Addr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+
+// stubStream is the ServerTransportStream a server puts in a call's
+// context, for grpc.SetHeader: it joins header metadata as the transport
+// does.
+type stubStream struct {
+	mu     sync.Mutex
+	header metadata.MD
 }
 
-func (r *recorder) AllowN(key string, n int64) engine.Decision {
-	r.mu.Lock()
-	r.keys = append(r.keys, key)
-	r.mu.Unlock()
-	return engine.Decision{Allowed: true, Limit: 100, Remaining: 99}
+func (s *stubStream) Method() string { return mSay }
+
+func (s *stubStream) SetHeader(md metadata.MD) error {
+	s.mu.Lock()
+	s.header = metadata.Join(s.header, md)
+	s.mu.Unlock()
+	return nil
 }
 
-func (r *recorder) last() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.keys) == 0 {
-		return ""
-	}
-	return r.keys[len(r.keys)-1]
-}
+func (s *stubStream) SendHeader(metadata.MD) error { return nil }
 
-// errBackend stands in for redisstore.ErrUnavailable.
-var errBackend = errors.New("backend unavailable")
+func (s *stubStream) SetTrailer(metadata.MD) error { return nil }
 
-// fakeRemote is a ContextLimiter answering from next, and recording the
-// metadata value "trace" and ctx.Err() of each call.
-type fakeRemote struct {
-	mu    sync.Mutex
-	next  func(key string, n int64) (engine.Decision, error)
-	trace []string
-	errs  []error
-}
-
-func (f *fakeRemote) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	md, _ := metadata.FromIncomingContext(ctx)
-	f.trace = append(f.trace, append(md.Get("trace"), "")[0])
-	f.errs = append(f.errs, ctx.Err())
-	return f.next(key, n)
+// newRemote is a ContextLimiter answering from next that records, per
+// call, the key, the call's incoming metadata value "trace" and ctx.Err().
+func newRemote(next func(key string, n int64) (engine.Decision, error)) *adaptertest.Remote {
+	return &adaptertest.Remote{Next: next, Trace: func(ctx context.Context) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		return append(md.Get("trace"), "")[0]
+	}}
 }

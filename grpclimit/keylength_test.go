@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,7 +16,7 @@ import (
 // TestLongMetadataValuesNeverReachTheLimiter: distinct huge key values are
 // refused with InvalidArgument naming the cap; the limiter never sees one.
 func TestLongMetadataValuesNeverReachTheLimiter(t *testing.T) {
-	rec := &recorder{}
+	rec := &adaptertest.Recorder{}
 	i := mustInterceptorT(t, rec, WithKey(KeyByMetadata("x-api-key", MissingReject)))
 	big := strings.Repeat("k", 64<<10)
 	h := func(context.Context, any) (any, error) { return nil, nil }
@@ -25,8 +26,8 @@ func TestLongMetadataValuesNeverReachTheLimiter(t *testing.T) {
 			t.Fatalf("call %d: %v %q", n, st.Code(), st.Message())
 		}
 	}
-	if len(rec.keys) != 0 {
-		t.Fatalf("the limiter saw %d keys", len(rec.keys))
+	if len(rec.Keys()) != 0 {
+		t.Fatalf("the limiter saw %d keys", len(rec.Keys()))
 	}
 	if s := i.Stats(); s != (Stats{Rejected: 200}) {
 		t.Fatalf("Stats %+v", s)
@@ -50,15 +51,15 @@ func TestEveryKeyIsCapped(t *testing.T) {
 		{"Compose above the cap", Compose(part(240), KeyByMethod()), codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := &recorder{}
+			rec := &adaptertest.Recorder{}
 			i := mustInterceptorT(t, rec, WithKey(tc.key))
 			_, err := i.Unary()(callCtx(tcp("192.0.2.1:4711")), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, func(context.Context, any) (any, error) { return nil, nil })
 			st := status.Convert(err)
 			if st.Code() != tc.want {
 				t.Fatalf("%v %q, want %v", st.Code(), st.Message(), tc.want)
 			}
-			if tc.want != codes.OK && (!strings.Contains(st.Message(), "above the cap of 256 bytes (MaxKeyBytes)") || len(rec.keys) != 0) {
-				t.Fatalf("%q; the limiter saw %d keys", st.Message(), len(rec.keys))
+			if tc.want != codes.OK && (!strings.Contains(st.Message(), "above the cap of 256 bytes (MaxKeyBytes)") || len(rec.Keys()) != 0) {
+				t.Fatalf("%q; the limiter saw %d keys", st.Message(), len(rec.Keys()))
 			}
 		})
 	}

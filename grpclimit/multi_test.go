@@ -71,11 +71,11 @@ func TestMultiChargesOnlyWhatItAdmits(t *testing.T) {
 func TestMultiInOrderOverSharedLimiters(t *testing.T) {
 	first, _ := newEngine(t, engine.Config{Limit: 5})
 	asked := 0
-	refuse := ContextLimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+	refuse := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		asked++
 		return engine.Decision{Limit: 1, RetryAfter: 1e9}, nil
 	})
-	never := ContextLimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+	never := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		t.Error("the policy after the refusing one was asked")
 		return engine.Decision{Allowed: true, Limit: 1}, nil
 	})

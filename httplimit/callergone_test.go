@@ -38,7 +38,7 @@ func TestCallerGoneRunsNoHandler(t *testing.T) {
 // context derived from the request's, which stays live: that is a backend
 // failure, and the failure policy's admission is followed (counted Errors).
 func TestOwnTimeoutFollowsPolicy(t *testing.T) {
-	own := ContextLimiterFunc(func(ctx context.Context, _ string, _ int64) (engine.Decision, error) {
+	own := adaptertest.LimiterFunc(func(ctx context.Context, _ string, _ int64) (engine.Decision, error) {
 		rt, cancel := context.WithTimeout(ctx, 0)
 		defer cancel()
 		<-rt.Done()
@@ -51,13 +51,6 @@ func TestOwnTimeoutFollowsPolicy(t *testing.T) {
 	if runs != 1 || m.Stats() != (Stats{Errors: 1}) {
 		t.Fatalf("handler runs %d, Stats %+v; want 1 run, Errors 1", runs, m.Stats())
 	}
-}
-
-// ContextLimiterFunc adapts a function to ContextLimiter, for tests.
-type ContextLimiterFunc func(ctx context.Context, key string, n int64) (engine.Decision, error)
-
-func (f ContextLimiterFunc) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	return f(ctx, key, n)
 }
 
 // TestCallerGoneOverLoopback: real HTTP clients that cancel their requests

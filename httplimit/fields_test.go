@@ -2,8 +2,6 @@ package httplimit
 
 import (
 	"net/http"
-	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,8 +68,6 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 	}
 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
 func TestFieldsValues(t *testing.T) {
 	f, err := adapter.NewFields("httplimit: ", "NewFields", nil, "tenant", 30*time.Second)
 	if err != nil {
@@ -126,70 +122,3 @@ func TestNewFieldsErrors(t *testing.T) {
 type zeroWindow struct{}
 
 func (zeroWindow) Config() engine.Config { return engine.Config{} }
-
-// TestProxyChainMatchesKey: adapter.ProxyChain.Key (what grpclimit's keys
-// run) gives the key (or the error) that KeyByXForwardedFor and
-// KeyByForwarded give for the same peer and header lines.
-func TestProxyChainMatchesKey(t *testing.T) {
-	xc, err := adapter.NewProxyChain("httplimit: ", "KeyByXForwardedFor", "X-Forwarded-For", testTrusted, 64, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc, err := adapter.NewProxyChain("httplimit: ", "KeyByForwarded", "Forwarded", testTrusted, 56, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	long := strings.Repeat("10.0.0.1, ", MaxProxyHops) + "203.0.113.5"
-	for _, c := range []struct {
-		remote string
-		lines  []string
-	}{
-		{"198.51.100.9:1", []string{"1.2.3.4"}},
-		{"10.0.0.1:1", []string{"1.2.3.4, 203.0.113.5, 10.0.0.2"}},
-		{"10.0.0.1:1", []string{"203.0.113.5, 10.0.0.3", "10.0.0.2"}},
-		{"10.0.0.1:1", nil},
-		{"10.0.0.1:1", []string{" , "}},
-		{"[fd00::1]:1", []string{"2001:db8:a:b::1"}},
-		{"[::ffff:10.0.0.1]:1", []string{"::ffff:203.0.113.5"}},
-		{"10.0.0.1:1", []string{"garbage"}},
-		{"10.0.0.1:1", []string{long}},
-		{"10.0.0.1:1", []string{`for=198.51.100.7;proto=https, for="[2001:db8:a:b::1]:4711"`}},
-		{"10.0.0.1:1", []string{`for=unknown`}},
-		{"10.0.0.1:1", []string{`for="1.2.3.4, for=10.0.0.2`}},
-		{"10.0.0.1:1", []string{strings.Repeat("x", 100) + ", 203.0.113.77"}},
-	} {
-		peer := netip.MustParseAddrPort(c.remote).Addr()
-		for _, p := range []struct {
-			chain adapter.ProxyChain
-			key   Key
-			hdr   string
-		}{
-			{xc, KeyByXForwardedFor(testTrusted, 64), "X-Forwarded-For"},
-			{fc, KeyByForwarded(testTrusted, 56), "Forwarded"},
-		} {
-			got, gotErr := p.chain.Key(peer.Unmap().WithZone(""), "", c.lines)
-			r, _ := http.NewRequest("GET", "/", nil)
-			r.RemoteAddr = c.remote
-			if c.lines != nil {
-				r.Header[p.hdr] = c.lines
-			}
-			want, wantErr := p.key.Of(r)
-			if got != want || errText(gotErr) != errText(wantErr) {
-				t.Errorf("%s from %s %q: Key = %q, %v; the Key's Of = %q, %v", p.hdr, c.remote, c.lines, got, gotErr, want, wantErr)
-			}
-		}
-	}
-	if _, err := adapter.NewProxyChain("httplimit: ", "KeyByXForwardedFor", "X-Forwarded-For", nil, 64, false); err == nil || !strings.Contains(err.Error(), "KeyByXForwardedFor trusted is empty") {
-		t.Errorf("no trusted prefixes: %v", err)
-	}
-	if _, err := adapter.NewProxyChain("httplimit: ", "KeyByForwarded", "Forwarded", testTrusted, 129, true); err == nil || !strings.Contains(err.Error(), "KeyByForwarded ipv6Prefix = 129") {
-		t.Errorf("ipv6Prefix 129: %v", err)
-	}
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}

@@ -8,11 +8,14 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
 )
 
 var (
@@ -26,17 +29,6 @@ func mustPrefixes(ps ...string) []netip.Prefix {
 		out[i] = netip.MustParsePrefix(p)
 	}
 	return out
-}
-
-func keyErr(t *testing.T, k Key, remote string, hdr http.Header) error {
-	t.Helper()
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = remote
-	for name, vs := range hdr {
-		r.Header[name] = vs
-	}
-	_, err := k.Of(r)
-	return err
 }
 
 func xff(v ...string) http.Header { return http.Header{"X-Forwarded-For": v} }
@@ -216,8 +208,8 @@ func TestHopCap(t *testing.T) {
 	}
 }
 
-// TestSpoofedForwardedBehindAnXFFProxy is the issue's attack over real
-// connections: a client (127.0.0.2) talks to a reverse proxy that appends
+// TestSpoofedForwardedBehindAnXFFProxy is a key-spoofing attack over real
+// connections (the forged Forwarded chose the key before): a client (127.0.0.2) talks to a reverse proxy that appends
 // its peer to X-Forwarded-For and passes Forwarded on, as nginx does by
 // default; the proxy connects to the limited server from 127.0.0.3, the
 // one trusted address. The client rotates Forwarded: for= and a forged
@@ -252,7 +244,7 @@ func TestSpoofedForwardedBehindAnXFFProxy(t *testing.T) {
 			wantHeader(t, resp.Header, "RateLimit", `"default";r=0;t=10`)
 		}
 	}
-	if want := []int{200, 200, 429, 429, 429}; !equalInts(codes, want) {
+	if want := []int{200, 200, 429, 429, 429}; !slices.Equal(codes, want) {
 		t.Fatalf("codes %v, want %v (the forged headers chose the key)", codes, want)
 	}
 	if len(seen) != 2 || seen[0] != "203.0.113.0, 127.0.0.2" {
@@ -260,14 +252,134 @@ func TestSpoofedForwardedBehindAnXFFProxy(t *testing.T) {
 	}
 }
 
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+// within reports whether s's bytes lie inside big's.
+func within(s, big string) bool {
+	p, b := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(big)))
+	return p >= b && p < b+uintptr(len(big))
+}
+
+// TestHopKeyDoesNotPinAPaddedHeader: the engine keeps the key string for
+// the key's lifetime, so a key that is a substring of a 100 KB forged
+// header line would keep the whole line alive, per client IP.
+func TestHopKeyDoesNotPinAPaddedHeader(t *testing.T) {
+	for _, c := range []struct {
+		k    Key
+		name string
+		line string
+	}{
+		{KeyByXForwardedFor(testTrusted, 64), "X-Forwarded-For", strings.Repeat("1.1.1.1, ", 10_000) + "203.0.113.5"},
+		{KeyByForwarded(testTrusted, 64), "Forwarded", strings.Repeat("for=1.1.1.1, ", 10_000) + "for=203.0.113.5"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "10.0.0.1:1"
+		r.Header[c.name] = []string{c.line}
+		key, err := c.k.Of(r)
+		if err != nil || key != "203.0.113.5" {
+			t.Fatalf("%s: %q %v", c.name, key, err)
+		}
+		if within(key, c.line) {
+			t.Errorf("%s: the key is a substring of the %d-byte header line", c.name, len(c.line))
 		}
 	}
-	return true
+	// A short line is shared, at no allocation (TestForgedChain… covers
+	// the allocation count for the walk itself).
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.1:1"
+	line := "203.0.113.5, 10.0.0.2"
+	r.Header["X-Forwarded-For"] = []string{line}
+	if key, _ := KeyByXForwardedFor(testTrusted, 64).Of(r); key != "203.0.113.5" || !within(key, line) {
+		t.Errorf("short line: %q copied", key)
+	}
+}
+
+// TestZonedProxyAddressesAreTrusted: netip's Contains is false for an
+// address with a zone, so a zoned trusted proxy (fe80::1%eth0 in
+// fe80::/10) was taken for the client.
+func TestZonedProxyAddressesAreTrusted(t *testing.T) {
+	k := KeyByXForwardedFor(mustPrefixes("fe80::/10"), 64)
+	if got := keyOf(t, k, "[fe80::1%eth0]:443", xff("203.0.113.5")); got != "203.0.113.5" {
+		t.Errorf("zoned trusted peer: %q", got)
+	}
+	if got := keyOf(t, k, "[fe80::1%eth0]:443", xff("203.0.113.5, fe80::2%eth0")); got != "203.0.113.5" {
+		t.Errorf("zoned trusted hop: %q", got)
+	}
+}
+
+// TestEmptyMembersCountTowardTheCap: empty list members were skipped
+// without counting, so ", , , …" from a trusted peer made the walk read
+// arbitrarily many members. Every member read counts toward MaxProxyHops.
+func TestEmptyMembersCountTowardTheCap(t *testing.T) {
+	k := KeyByXForwardedFor(testTrusted, 64)
+	err := keyErr(t, k, "10.0.0.1:1", xff("203.0.113.5"+strings.Repeat(", ", 100_000)))
+	if err == nil || err.Error() != "httplimit: X-Forwarded-For has more than 16 hops from trusted proxies" {
+		t.Fatalf("%v", err)
+	}
+	err = keyErr(t, KeyByForwarded(testTrusted, 64), "10.0.0.1:1", fwd("for=203.0.113.5"+strings.Repeat(",", 100_000)))
+	if err == nil || err.Error() != "httplimit: Forwarded has more than 16 hops from trusted proxies" {
+		t.Fatalf("%v", err)
+	}
+	// A few are fine (the list syntax allows them).
+	if got := keyOf(t, k, "10.0.0.1:1", xff("203.0.113.5, , 10.0.0.2,")); got != "203.0.113.5" {
+		t.Fatalf("%q", got)
+	}
+}
+
+// TestProxyChainMatchesKey: adapter.ProxyChain.Key (what grpclimit's keys
+// run) gives the key (or the error) that KeyByXForwardedFor and
+// KeyByForwarded give for the same peer and header lines.
+func TestProxyChainMatchesKey(t *testing.T) {
+	xc, err := adapter.NewProxyChain("httplimit: ", "KeyByXForwardedFor", "X-Forwarded-For", testTrusted, 64, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc, err := adapter.NewProxyChain("httplimit: ", "KeyByForwarded", "Forwarded", testTrusted, 56, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("10.0.0.1, ", MaxProxyHops) + "203.0.113.5"
+	for _, c := range []struct {
+		remote string
+		lines  []string
+	}{
+		{"198.51.100.9:1", []string{"1.2.3.4"}},
+		{"10.0.0.1:1", []string{"1.2.3.4, 203.0.113.5, 10.0.0.2"}},
+		{"10.0.0.1:1", []string{"203.0.113.5, 10.0.0.3", "10.0.0.2"}},
+		{"10.0.0.1:1", nil},
+		{"10.0.0.1:1", []string{" , "}},
+		{"[fd00::1]:1", []string{"2001:db8:a:b::1"}},
+		{"[::ffff:10.0.0.1]:1", []string{"::ffff:203.0.113.5"}},
+		{"10.0.0.1:1", []string{"garbage"}},
+		{"10.0.0.1:1", []string{long}},
+		{"10.0.0.1:1", []string{`for=198.51.100.7;proto=https, for="[2001:db8:a:b::1]:4711"`}},
+		{"10.0.0.1:1", []string{`for=unknown`}},
+		{"10.0.0.1:1", []string{`for="1.2.3.4, for=10.0.0.2`}},
+		{"10.0.0.1:1", []string{strings.Repeat("x", 100) + ", 203.0.113.77"}},
+	} {
+		peer := netip.MustParseAddrPort(c.remote).Addr()
+		for _, p := range []struct {
+			chain adapter.ProxyChain
+			key   Key
+			hdr   string
+		}{
+			{xc, KeyByXForwardedFor(testTrusted, 64), "X-Forwarded-For"},
+			{fc, KeyByForwarded(testTrusted, 56), "Forwarded"},
+		} {
+			got, gotErr := p.chain.Key(peer.Unmap().WithZone(""), "", c.lines)
+			r, _ := http.NewRequest("GET", "/", nil)
+			r.RemoteAddr = c.remote
+			if c.lines != nil {
+				r.Header[p.hdr] = c.lines
+			}
+			want, wantErr := p.key.Of(r)
+			if got != want || errText(gotErr) != errText(wantErr) {
+				t.Errorf("%s from %s %q: Key = %q, %v; the Key's Of = %q, %v", p.hdr, c.remote, c.lines, got, gotErr, want, wantErr)
+			}
+		}
+	}
+	if _, err := adapter.NewProxyChain("httplimit: ", "KeyByXForwardedFor", "X-Forwarded-For", nil, 64, false); err == nil || !strings.Contains(err.Error(), "KeyByXForwardedFor trusted is empty") {
+		t.Errorf("no trusted prefixes: %v", err)
+	}
+	if _, err := adapter.NewProxyChain("httplimit: ", "KeyByForwarded", "Forwarded", testTrusted, 129, true); err == nil || !strings.Contains(err.Error(), "KeyByForwarded ipv6Prefix = 129") {
+		t.Errorf("ipv6Prefix 129: %v", err)
+	}
 }

@@ -4,11 +4,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
 
 // TestStackedMiddlewaresAddListMembers: a per-IP limit outside a
@@ -214,26 +217,76 @@ func TestPolicyValueIsCached(t *testing.T) {
 	}
 }
 
-// TestAdmittedPathAllocations pins the middleware's own allocations on
-// the admitted path: the RateLimit value and the header slices' backing
-// array. RateLimit-Policy comes from the cache.
-func TestAdmittedPathAllocations(t *testing.T) {
-	e, _ := newEngine(t, engine.Config{Limit: engine.MaxLimit})
-	h := New(e)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = "192.0.2.1:4711"
-	w := &headerOnly{h: http.Header{}}
-	allocs := testing.AllocsPerRun(200, func() {
-		clear(w.h)
-		h.ServeHTTP(w, r)
-	})
-	if allocs > 2 {
-		t.Fatalf("%v allocations per admitted request, want ≤ 2", allocs)
+// TestPolicyCacheConcurrent races the policy cache across limits that
+// share slots, under -race.
+func TestPolicyCacheConcurrent(t *testing.T) {
+	const policySlots = 8 // the size of the policy cache (internal/adapter)
+	f := &adaptertest.Remote{Next: func(key string, _ int64) (engine.Decision, error) {
+		l := int64(len(key)) * policySlots // limits 8, 16, 24, …: all in slot 0
+		return engine.Decision{Allowed: true, Limit: l, Remaining: l - 1}, nil
+	}}
+	m := mustMiddleware(t, f, WithKey(KeyByHeader("K", MissingReject)), WithPolicy("p", time.Second))
+	h := m.Handler(okHandler)
+	var wg sync.WaitGroup
+	errc := make(chan string, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := strings.Repeat("k", g+1)
+			want := `"p";q=` + strconv.Itoa((g+1)*policySlots) + ";w=1"
+			for range 500 {
+				w := httptest.NewRecorder()
+				r := httptest.NewRequest("GET", "/", nil)
+				r.Header.Set("K", key)
+				h.ServeHTTP(w, r)
+				if got := w.Header().Get("RateLimit-Policy"); got != want {
+					errc <- got + " != " + want
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for e := range errc {
+		t.Error(e)
 	}
 }
 
-type headerOnly struct{ h http.Header }
-
-func (w *headerOnly) Header() http.Header         { return w.h }
-func (w *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
-func (w *headerOnly) WriteHeader(int)             {}
+// TestFixedWindowAdmittedResetIsExact: an admitted response of a
+// FixedWindow limiter says t= the exact time to the end of the
+// Unix-aligned window (rounded up to whole seconds), not the whole window:
+// before, it said t=3600 while the next 429 said t=2943. At each instant
+// the reference is computed from the window arithmetic, and the denial
+// that follows at the same instant must say the same.
+func TestFixedWindowAdmittedResetIsExact(t *testing.T) {
+	const window = time.Hour
+	e, clk := newEngine(t, engine.Config{Algorithm: engine.FixedWindow, Window: window, Limit: 1})
+	m := mustMiddleware(t, e, WithPolicy("fixed", 0), WithHeaders(HeadersDraft|HeadersLegacy))
+	h := m.Handler(okHandler)
+	start := t0.Truncate(window).Add(window) // a window start
+	for n, off := range []time.Duration{
+		0,                                 // the window's first instant: all of it
+		657 * time.Second,                 // 2943 s left (t=3600 before the fix)
+		657*time.Second + time.Nanosecond, // rounded up
+		window - time.Second,              // 1 s left
+		window - time.Nanosecond,          // 1 ns left: t=1, never 0
+	} {
+		now := start.Add(time.Duration(n) * window).Add(off) // a fresh window per step
+		clk.Set(now)
+		left := now.Truncate(window).Add(window).Sub(now)
+		want := strconv.FormatInt(int64((left+time.Second-1)/time.Second), 10)
+		w := do(h, "192.0.2.1:1", nil)
+		if w.Code != http.StatusOK {
+			t.Fatalf("step %d: %d", n, w.Code)
+		}
+		wantHeader(t, w.Header(), "Ratelimit", `"fixed";r=0;t=`+want)
+		wantHeader(t, w.Header(), "X-Ratelimit-Reset", want)
+		w = do(h, "192.0.2.1:1", nil)
+		if w.Code != http.StatusTooManyRequests {
+			t.Fatalf("step %d: second request %d", n, w.Code)
+		}
+		wantHeader(t, w.Header(), "Ratelimit", `"fixed";r=0;t=`+want)
+	}
+}

@@ -4,31 +4,22 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
-	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
 
-// t0 is aligned to a 10 s window, so FixedWindow waits are exact.
-var t0 = time.Unix(1_700_000_000, 0)
+// t0 is the instant every test engine starts at (adaptertest.T0, aligned
+// to a 10 s window, so FixedWindow waits are exact).
+var t0 = adaptertest.T0
 
+// newEngine is an engine on a ManualClock at t0: Window 10 s and Limit 5
+// unless cfg says otherwise.
 func newEngine(t testing.TB, cfg engine.Config) (*engine.Engine, *engine.ManualClock) {
 	t.Helper()
-	clk := engine.NewManualClock(t0)
-	cfg.Clock = clk
-	if cfg.Window == 0 {
-		cfg.Window = 10 * time.Second
-	}
-	if cfg.Limit == 0 {
-		cfg.Limit = 5
-	}
-	e, err := engine.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e, clk
+	return adaptertest.NewEngine(t, cfg, 5)
 }
 
 // mustMiddleware is NewMiddleware for options a test knows to be valid.
@@ -96,15 +87,50 @@ func get(t *testing.T, c *http.Client, url string, hdr map[string]string) (*http
 // no want means the field is absent.
 func wantHeader(t *testing.T, h http.Header, k string, want ...string) {
 	t.Helper()
-	got := h.Values(k)
-	if len(got) != len(want) {
-		t.Errorf("%s = %q, want %q", k, got, want)
-		return
+	adaptertest.WantValues(t, k, h.Values(k), want...)
+}
+
+// checkMembers checks RateLimit-Policy and RateLimit: one member per
+// policy, in order, with q and r, parsed independently of the writer.
+func checkMembers(t *testing.T, h http.Header, names []string, q, r []int64) {
+	t.Helper()
+	if msg := adaptertest.CheckMembers(h.Values("RateLimit-Policy"), h.Values("RateLimit"), names, q, r); msg != "" {
+		t.Error(msg)
 	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Errorf("%s = %q, want %q", k, got, want)
-			return
-		}
+}
+
+// keyOf is k's key for a request from remote with the header fields hdr;
+// an error fails the test.
+func keyOf(t *testing.T, k Key, remote string, hdr http.Header) string {
+	t.Helper()
+	s, err := k.Of(request(remote, hdr))
+	if err != nil {
+		t.Fatalf("key(%q, %v): %v", remote, hdr, err)
 	}
+	return s
+}
+
+// keyErr is k's error for a request from remote with the header fields hdr.
+func keyErr(t *testing.T, k Key, remote string, hdr http.Header) error {
+	t.Helper()
+	_, err := k.Of(request(remote, hdr))
+	return err
+}
+
+func request(remote string, hdr http.Header) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = remote
+	for name, vs := range hdr {
+		r.Header[name] = vs
+	}
+	return r
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

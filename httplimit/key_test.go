@@ -10,20 +10,6 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-func keyOf(t *testing.T, k Key, remote string, hdr http.Header) string {
-	t.Helper()
-	r := httptest.NewRequest("GET", "/", nil)
-	r.RemoteAddr = remote
-	for name, vs := range hdr {
-		r.Header[name] = vs
-	}
-	s, err := k.Of(r)
-	if err != nil {
-		t.Fatalf("key(%q, %v): %v", remote, hdr, err)
-	}
-	return s
-}
-
 func TestKeyByIP(t *testing.T) {
 	k := KeyByIP(0) // default /64
 	for remote, want := range map[string]string{
@@ -113,4 +99,18 @@ func TestKeyByIPv4CostsNoAllocation(t *testing.T) {
 	key, err = k.Of(r)
 	require.NoError(t, err)
 	require.Equal(t, "192.0.2.7", key, "an IPv4-mapped address is the IPv4 key")
+}
+
+// TestIPv6PeerKeyAllocatesOnce: an IPv6 peer's key is one string (the
+// masked prefix); parsing it must not also allocate a parse error.
+func TestIPv6PeerKeyAllocatesOnce(t *testing.T) {
+	k := KeyByIP(64)
+	r := httptest.NewRequest("GET", "/", nil)
+	for _, remote := range []string{"[2001:db8:1:2::7]:443", "[::ffff:192.0.2.7]:443"} {
+		r.RemoteAddr = remote
+		// One: the masked prefix's String, or the unmapped IPv4 address's.
+		if a := testing.AllocsPerRun(100, func() { _, _ = k.Of(r) }); a > 1 {
+			t.Errorf("%s: %v allocations, want ≤ 1", remote, a)
+		}
+	}
 }

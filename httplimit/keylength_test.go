@@ -4,28 +4,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
-
-// keyRecorder is a Limiter that records every key it is asked for and
-// passes the decision to an engine.
-type keyRecorder struct {
-	mu   sync.Mutex
-	e    *engine.Engine
-	keys []string
-}
-
-func (k *keyRecorder) AllowN(key string, n int64) engine.Decision {
-	k.mu.Lock()
-	k.keys = append(k.keys, key)
-	k.mu.Unlock()
-	return k.e.AllowN(key, n)
-}
-
-func (k *keyRecorder) Config() engine.Config { return k.e.Config() }
 
 // TestLongHeaderValuesNeverReachTheLimiter is the memory denial of service
 // of distinct huge KeyByHeader values: each was a new key the engine kept
@@ -33,7 +16,7 @@ func (k *keyRecorder) Config() engine.Config { return k.e.Config() }
 // with 400 naming the cap, and the limiter never sees it.
 func TestLongHeaderValuesNeverReachTheLimiter(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{})
-	rec := &keyRecorder{e: e}
+	rec := &adaptertest.Recorder{E: e}
 	m := mustMiddleware(t, rec, WithKey(KeyByHeader("X-Api-Key", MissingReject)))
 	h := m.Handler(okHandler)
 	big := strings.Repeat("k", 64<<10)
@@ -43,8 +26,8 @@ func TestLongHeaderValuesNeverReachTheLimiter(t *testing.T) {
 			t.Fatalf("request %d: %d %q", i, w.Code, w.Body.String())
 		}
 	}
-	if len(rec.keys) != 0 || e.Len() != 0 {
-		t.Fatalf("the limiter saw %d keys and holds %d; want none", len(rec.keys), e.Len())
+	if len(rec.Keys()) != 0 || e.Len() != 0 {
+		t.Fatalf("the limiter saw %d keys and holds %d; want none", len(rec.Keys()), e.Len())
 	}
 	if s := m.Stats(); s != (Stats{Rejected: 200}) {
 		t.Fatalf("Stats %+v", s)
@@ -74,14 +57,14 @@ func TestEveryKeyIsCapped(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _ := newEngine(t, engine.Config{})
-			rec := &keyRecorder{e: e}
+			rec := &adaptertest.Recorder{E: e}
 			w := do(mustMiddleware(t, rec, WithKey(tc.key)).Handler(okHandler), "192.0.2.1:1", nil)
 			if w.Code != tc.want {
 				t.Fatalf("status %d, want %d (%q)", w.Code, tc.want, w.Body.String())
 			}
 			if tc.want == http.StatusBadRequest {
-				if !strings.Contains(w.Body.String(), "above the cap of 256 bytes (MaxKeyBytes)") || len(rec.keys) != 0 {
-					t.Fatalf("body %q, the limiter saw %d keys", w.Body.String(), len(rec.keys))
+				if !strings.Contains(w.Body.String(), "above the cap of 256 bytes (MaxKeyBytes)") || len(rec.Keys()) != 0 {
+					t.Fatalf("body %q, the limiter saw %d keys", w.Body.String(), len(rec.Keys()))
 				}
 			}
 		})

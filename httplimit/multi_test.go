@@ -62,15 +62,6 @@ func TestMultiChargesOnlyWhatItAdmits(t *testing.T) {
 	}
 }
 
-// checkMembers checks RateLimit-Policy and RateLimit: one member per
-// policy, in order, with q and r, parsed independently of the writer.
-func checkMembers(t *testing.T, h http.Header, names []string, q, r []int64) {
-	t.Helper()
-	if msg := adaptertest.CheckMembers(h.Values("RateLimit-Policy"), h.Values("RateLimit"), names, q, r); msg != "" {
-		t.Error(msg)
-	}
-}
-
 // TestMultiInOrderOverSharedLimiters: with a limiter that is not an engine
 // among the policies, they are asked in order and the first refusal
 // decides; an earlier policy keeps its charge (it cannot be taken back),
@@ -78,11 +69,11 @@ func checkMembers(t *testing.T, h http.Header, names []string, q, r []int64) {
 func TestMultiInOrderOverSharedLimiters(t *testing.T) {
 	first, _ := newEngine(t, engine.Config{Limit: 5})
 	var asked []string
-	refuse := ContextLimiterFunc(func(_ context.Context, key string, n int64) (engine.Decision, error) {
+	refuse := adaptertest.LimiterFunc(func(_ context.Context, key string, n int64) (engine.Decision, error) {
 		asked = append(asked, "refuse")
 		return engine.Decision{Limit: 1, RetryAfter: 1e9}, nil
 	})
-	never := ContextLimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+	never := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		asked = append(asked, "never")
 		return engine.Decision{Allowed: true, Limit: 1}, nil
 	})

@@ -4,23 +4,18 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ringlimit/ringlimit/engine"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -43,7 +38,7 @@ type outcome struct {
 
 func call(t *testing.T, cc *grpc.ClientConn, method, tenant string) outcome {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang bound
 	defer cancel()
 	if tenant != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-tenant", tenant)
@@ -58,84 +53,6 @@ func call(t *testing.T, cc *grpc.ClientConn, method, tenant string) outcome {
 		}
 	}
 	return o
-}
-
-// TestApp: the example's server on a loopback port, at a fixed instant:
-// 5 calls per 10 s per tenant, Report costs 3, health and reflection
-// exempt, and the metrics count what happened.
-func TestApp(t *testing.T) {
-	a, err := newApp(limits{Limit: 5, Window: 10 * time.Second, ReportCost: 3}, engine.NewManualClock(time.Unix(1_700_000_000, 0)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.grpc.Serve(ln) }()
-	defer a.grpc.Stop()
-	cc := dial(t, ln.Addr().String())
-
-	for n := range 5 {
-		if o := call(t, cc, methodHello, "acme"); o.code != codes.OK || o.rate != `"per-tenant";r=`+string(rune('4'-n))+`;t=11` {
-			t.Fatalf("acme call %d: %+v", n, o)
-		}
-	}
-	if o := call(t, cc, methodHello, "acme"); o.code != codes.ResourceExhausted || o.retry != 10200*time.Millisecond || o.rate != `"per-tenant";r=0;t=11` {
-		t.Errorf("acme's sixth call: %+v", o)
-	}
-	// Another tenant has its own window; Report costs 3.
-	if o := call(t, cc, methodReport, "bob"); o.code != codes.OK || o.rate != `"per-tenant";r=2;t=11` {
-		t.Errorf("bob's Report: %+v", o)
-	}
-	if o := call(t, cc, methodReport, "bob"); o.code != codes.ResourceExhausted {
-		t.Errorf("bob's second Report: %+v", o)
-	}
-	// No tenant: keyed by the peer's IP.
-	if o := call(t, cc, methodHello, ""); o.code != codes.OK || o.rate != `"per-tenant";r=4;t=11` {
-		t.Errorf("no tenant: %+v", o)
-	}
-	if got := a.engine.AllowN("127.0.0.1", 0); got.Remaining != 4 {
-		t.Errorf("the IP key: %+v", got)
-	}
-	// Health and reflection are exempt.
-	for range 10 {
-		if _, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, s := range resp.GetListServicesResponse().GetService() {
-		names = append(names, s.GetName())
-	}
-	if !strings.Contains(strings.Join(names, " "), service) {
-		t.Errorf("reflection lists %v", names)
-	}
-	_ = st.CloseSend()
-
-	w := httptest.NewRecorder()
-	a.metrics.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
-	for _, want := range []string{
-		`ringlimit_grpc_decisions_total{outcome="allowed"} 7`,
-		`ringlimit_grpc_decisions_total{outcome="denied"} 2`,
-		"ringlimit_keys 3",
-	} {
-		if !strings.Contains(w.Body.String(), want+"\n") {
-			t.Errorf("metrics lack %q:\n%s", want, w.Body)
-		}
-	}
 }
 
 func TestFlags(t *testing.T) {
@@ -184,7 +101,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-metrics", "127.0.0.1:0"}, &out) }()
 	re := regexp.MustCompile(`listening on (127\.0\.0\.1:\d+) .* metrics on (http://\S+)`)
 	var m []string
-	for deadline := time.Now().Add(10 * time.Second); m == nil; {
+	for deadline := time.Now().Add(time.Minute); m == nil; { // a hang bound
 		if m = re.FindStringSubmatch(out.String()); m == nil {
 			if time.Now().After(deadline) {
 				t.Fatalf("no listening line:\n%s", out.String())
@@ -210,7 +127,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		if code != exitOK {
 			t.Errorf("exit %d\n%s", code, out.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // a hang bound
 		t.Fatal("run did not return")
 	}
 }

@@ -1,14 +1,145 @@
-// Package adaptertest holds the fake limiters that httplimit's and
-// grpclimit's tests share.
+// Package adaptertest holds what httplimit's and grpclimit's tests share:
+// an engine on a manual clock, fake limiters, done contexts, a checker of
+// field values and an independent parser of the RateLimit fields.
 package adaptertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
 )
+
+// T0 is the instant every test engine starts at. It is aligned to a 10 s
+// window, so FixedWindow waits are exact.
+var T0 = time.Unix(1_700_000_000, 0)
+
+// NewEngine returns an engine over cfg on a ManualClock set to T0, with
+// Window 10 s and Limit limit where cfg leaves them zero, closed when the
+// test ends.
+func NewEngine(tb testing.TB, cfg engine.Config, limit int64) (*engine.Engine, *engine.ManualClock) {
+	tb.Helper()
+	clk := engine.NewManualClock(T0)
+	cfg.Clock = clk
+	if cfg.Window == 0 {
+		cfg.Window = 10 * time.Second
+	}
+	if cfg.Limit == 0 {
+		cfg.Limit = limit
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Close() })
+	return e, clk
+}
+
+// WantValues checks that got, the lines of one field (an HTTP header's
+// or a metadata key's), are exactly want, in order; no want means the
+// field is absent. what names the field in the error.
+func WantValues(tb testing.TB, what string, got []string, want ...string) {
+	tb.Helper()
+	if len(got) != len(want) {
+		tb.Errorf("%s = %q, want %q", what, got, want)
+		return
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			tb.Errorf("%s = %q, want %q", what, got, want)
+			return
+		}
+	}
+}
+
+// ErrBackend stands in for redisstore.ErrUnavailable.
+var ErrBackend = errors.New("backend unavailable")
+
+// LimiterFunc adapts a function to the adapters' ContextLimiter.
+type LimiterFunc func(ctx context.Context, key string, n int64) (engine.Decision, error)
+
+// AllowN calls f.
+func (f LimiterFunc) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	return f(ctx, key, n)
+}
+
+// Remote is a ContextLimiter that answers from Next and records, per
+// call, the key, Trace's reading of the context (when Trace is set) and
+// ctx.Err(). It is safe for concurrent use; read the records after the
+// calls have returned.
+type Remote struct {
+	Next  func(key string, n int64) (engine.Decision, error)
+	Trace func(context.Context) string
+
+	mu     sync.Mutex
+	Keys   []string
+	Traces []string
+	Errs   []error
+}
+
+// AllowN records the call and answers Next's decision.
+func (f *Remote) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Keys = append(f.Keys, key)
+	if f.Trace != nil {
+		f.Traces = append(f.Traces, f.Trace(ctx))
+	}
+	f.Errs = append(f.Errs, ctx.Err())
+	return f.Next(key, n)
+}
+
+// ConfiguredRemote is a Remote that reports Cfg as its Config, as a
+// redisstore limiter does.
+type ConfiguredRemote struct {
+	Remote
+	Cfg engine.Config
+}
+
+// Config returns c.Cfg.
+func (c *ConfiguredRemote) Config() engine.Config { return c.Cfg }
+
+// Recorder is a Limiter that records every key it is asked for. It passes
+// the decision to E, or, with E nil, admits everything (Limit 100,
+// Remaining 99). It has no Config. It is safe for concurrent use.
+type Recorder struct {
+	E *engine.Engine
+
+	mu   sync.Mutex
+	keys []string
+}
+
+// AllowN records key and decides.
+func (r *Recorder) AllowN(key string, n int64) engine.Decision {
+	r.mu.Lock()
+	r.keys = append(r.keys, key)
+	r.mu.Unlock()
+	if r.E != nil {
+		return r.E.AllowN(key, n)
+	}
+	return engine.Decision{Allowed: true, Limit: 100, Remaining: 99}
+}
+
+// Keys returns the keys asked for, in order.
+func (r *Recorder) Keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.keys...)
+}
+
+// Last returns the last key asked for, or "".
+func (r *Recorder) Last() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.keys) == 0 {
+		return ""
+	}
+	return r.keys[len(r.keys)-1]
+}
 
 // FailOpenOnCancel is a ContextLimiter whose failure policy admits: it
 // answers a call whose context has ended (or ends while it waits, when
@@ -48,4 +179,21 @@ func DoneContexts() []DoneContext {
 	expired, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
 	cancel() // the deadline had passed already: Err stays DeadlineExceeded
 	return []DoneContext{{"canceled", canceled, context.Canceled}, {"deadline", expired, context.DeadlineExceeded}}
+}
+
+// HangBound is how long Await waits: a bound on a hang, never a verdict
+// on speed (a slow machine only waits longer).
+const HangBound = time.Minute
+
+// Await receives from ch, failing tb with "what did not happen" if
+// nothing arrives within HangBound.
+func Await[T any](tb testing.TB, ch <-chan T, what string) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(HangBound):
+		tb.Fatalf("%s did not happen within %v", what, HangBound)
+		panic("unreachable")
+	}
 }

@@ -6,36 +6,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
-
-// errBackend stands in for redisstore.ErrUnavailable.
-var errBackend = errors.New("backend unavailable")
 
 type ctxKey struct{}
 
-// fakeRemote is a ContextLimiter that answers from a script and records
-// what it was asked. It is safe for concurrent use.
-type fakeRemote struct {
-	mu    sync.Mutex
-	next  func(key string, n int64) (engine.Decision, error)
-	keys  []string
-	trace []string // ctxKey values seen
-	errs  []error  // ctx.Err() seen
-}
-
-func (f *fakeRemote) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.keys = append(f.keys, key)
-	v, _ := ctx.Value(ctxKey{}).(string)
-	f.trace = append(f.trace, v)
-	f.errs = append(f.errs, ctx.Err())
-	return f.next(key, n)
+// newRemote is a ContextLimiter answering from next that records, per
+// call, the key, the ctxKey value of its context and ctx.Err().
+func newRemote(next func(key string, n int64) (engine.Decision, error)) *adaptertest.Remote {
+	return &adaptertest.Remote{Next: next, Trace: func(ctx context.Context) string {
+		v, _ := ctx.Value(ctxKey{}).(string)
+		return v
+	}}
 }
 
 // TestContextLimiter: a ContextLimiter is accepted as directly as an
@@ -45,7 +31,7 @@ func (f *fakeRemote) AllowN(ctx context.Context, key string, n int64) (engine.De
 func TestContextLimiter(t *testing.T) {
 	var d engine.Decision
 	var err error
-	f := &fakeRemote{next: func(string, int64) (engine.Decision, error) { return d, err }}
+	f := newRemote(func(string, int64) (engine.Decision, error) { return d, err })
 	m := mustMiddleware(t, f, WithPolicy("shared", 10*time.Second))
 	var calls int
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -79,7 +65,7 @@ func TestContextLimiter(t *testing.T) {
 	wantHeader(t, resp.Header, "RateLimit", `"shared";r=0;t=3`)
 
 	// Backend fails; its policy admitted (fail-open, or a local fallback).
-	d, err = engine.Decision{Allowed: true, Limit: 10, Remaining: 9}, errBackend
+	d, err = engine.Decision{Allowed: true, Limit: 10, Remaining: 9}, adaptertest.ErrBackend
 	resp, body = call("c")
 	if resp.StatusCode != 200 || body != "ok" {
 		t.Fatalf("fail-open: %d %q", resp.StatusCode, body)
@@ -88,7 +74,7 @@ func TestContextLimiter(t *testing.T) {
 	wantHeader(t, resp.Header, "RateLimit-Policy")
 
 	// Backend fails; its policy refused with a wait (fail-closed): 503.
-	d, err = engine.Decision{Limit: 10, RetryAfter: time.Second}, errBackend
+	d, err = engine.Decision{Limit: 10, RetryAfter: time.Second}, adaptertest.ErrBackend
 	resp, body = call("d")
 	if resp.StatusCode != 503 || body != "rate limiter unavailable; retry after 1 s\n" {
 		t.Fatalf("fail-closed: %d %q", resp.StatusCode, body)
@@ -97,7 +83,7 @@ func TestContextLimiter(t *testing.T) {
 	wantHeader(t, resp.Header, "RateLimit")
 
 	// Refused with no finite wait: 503 without Retry-After.
-	d, err = engine.Decision{Limit: 10, RetryAfter: engine.Never}, errBackend
+	d, err = engine.Decision{Limit: 10, RetryAfter: engine.Never}, adaptertest.ErrBackend
 	resp, body = call("e")
 	if resp.StatusCode != 503 || body != "rate limiter unavailable\n" {
 		t.Fatalf("never: %d %q", resp.StatusCode, body)
@@ -109,7 +95,7 @@ func TestContextLimiter(t *testing.T) {
 		t.Fatalf("zero decision: %d %v", resp.StatusCode, resp.Header)
 	}
 	// JSON body.
-	d, err = engine.Decision{Limit: 10, RetryAfter: time.Second}, errBackend
+	d, err = engine.Decision{Limit: 10, RetryAfter: time.Second}, adaptertest.ErrBackend
 	resp, body = get(t, srv.Client(), srv.URL, map[string]string{"Accept": "application/json"})
 	if resp.StatusCode != 503 || body != `{"error":"rate limiter unavailable","retry_after_seconds":1}`+"\n" {
 		t.Fatalf("json: %d %q", resp.StatusCode, body)
@@ -121,11 +107,11 @@ func TestContextLimiter(t *testing.T) {
 	if s := m.Stats(); s != (Stats{Allowed: 1, Denied: 1, Errors: 5}) {
 		t.Fatalf("stats %+v, want Allowed 1, Denied 1, Errors 5", s)
 	}
-	if got := strings.Join(f.trace, ","); got != "a,b,c,d,e,f," {
+	if got := strings.Join(f.Traces, ","); got != "a,b,c,d,e,f," {
 		t.Fatalf("contexts seen: %q", got)
 	}
-	if f.keys[0] != "127.0.0.1" {
-		t.Fatalf("key %q", f.keys[0])
+	if f.Keys[0] != "127.0.0.1" {
+		t.Fatalf("key %q", f.Keys[0])
 	}
 	mh := httptest.NewRecorder()
 	MetricsHandler(m, nil).ServeHTTP(mh, httptest.NewRequest("GET", "/metrics", nil))
@@ -138,17 +124,17 @@ func TestContextLimiter(t *testing.T) {
 // so a client that goes away cancels the backend call, and the failed
 // decision is counted Canceled with no handler run.
 func TestContextLimiterSeesCancellation(t *testing.T) {
-	f := &fakeRemote{next: func(string, int64) (engine.Decision, error) {
+	f := newRemote(func(string, int64) (engine.Decision, error) {
 		return engine.Decision{}, context.Canceled
-	}}
+	})
 	m := mustMiddleware(t, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
 	w := httptest.NewRecorder()
 	m.Handler(okHandler).ServeHTTP(w, r)
-	if len(f.errs) != 1 || !errors.Is(f.errs[0], context.Canceled) {
-		t.Fatalf("AllowN saw ctx.Err() = %v", f.errs)
+	if len(f.Errs) != 1 || !errors.Is(f.Errs[0], context.Canceled) {
+		t.Fatalf("AllowN saw ctx.Err() = %v", f.Errs)
 	}
 	if w.Code != 503 || m.Stats() != (Stats{Canceled: 1}) {
 		t.Fatalf("%d %+v", w.Code, m.Stats())
@@ -158,9 +144,9 @@ func TestContextLimiterSeesCancellation(t *testing.T) {
 // TestContextLimiterWithConfig: a ContextLimiter that reports its Config
 // gets w= and the admitted t= bound from it, like the engine.
 func TestContextLimiterWithConfig(t *testing.T) {
-	f := &configuredRemote{fakeRemote: fakeRemote{next: func(string, int64) (engine.Decision, error) {
+	f := &adaptertest.ConfiguredRemote{Remote: adaptertest.Remote{Next: func(string, int64) (engine.Decision, error) {
 		return engine.Decision{Allowed: true, Limit: 7, Remaining: 6}, nil
-	}}, cfg: engine.Config{Limit: 7, Window: 20 * time.Second, SubWindows: 4}}
+	}}, Cfg: engine.Config{Limit: 7, Window: 20 * time.Second, SubWindows: 4}}
 	w := do(New(f)(okHandler), "192.0.2.1:1", nil)
 	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=7;w=20`)
 	wantHeader(t, w.Header(), "RateLimit", `"default";r=6;t=25`)
@@ -169,9 +155,15 @@ func TestContextLimiterWithConfig(t *testing.T) {
 	}
 }
 
-type configuredRemote struct {
-	fakeRemote
-	cfg engine.Config
+// TestLimiterConfigWithoutWindowIsRefused guards a limiter whose Config
+// reports Window 0: it was accepted and advertised t=0 ("the quota is free
+// now") on every admitted response.
+func TestLimiterConfigWithoutWindowIsRefused(t *testing.T) {
+	f := &adaptertest.ConfiguredRemote{Remote: adaptertest.Remote{Next: func(string, int64) (engine.Decision, error) {
+		return engine.Decision{Allowed: true, Limit: 7, Remaining: 6}, nil
+	}}}
+	_, err := NewMiddleware(f)
+	if err == nil || err.Error() != "httplimit: NewMiddleware: the limiter's Config().Window = 0s, want > 0" {
+		t.Fatalf("%v", err)
+	}
 }
-
-func (c *configuredRemote) Config() engine.Config { return c.cfg }
