@@ -64,6 +64,8 @@ const (
 
 var reasonNames = [...]string{"ok", "limited", "never", "keys-full", "key-too-long"}
 
+// String returns the reason's name: ok, limited, never, keys-full or
+// key-too-long.
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]

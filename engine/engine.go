@@ -20,7 +20,7 @@ import (
 // compared in its state, four atomic loads (the newest epoch, two words
 // caching the window's settled counts, the current slot) and one CAS, then
 // the newest epoch again; once per key per sub-window a walk of its N+1
-// slots refreshes the cache (see ringslot.Acquire for the protocol). A key's first request, and
+// slots refreshes the cache (docs/design.md §3 has the protocol). A key's first request, and
 // its first after it was reclaimed, creates its state under one xsync bucket
 // lock inside the map. SlidingLog is the exception: a decision holds the
 // key's own spin lock (see SlidingLog), and still does not allocate.

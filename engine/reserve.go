@@ -150,7 +150,7 @@ func (r *Reservation) At() time.Time {
 // touched. Under concurrency a Cancel can make a concurrent request be
 // refused that a sequential run (the cancel first) would admit, never admit
 // one that the live units would refuse: docs/design.md §3b and
-// ringslot.Geometry.Cancel have the proof. A Cancel that makes room does
+// the doc of ringslot's Geometry.Cancel have the proof. A Cancel that makes room does
 // not wake Wait: waiters retry at their RetryAfter.
 //
 // With SlidingLog, Cancel removes exactly n of the timestamps recorded at
@@ -237,7 +237,7 @@ type Request struct {
 // on, and nothing is consumed.
 //
 // It allocates nothing when every key exists and there are at most
-// allowAllStack (8) requests: reqs is the caller's slice, and the
+// 8 requests: reqs is the caller's slice, and the
 // reservations live in an array on the stack. More requests take one
 // slice of Reservations from the heap; any number is decided.
 func AllowAll(now time.Time, reqs ...Request) (int, Decision) {

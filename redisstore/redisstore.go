@@ -58,6 +58,7 @@ const (
 	FallbackLocal
 )
 
+// String returns the policy's name: fail-closed, fail-open or fallback-local.
 func (p Policy) String() string {
 	switch p {
 	case FailClosed:

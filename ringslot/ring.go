@@ -134,12 +134,17 @@ func (g *Geometry) Span() int64 { return g.span }
 // whole cache lines:
 //
 //	[0]        last:  the newest epoch any writer has published, or
-//	                  retiredWord(R) once the ring is retired at epoch R
-//	[1]        full:  cache, pack.Word(tag of e, settled count in full)
-//	[2]        old:   cache, pack.Word(tag of e, count of e−N); weighted only
-//	[limitAt]  limit: only with per-key limits, pack.Word(version, limit);
+//	                  R with the sign bit set once the ring is retired at epoch R
+//	[1]        full:  cache, the word (tag of e, settled count in full)
+//	[2]        old:   cache, the word (tag of e, count of e−N); weighted only
+//	[1+c]      limit: only with per-key limits (c: the cache words), the
+//	           word (version, limit);
 //	           SetLimit bumps the version (mod 2^24) with each change
-//	[hdr+i]    slot i: pack.Word(tag, count) for the epoch ≡ i mod N+1
+//	[h+i]      slot i: the word (tag, count) for the epoch ≡ i mod N+1,
+//	           h being the header's words above
+//
+// A word packs a 24-bit tag (epoch mod 2^24, or the limit's version) above a
+// 40-bit count; the largest count is 2^40 − 1.
 //
 // Strict rings have one cache word, Fixed rings none (cache.go).
 //
@@ -148,13 +153,14 @@ func (g *Geometry) Span() int64 { return g.span }
 //     changes. A writer publishes its epoch in last before it writes a slot,
 //     so no slot ever holds an epoch newer than last.
 //   - A slot's epoch is never 2^23 or more sub-windows behind the epoch it
-//     stands for (settle and reviveGap), so equal tags mean equal epochs;
+//     stands for (a settle clears slots lagging 2^20, and a writer 2^21 or
+//     more past last retires the ring), so equal tags mean equal epochs;
 //     the same holds for the cache words' tags.
 //   - A slot's tag only moves forward. A reset and its first increment are
 //     one CAS from the exact word that was read, made only after last was
 //     seen unchanged since the clamp; a rollback subtracts only while the tag
 //     is still the one it added to.
-//   - A count never exceeds the ring's limit ≤ pack.MaxCount: a writer's CAS
+//   - A count never exceeds the ring's limit ≤ 2^40 − 1: a writer's CAS
 //     is conditional on the estimate, which includes the slot, leaving room.
 //   - A cache word tagged e holds an upper bound of the admitted units of
 //     its settled epochs, for every writer that can still be admitted at e
@@ -202,8 +208,8 @@ func (g *Geometry) Limit(r Ring) int64 { return pack.CountOfWord(r.word(g.limitA
 // Touch moves r's newest time up to t, as a writer at t does before it
 // decides (a counter ring is settled at t's epoch, as Acquire settles it),
 // so that state a caller sets at t (a limit) counts as activity at t. It
-// never moves time backwards. A counter ring t's epoch is reviveGap or more
-// past retires there, as Acquire would: the caller replaces it.
+// never moves time backwards. A counter ring that t's epoch is 2^21 or more
+// sub-windows past retires there, as Acquire would: the caller replaces it.
 func (g *Geometry) Touch(r Ring, t int64) {
 	if g.log {
 		r.lock()
@@ -462,7 +468,7 @@ func clamp(e, r, l int64) (int64, int64) {
 }
 
 // Acquire admits n units at time t (Unix ns, ≥ 0) iff they fit under limit,
-// and records them. Preconditions: 1 ≤ n ≤ limit ≤ pack.MaxCount.
+// and records them. Preconditions: 1 ≤ n ≤ limit ≤ 2^40 − 1.
 //
 // With per-key limits, limit is the ring's limit as the caller read it
 // (Limit). If the ring's limit is lowered below it before the decision is
@@ -488,7 +494,7 @@ func clamp(e, r, l int64) (int64, int64) {
 //     may have counted it, and retry at the new epoch.
 //  5. Per-key limits: load the limit word again. Unless it still says
 //     that every limit in force since the first load (made before the
-//     loop) was at least limit (limitHeld), undo the add, mark the cache
+//     loop) was at least limit, undo the add, mark the cache
 //     words if last has moved meanwhile (as Cancel does), and return Stale.
 //
 // Why this admits no more than a sequential execution would: order admitted

@@ -105,7 +105,7 @@ type Table struct {
 }
 
 // New returns a table of nshards shards (a power of two ≥ 1) for rings of
-// geometry geo, with a hash seed of its own (keyhash.NewSeed), which
+// geometry geo, with a random hash seed of its own, which
 // randomises shard and bucket placement. maxKeys ≤ 0 means unlimited.
 func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 	t := &Table{
