@@ -14,7 +14,7 @@ OUT       ?= bench/out
 # bench/peers (the peer comparison) runs its short tests only.
 MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver internal/tools/modproxy
 
-.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile decompose consumer tidy
+.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile decompose consumer tidy lint
 
 test: fmt modules peers-short test386
 
@@ -40,6 +40,15 @@ modules:
 peers-short:
 	@echo "== bench/peers: go vet, go test -short"
 	cd bench/peers && $(GO) vet ./... && $(GO) test -short -count=1 ./...
+
+# staticcheck in every module, with its doc-comment checks (ST1020–ST1022:
+# a doc comment starts with the name it documents) on top of the defaults.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	@set -e; for m in $(MODULES) bench/peers; do \
+		echo "== $$m: staticcheck"; \
+		(cd $$m && $(STATICCHECK) -checks 'inherit,ST1020,ST1021,ST1022' ./...); \
+	done
 
 M ?=
 test-module:
