@@ -112,6 +112,19 @@ func (e *Engine) auditCancel(key string, ring ringslot.Ring, ref int64, id uint6
 	// Unadmits: TestAuditCountsEveryCancelOfALaggingKey). The consumer
 	// stops at the claimed cell until the settle is written, a few
 	// instructions after the engine's cancel.
+	if id == 0 {
+		// The admission itself was dropped from the buffer, so no log
+		// holds its units and a take-back would take nothing; pushing
+		// one would only spend the eighth kept for the take-backs of
+		// buffered admissions (300,000 sequential reserve-cancel pairs on
+		// a 64-cell buffer dropped 274,782 take-backs). The cancel is
+		// counted here, as one whose units the log did not hold.
+		ok := cancel()
+		if ok {
+			e.audit.unloggedCancels.Add(1)
+		}
+		return ok
+	}
 	pos, pushed := e.audit.pushTakeBack(auditEvent{key: key, t: t, ref: ref, n: n, id: id, kind: evUnadmit})
 	if testHookAuditCancel != nil {
 		testHookAuditCancel()
@@ -481,7 +494,8 @@ type AuditReport struct {
 	// a take-back that found the buffer full is counted in Dropped
 	// instead). UnadmitMissed is the part of Unadmits whose units had
 	// already left the exact window at the key's newest time, or whose
-	// key's log had been dropped as idle, so the log had nothing to take
+	// key's log had been dropped as idle, or whose admission was itself
+	// dropped from the buffer (Dropped), so the log had nothing to take
 	// out (a weighted counter still counts part of that sub-window).
 	Unadmits, UnadmitMissed int64
 	// Keys shadowed now, and log Entries held now (bounded by
@@ -509,11 +523,15 @@ type AuditReport struct {
 // written on the decision path; everything else belongs to the drain and
 // is guarded by mu.
 type auditor struct {
-	ring      *auditRing
-	dropped   atomic.Int64
-	dropFrom  atomic.Int64  // the earliest time of a dropped decision (MaxInt64: none)
-	dropUntil atomic.Int64  // the latest time + W of a dropped decision
-	kick      chan struct{} // a drain wanted now (capacity 1; see wake)
+	ring    *auditRing
+	dropped atomic.Int64
+	// unloggedCancels counts the successful Cancels of admissions whose
+	// own decision was dropped from the buffer (auditCancel): in the
+	// report's Unadmits and UnadmitMissed.
+	unloggedCancels atomic.Int64
+	dropFrom        atomic.Int64  // the earliest time of a dropped decision (MaxInt64: none)
+	dropUntil       atomic.Int64  // the latest time + W of a dropped decision
+	kick            chan struct{} // a drain wanted now (capacity 1; see wake)
 
 	window     int64 // W, ns
 	width      int64 // the sub-window the engine clamps times to (1 for a log)
@@ -677,6 +695,9 @@ func (a *auditor) report() AuditReport {
 	r.Keys = len(a.keys)
 	r.Entries = a.entries
 	r.Dropped = a.dropped.Load()
+	u := a.unloggedCancels.Load()
+	r.Unadmits += u
+	r.UnadmitMissed += u
 	return r
 }
 

@@ -482,8 +482,12 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 // the state fn was shown: a key reclaimed meanwhile is not created again,
 // and a key whose state was replaced or created meanwhile keeps the limit
 // KeyLimit gave it. Each limit it sets is linearizable with the key's
-// decisions, as SetLimitAt's is. It returns the first error SetLimit would
-// return for a limit out of range, after visiting every key.
+// decisions, as SetLimitAt's is. Unlike SetLimitAt, it does not count as
+// the keys' activity: a key idle long enough is reclaimed as before, and
+// its next request starts at Config.KeyLimit's answer, which is why a
+// durable policy belongs in KeyLimit (as httplimit's Policies.Swap does
+// both). It returns the first error SetLimit would return for a limit out
+// of range, after visiting every key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {
 	if !e.perKey {
 		return fmt.Errorf("ringlimit: UpdateLimits needs Config.PerKeyLimits or Config.KeyLimit")
