@@ -23,7 +23,7 @@ func TestDefectConcurrentSweepsKeepTheTableSound(t *testing.T) {
 			t0 := time.Unix(1_700_000_000, 0)
 			clk := engine.NewManualClock(t0)
 			e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: alg, Clock: clk, DisableEviction: true, Shards: 4})
-			const keys = 20_000
+			keys := scaled(5000, 20_000)
 			for i := range keys {
 				require.True(t, e.Allow(fmt.Sprint("k", i)))
 			}

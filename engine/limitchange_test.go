@@ -60,6 +60,9 @@ func TestLoweredLimitHoldsUnderConcurrency(t *testing.T) {
 		// widens every window; the full count is for runs without it.
 		trials /= 10
 	}
+	if raceOn13 && !longRun() {
+		trials /= 3 // the short form under -race; make long runs the full count
+	}
 	for _, alg := range allAlgorithms {
 		for _, c := range []struct{ via, ask string }{{"SetLimit", "AllowAt"}, {"UpdateLimits", "AllowAt"}, {"SetLimit", "ReserveAt"}, {"SetLimit", "AllowAll"}} {
 			trials := trials

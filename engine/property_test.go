@@ -114,7 +114,7 @@ func TestPropertyMatchesReference(t *testing.T) {
 			cfg := base
 			cfg.Algorithm = alg
 			t.Run(fmt.Sprintf("%v/L=%d/W=%v/N=%d", alg, cfg.Limit, cfg.Window, cfg.SubWindows), func(t *testing.T) {
-				for seed := uint64(1); seed <= 8; seed++ {
+				for seed := uint64(1); seed <= uint64(scaled(2, 8)); seed++ {
 					rng := rand.New(rand.NewPCG(seed, uint64(cfg.Limit)))
 					runScript(t, cfg, randomScript(rng, cfg, steps))
 				}

@@ -313,7 +313,7 @@ func TestReserveCancelMatchesReference(t *testing.T) {
 			cfg := base
 			cfg.Algorithm = alg
 			t.Run(fmt.Sprintf("%v/L=%d/W=%v/N=%d", alg, cfg.Limit, cfg.Window, cfg.SubWindows), func(t *testing.T) {
-				for seed := uint64(1); seed <= 8; seed++ {
+				for seed := uint64(1); seed <= uint64(scaled(2, 8)); seed++ {
 					rng := rand.New(rand.NewPCG(seed, 77+uint64(cfg.Limit)))
 					var ops []rop
 					for _, o := range randomScript(rng, cfg, steps) {

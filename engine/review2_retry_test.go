@@ -30,7 +30,7 @@ func TestAdv2RetryAfterHugeLags(t *testing.T) {
 					if w*int64(N) > int64(engine.MaxWindow) {
 						continue
 					}
-					for seed := 0; seed < 4; seed++ {
+					for seed := 0; seed < scaled(1, 4); seed++ {
 						scripts++
 						if err := runAdv2Lags(alg, L, N, w, rng); err != nil {
 							t.Fatalf("%v L=%d N=%d w=%d: %v", alg, L, N, w, err)

@@ -23,7 +23,7 @@ func TestAdv2ReferenceTagJumpsWideN(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
 		for _, N := range []int{1, 999, 1000} {
 			for _, w := range []int64{1, 13} {
-				for seed := 0; seed < 4; seed++ {
+				for seed := 0; seed < scaled(1, 4); seed++ {
 					if err := runAdvJumps(alg, N, w, rng); err != nil {
 						t.Fatalf("%v N=%d w=%d: %v", alg, N, w, err)
 					}

@@ -207,12 +207,12 @@ func (m *m13) cancel(r *m13Res) bool {
 
 func TestReview4ModelReserveCancel(t *testing.T) {
 	algs := []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog}
-	seeds := 300
+	seeds := scaled(40, 300)
 	if s := os.Getenv("ADV13_SEEDS"); s != "" {
 		seeds, _ = strconv.Atoi(s)
 	}
 	if testing.Short() {
-		seeds = 50
+		seeds = min(seeds, 50)
 	}
 	for _, alg := range algs {
 		for _, N := range []int{1, 2, 3, 10} {

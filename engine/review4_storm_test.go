@@ -29,7 +29,7 @@ func TestReview4Storm(t *testing.T) {
 			if alg != engine.SlidingWindowStrict && alg != engine.SlidingWindow && N != 1 {
 				continue
 			}
-			for round := 0; round < 3; round++ {
+			for round := 0; round < scaled(1, 3); round++ {
 				runStorm(t, alg, N, uint64(round), false)
 				runStorm(t, alg, N, uint64(round), true)
 			}

@@ -20,9 +20,9 @@ func TestReview5AuditDoubleCancelInterleaved(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			e := advNew(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, AuditBuffer: 1 << 20})
-			iters := 20000
+			iters := scaled(4000, 20000)
 			if raceOn13 {
-				iters = 5000
+				iters = scaled(1500, 5000)
 			}
 			for i := 0; i < iters; i++ {
 				key := fmt.Sprint("k", i%64)

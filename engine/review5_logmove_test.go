@@ -17,7 +17,7 @@ import (
 // and every Cancel that returned true must have freed exactly its units.
 func TestReview5AuditLogMoveWhileCancelling(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingWindowStrict} {
-		for round := 0; round < 4; round++ {
+		for round := 0; round < scaled(1, 4); round++ {
 			t.Run(fmt.Sprint(alg, round), func(t *testing.T) {
 				e := advNew(t, engine.Config{Limit: 20, Window: 100 * time.Millisecond, SubWindows: 5, Algorithm: alg, Audit: 1, PerKeyLimits: true, DisableEviction: true, MaxLogLimit: 1 << 16, AuditBuffer: 1 << 20})
 				var clk atomic.Int64

@@ -17,7 +17,7 @@ func TestReview5AuditEntriesAfterCancels(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			const L = 100
 			e := advNew(t, engine.Config{Limit: L, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true})
-			for i := 0; i < 200_000; i++ {
+			for i := 0; i < scaled(25_000, 200_000); i++ {
 				r := e.ReserveAt("k", 1, advT0)
 				if !r.Decision().Allowed {
 					t.Fatalf("%d: %+v", i, r.Decision())

@@ -14,7 +14,7 @@ import (
 // SetLimitAt, AllowAll refusals, Sweep, tiny buffers and caps. Checks only
 // the documented invariants (no exact model).
 func TestReview6AuditInvariantFuzz(t *testing.T) {
-	seeds := int64(300)
+	seeds := scaled[int64](40, 300)
 	if s := os.Getenv("ADV6_SEEDS"); s != "" {
 		fmt.Sscan(s, &seeds)
 	}

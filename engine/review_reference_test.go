@@ -197,7 +197,7 @@ func TestAdvReferenceExtremes(t *testing.T) {
 					}
 					c := advCase{L, N, w, alg}
 					name := fmt.Sprintf("%v/L=%d/N=%d/w=%d", alg, L, N, w)
-					for seed := 0; seed < 3; seed++ {
+					for seed := 0; seed < scaled(1, 3); seed++ {
 						if err := runAdvScript(c, rng); err != nil {
 							t.Errorf("%s: %v", name, err)
 							break
