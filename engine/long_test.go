@@ -3,7 +3,6 @@ package engine_test
 import (
 	"flag"
 	"os"
-	"testing"
 )
 
 // The long randomized runs (permutations, many seeds, big storms) run a
@@ -21,12 +20,4 @@ func scaled[N int | int64](short, long N) N {
 		return long
 	}
 	return short
-}
-
-// skipUnlessLong skips a test that only has a long form.
-func skipUnlessLong(t *testing.T) {
-	t.Helper()
-	if !longRun() {
-		t.Skip("long form only: go test -long or RINGLIMIT_LONG=1 (make long)")
-	}
 }
