@@ -14,7 +14,7 @@ OUT       ?= bench/out
 # bench/peers (the peer comparison) runs its short tests only.
 MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver internal/tools/modproxy
 
-.PHONY: test test-module fmt vet race modules peers-short test386 stress fuzz bench peers profile decompose consumer tidy lint
+.PHONY: test test-module fmt vet race modules peers-short test386 long stress fuzz bench peers profile decompose consumer tidy lint
 
 test: fmt modules peers-short test386
 
@@ -73,6 +73,13 @@ test386:
 	      GODEBUG=asyncpreemptoff=1 GOARCH=386 $(GO) test -short -count=1 -exec qemu-i386 $(PKGS386) ;; \
 	*) echo "test386: SKIPPED: this kernel cannot run 386 binaries and qemu-i386 is missing (apt-get install qemu-user); the 32-bit atomics alignment was NOT tested" ;; \
 	esac
+
+# The long form of the randomized tests (more seeds, every permutation,
+# the full storms; engine/long_test.go), under -race, then make stress.
+# make test runs their short form.
+long:
+	RINGLIMIT_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
+	$(MAKE) stress
 
 # The stress checker (engine/stress_test.go) for STRESS per algorithm, under
 # -race; `make test` runs it for 1 s each, and -short skips it.

@@ -2,12 +2,12 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
 )
 
 // TestAllowAllocatesNothingForExistingKey checks that a decision on a key
@@ -171,5 +171,188 @@ func TestReserveAllocatesNothingForExistingKey(t *testing.T) {
 			})
 			require.Zero(t, allocs, "ReserveAt refused")
 		})
+	}
+}
+
+func TestReserveAndCancelAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("race")
+	}
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		e := new13(t, engine.Config{Limit: 1000, Window: time.Second, Algorithm: alg, DisableEviction: true, PerKeyLimits: true})
+		f := new13(t, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: alg, DisableEviction: true})
+		now := t13
+		e.AllowAt("k", 1, now)
+		f.AllowAt("k", 1, now)
+		key := string([]byte("k"))
+		cases := map[string]func(){
+			"reserve+cancel": func() {
+				r := e.ReserveAt(key, 1, now)
+				r.Cancel()
+			},
+			"reserve+cancel after moving on": func() {
+				r := e.ReserveAt(key, 1, now)
+				now = now.Add(150 * time.Millisecond)
+				e.AllowAt(key, 1, now)
+				r.Cancel()
+			},
+			"allowall": func() {
+				engine.AllowAll(now, engine.Request{Engine: e, Key: key, N: 1}, engine.Request{Engine: f, Key: key, N: 1})
+			},
+			"allowall denied": func() {
+				engine.AllowAll(now, engine.Request{Engine: e, Key: key, N: 1}, engine.Request{Engine: f, Key: key, N: 5000})
+			},
+			"reserve denied": func() {
+				r := e.ReserveAt(key, 5000, now)
+				r.Cancel()
+			},
+		}
+		for name, fn := range cases {
+			fn()
+			if a := testing.AllocsPerRun(200, fn); a != 0 {
+				t.Errorf("%v %s: %v allocs", alg, name, a)
+			}
+		}
+		if alg == engine.SlidingLog {
+			// cancel after growth
+			e.AllowAt("g", 1, now)
+			r0 := e.ReserveAt("g", 1, now)
+			if err := e.SetLimitAt("g", 5000, now); err != nil {
+				t.Fatal(err)
+			}
+			if !r0.Cancel() {
+				t.Error("cancel after grow false")
+			}
+			a := testing.AllocsPerRun(50, func() {
+				r := e.ReserveAt("g", 1, now)
+				r.Cancel()
+			})
+			if a != 0 {
+				t.Errorf("log grown: %v", a)
+			}
+		}
+	}
+}
+
+// AllowAll allocates nothing with ≤ 8 requests on existing keys, admitted
+// or refused, for every algorithm, audited or not.
+func TestAllowAllAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	for _, alg := range allAlgorithms {
+		for _, audit := range []float64{0, 1} {
+			for _, n := range []int{1, 2, 8} {
+				t.Run(fmt.Sprintf("%v/audit=%v/%d", alg, audit, n), func(t *testing.T) {
+					e := advNew(t, engine.Config{Limit: 1 << 20, Window: time.Second, Algorithm: alg, Audit: audit, DisableEviction: true, MaxLogLimit: 1 << 20})
+					e2 := advNew(t, engine.Config{Limit: 3, Window: time.Second, Algorithm: alg, Audit: audit, DisableEviction: true})
+					reqs := make([]engine.Request, n)
+					for i := range reqs {
+						reqs[i] = engine.Request{Engine: e, Key: fmt.Sprint("k", i%3), N: 1}
+						e.AllowAt(reqs[i].Key, 0, adv5T0)
+						e.AllowAt(reqs[i].Key, 1, adv5T0)
+					}
+					// Stop the audit's drain goroutine, whose allocations
+					// AllocsPerRun would count; decisions still buffer.
+					e.Close()
+					e2.Close()
+					now := adv5T0
+					a := testing.AllocsPerRun(200, func() {
+						now = now.Add(time.Microsecond)
+						engine.AllowAll(now, reqs...)
+					})
+					if a != 0 {
+						t.Errorf("admitted: %v allocs", a)
+					}
+					e2.AllowAt("full", 3, adv5T0)
+					reqs[n-1] = engine.Request{Engine: e2, Key: "full", N: 1}
+					a = testing.AllocsPerRun(200, func() {
+						now = now.Add(time.Microsecond)
+						engine.AllowAll(now, reqs...)
+					})
+					if a != 0 {
+						t.Errorf("refused: %v allocs", a)
+					}
+				})
+			}
+		}
+	}
+}
+
+// More than 8 requests "take one slice of Reservations from the heap".
+func TestAllowAllAllocsHeap(t *testing.T) {
+	if raceOn {
+		t.Skip()
+	}
+	for _, n := range []int{9, 10, 64, 1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			// No Audit: its drain goroutine allocates while AllocsPerRun counts.
+			e := advNew(t, engine.Config{Limit: 1 << 30, Window: time.Second, DisableEviction: true})
+			reqs := make([]engine.Request, n)
+			for i := range reqs {
+				reqs[i] = engine.Request{Engine: e, Key: fmt.Sprint("k", i%5), N: 1}
+				e.AllowAt(reqs[i].Key, 1, adv5T0)
+			}
+			now := adv5T0
+			a := testing.AllocsPerRun(100, func() {
+				now = now.Add(time.Microsecond)
+				engine.AllowAll(now, reqs...)
+			})
+			if a > 1 {
+				t.Errorf("%d requests: %v allocs, want 1", n, a)
+			}
+		})
+	}
+}
+
+// No allocation on the hot path for existing keys, every algorithm,
+// per-key limits, denials with detail, a 1 MiB key.
+func TestHotPathAllocatesNothing(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		e := newEngine(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: alg, PerKeyLimits: true, DisableEviction: true, MaxKeyBytes: engine.MaxKeyBytesCeiling})
+		at := time.Unix(1_700_000_000, 0)
+		e.AllowAt("k", 1, at)
+		e.AllowAt(big, 1, at)
+		i := 0
+		a := testing.AllocsPerRun(1000, func() {
+			i++
+			e.AllowAt("k", 1, at.Add(time.Duration(i)*time.Millisecond))
+			e.AllowAt(big, 2, at.Add(time.Duration(i)*time.Millisecond))
+			e.AllowN("k", 0)
+			e.Allow("k")
+			e.AllowAt("k", 5, at) // n > limit on an existing key
+		})
+		require.Zero(t, a, alg.String())
+	}
+}
+
+func TestAuditUnsampledAllocs(t *testing.T) {
+	e := advNew(t, engine.Config{Limit: 1 << 30, Window: time.Second, Audit: 0.5, DisableEviction: true})
+	var un, sa string
+	for i := 0; un == "" || sa == ""; i++ {
+		k := fmt.Sprint("key", i)
+		if e.Audited(k) {
+			sa = k
+		} else {
+			un = k
+		}
+	}
+	e.Close() // stops the drain goroutine, whose allocations AllocsPerRun would count
+	for _, k := range []string{un, sa} {
+		e.AllowAt(k, 1, advT0)
+		if a := testing.AllocsPerRun(200, func() { e.AllowAt(k, 1, advT0) }); a != 0 {
+			t.Errorf("AllowAt %s allocs %v", k, a)
+		}
+		if a := testing.AllocsPerRun(200, func() { e.Allow(k) }); a != 0 {
+			t.Errorf("Allow %s allocs %v", k, a)
+		}
+		if a := testing.AllocsPerRun(200, func() { r := e.ReserveAt(k, 1, advT0); r.Cancel() }); a != 0 {
+			t.Errorf("Reserve/Cancel %s allocs %v", k, a)
+		}
+		reqs := []engine.Request{{Engine: e, Key: k, N: 1}, {Engine: e, Key: k, N: 1 << 31}}
+		if a := testing.AllocsPerRun(200, func() { engine.AllowAll(advT0, reqs...) }); a != 0 {
+			t.Errorf("AllowAll %s allocs %v", k, a)
+		}
 	}
 }

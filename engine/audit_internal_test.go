@@ -290,7 +290,7 @@ func TestAuditUnadmitConcurrent(t *testing.T) {
 // dropped: its units stay in the log, and the quarantine must last until
 // they leave it. The unit sits at the key's newest decision time, past the
 // start of the sub-window the unadmit is timed at, so the quarantine runs
-// one window past that sub-window's end (the third review found a Strict
+// one window past that sub-window's end (it once gave a Strict
 // false admit when it ran one window past the start).
 func TestAuditDroppedTakeBackQuarantine(t *testing.T) {
 	for _, alg := range []Algorithm{SlidingWindowStrict, SlidingLog} {

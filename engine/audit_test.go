@@ -1,17 +1,18 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
 )
 
 func TestAuditBadConfig(t *testing.T) {
@@ -603,7 +604,7 @@ func TestAuditAllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestAuditConcurrentJitter is the adversary's version of the concurrent
+// TestAuditConcurrentJitter is the adversarial version of the concurrent
 // test: workers decide at jittered times up to two sub-windows behind a
 // shared manual clock that one of them advances, the sweeper reclaims idle
 // keys meanwhile, and Audit runs concurrently. For Strict and the log the
@@ -979,5 +980,92 @@ func TestAuditReserveCancelConcurrent(t *testing.T) {
 			require.LessOrEqual(t, r.WorstWindow, 1.0, "%+v", r)
 			t.Logf("%+v", r)
 		})
+	}
+}
+
+// Allow / AllowN / Wait / Reserve on the engine's clock, with a KeyLimit
+// limit and a SetLimit override: judged with the limit the engine used.
+func TestAuditClockPathsUseKeyLimit(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(advT0)
+			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk,
+				KeyLimit: func(k string) int64 {
+					if k == "small" {
+						return 3
+					}
+					return 0
+				}})
+			for i := 0; i < 5; i++ {
+				e.Allow("small")
+			}
+			for i := 0; i < 3; i++ {
+				e.AllowN("small", 1)
+				r := e.Reserve("small", 1)
+				_ = r.Decision()
+			}
+			if err := e.SetLimit("big", 2); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 4; i++ {
+				e.Allow("big")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			e.Wait(ctx, "big", 1)
+			cancel()
+			rep := e.Audit()
+			t.Logf("%+v", rep)
+			advConsistent(t, rep)
+			if rep.FalseDenies != 0 || rep.FalseAdmits != 0 || rep.WorstWindow != 1 {
+				t.Errorf("judged with the wrong limit? %+v", rep)
+			}
+			if rep.Decisions != 5+6+4 && rep.Decisions != 5+6+4+1 {
+				t.Errorf("decisions %d", rep.Decisions)
+			}
+		})
+	}
+}
+
+// Validation errors name the field and the range.
+func TestAuditConfigErrors(t *testing.T) {
+	base := engine.Config{Limit: 10, Window: time.Second}
+	cases := []struct {
+		name string
+		mod  func(*engine.Config)
+		want []string
+	}{
+		{"entries without audit", func(c *engine.Config) { c.AuditMaxEntries = 5 }, []string{"Config.AuditMaxEntries"}},
+		{"entries too many", func(c *engine.Config) { c.Audit = 1; c.AuditMaxEntries = engine.MaxAuditMaxEntries + 1 }, []string{"Config.AuditMaxEntries = 1073741825", "1 … 1073741824"}},
+		{"neg inf", func(c *engine.Config) { c.Audit = math.Inf(-1) }, []string{"Config.Audit = -Inf", "(0, 1]"}},
+		{"denormal", func(c *engine.Config) { c.Audit = 5e-324 }, []string{"Config.Audit = 5e-324"}},
+		{"just below 2^-63", func(c *engine.Config) { c.Audit = math.Nextafter(math.Ldexp(1, -63), 0) }, []string{"Config.Audit", "2^-63"}},
+		{"just above 1", func(c *engine.Config) { c.Audit = math.Nextafter(1, 2) }, []string{"Config.Audit", "(0, 1]"}},
+		{"buffer 0 power", func(c *engine.Config) { c.Audit = 1; c.AuditBuffer = 1<<24 + 1 }, []string{"Config.AuditBuffer"}},
+		{"keys without audit neg", func(c *engine.Config) { c.AuditMaxKeys = -1 }, []string{"Config.AuditMaxKeys"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := base
+			c.mod(&cfg)
+			e, err := engine.New(cfg)
+			if err == nil {
+				e.Close()
+				t.Fatalf("accepted %+v", cfg)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+	// accepted edges
+	for _, a := range []float64{math.Copysign(0, -1), math.Nextafter(1, 0), math.Ldexp(1, -63)} {
+		e, err := engine.New(engine.Config{Limit: 1, Window: time.Second, Audit: a})
+		if err != nil {
+			t.Errorf("Audit = %v refused: %v", a, err)
+			continue
+		}
+		e.Close()
 	}
 }

@@ -12,7 +12,7 @@ import (
 // report the same WorstKey when two keys tie for the worst window. The
 // first key replayed used to win the tie, and a batch is replayed by
 // sub-window while batches come in arrival order, so the report depended
-// on where the drain boundaries fell (TestReview5AllowAllTwin failed on
+// on where the drain boundaries fell (TestAllowAllMatchesTwinEngine failed on
 // one run in two).
 func TestAuditWorstKeyIndependentOfDrains(t *testing.T) {
 	for _, alg := range allAlgorithms {

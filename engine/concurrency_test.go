@@ -5,13 +5,14 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"runtime"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
 )
 
 var allAlgorithms = []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog}
@@ -225,4 +226,517 @@ func testEvictionRacingWriters(t *testing.T, alg engine.Algorithm) {
 	close(stop)
 	<-done
 	require.Greater(t, swept.Load(), int64(0), "the sweeper never reclaimed anything")
+}
+
+type advAdm struct {
+	key string
+	eff int64
+	n   int64
+}
+
+// Writers at the present, far-ahead writers (≥ 2^21
+// sub-windows), backward times, a Sweep loop beside the background sweeper,
+// and SetLimit (log: Grow from a small KeyLimit), all on a few keys; every
+// admission is checked by its effective epoch against the counting bounds.
+// Writers never use a time older than the sweeper's now (see TestWriterBehindSweepDoesNotReviveKeyInThePast for
+// what happens otherwise).
+func TestRacingWritersStayWithinBounds(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		for _, N := range []int{1, 3} {
+			if (alg == engine.FixedWindow || alg == engine.SlidingLog) && N != 1 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%v/N=%d", alg, N), func(t *testing.T) { advRaceBounds(t, alg, N) })
+		}
+	}
+}
+
+func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
+	const L = 4
+	W := 30 * time.Millisecond
+	cfg := engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 2,
+		KeyLimit: func(k string) int64 {
+			if alg == engine.SlidingLog {
+				return 1 // grown by SetLimit to L
+			}
+			return 0
+		}}
+	if alg == engine.FixedWindow || alg == engine.SlidingLog {
+		cfg.SubWindows = 0
+	}
+	base := time.Unix(1_700_000_000, 0)
+	clk := engine.NewManualClock(base)
+	cfg.Clock = clk
+	e := newEngine(t, cfg)
+	w := int64(W) / int64(max(N, 1))
+	if alg == engine.FixedWindow || alg == engine.SlidingLog {
+		w = int64(W)
+	}
+	keys := []string{"a", "b", "c"}
+	const G = 4
+	recs := make([][]advAdm, G)
+	now := base.UnixNano()
+	for phase := 0; phase < 300; phase++ {
+		var wg sync.WaitGroup
+		for g := 0; g < G; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), uint64(phase)))
+				for i := 0; i < 40; i++ {
+					k := keys[rng.IntN(len(keys))]
+					var at int64
+					switch rng.IntN(20) {
+					case 0:
+						if g == 0 && phase%50 == 7 {
+							at = now + (1<<21)*w + rng.Int64N(w) // far ahead
+						} else {
+							at = now
+						}
+					case 1, 2:
+						at = now - rng.Int64N(3*w) // behind the clock: clamped (never creates, mostly)
+						if at < now {
+							at = now // keep writers at or after the sweeper's now
+						}
+					case 3:
+						_ = e.SetLimit(k, L)
+						continue
+					case 4:
+						if g == 1 {
+							e.Sweep()
+						}
+						continue
+					default:
+						at = now + rng.Int64N(w)
+					}
+					n := 1 + rng.Int64N(2)
+					d, eff := e.AllowAtTrace(k, n, time.Unix(0, at))
+					if d.Allowed {
+						recs[g] = append(recs[g], advAdm{k, eff, n})
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		now += rand.Int64N(2 * w)
+		if phase%37 == 0 {
+			now += 5 * int64(W)
+		}
+		clk.Set(time.Unix(0, now))
+	}
+	// Check.
+	by := map[string][]advAdm{}
+	for _, r := range recs {
+		for _, a := range r {
+			by[a.key] = append(by[a.key], a)
+		}
+	}
+	for k, as := range by {
+		sort.Slice(as, func(i, j int) bool { return as[i].eff < as[j].eff })
+		for i := range as {
+			var span int64 // consecutive sub-windows / ns
+			switch alg {
+			case engine.SlidingWindowStrict:
+				span = int64(N) + 1
+			case engine.SlidingWindow:
+				span = int64(N)
+			case engine.FixedWindow:
+				span = 1
+			case engine.SlidingLog:
+				span = int64(W) // (x−W, x]: eff > x−W
+			}
+			var sum int64
+			for j := i; j >= 0; j-- {
+				if as[i].eff-as[j].eff >= span {
+					break
+				}
+				sum += as[j].n
+			}
+			require.LessOrEqual(t, sum, int64(L), "key %q: window ending at eff %d holds %d", k, as[i].eff, sum)
+		}
+	}
+}
+
+// Concurrent bursts across sub-window boundaries leave no
+// count behind: at quiescence, Remaining (a peek clamped to the start of the
+// key's newest sub-window) equals Limit minus a recount of the admissions by
+// effective epoch, and a sequential fill then admits exactly Remaining.
+func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		for _, N := range []int{1, 2, 5} {
+			if alg == engine.FixedWindow && N != 1 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%v/N=%d", alg, N), func(t *testing.T) {
+				const L = 64
+				cfg := engine.Config{Limit: L, Window: time.Duration(N) * 1000, SubWindows: N, Algorithm: alg, DisableEviction: true}
+				w := int64(1000)
+				if alg == engine.FixedWindow {
+					cfg.SubWindows = 0
+				}
+				for round := 0; round < 200; round++ {
+					e, err := engine.New(cfg)
+					require.NoError(t, err)
+					base := int64(1<<40) / w * w
+					var mu sync.Mutex
+					var adm []advAdm
+					var wg sync.WaitGroup
+					for g := 0; g < 4; g++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							rng := rand.New(rand.NewPCG(uint64(g), uint64(round)))
+							var mine []advAdm
+							for i := 0; i < 60; i++ {
+								// times around the boundaries of 3 consecutive sub-windows
+								at := base + int64(rng.IntN(3))*w + []int64{0, w - 1, 1, w / 2}[rng.IntN(4)]
+								n := 1 + rng.Int64N(3)
+								d, eff := e.AllowAtTrace("k", n, time.Unix(0, at))
+								if d.Allowed {
+									mine = append(mine, advAdm{"k", eff, n})
+								}
+							}
+							mu.Lock()
+							adm = append(adm, mine...)
+							mu.Unlock()
+						}()
+					}
+					wg.Wait()
+					var newest int64
+					for _, a := range adm {
+						newest = max(newest, a.eff)
+					}
+					span := int64(N) // Strict and weighted at offset 0 both count e−N … e in full
+					if alg == engine.FixedWindow {
+						span = 0
+					}
+					var used int64
+					for _, a := range adm {
+						if a.eff >= newest-span {
+							used += a.n
+						}
+					}
+					d := e.AllowAt("k", 0, time.Unix(0, 0)) // clamped to (newest, 0)
+					require.Equal(t, max(0, L-used), d.Remaining, "round %d: Remaining after the burst", round)
+					fill := int64(0)
+					for e.AllowAt("k", 1, time.Unix(0, 0)).Allowed {
+						fill++
+					}
+					require.Equal(t, d.Remaining, fill, "round %d: sequential fill", round)
+					e.Close()
+				}
+			})
+		}
+	}
+}
+
+type stormRes struct {
+	r     engine.Reservation
+	wins  atomic.Int32
+	owner int
+}
+
+// Concurrent reserve/cancel storms on one key, time moving across
+// sub-window boundaries (and sometimes backwards), cancels of old and new
+// reservations by any goroutine (several at once on one), a sweeper at the
+// current time. Check, once successful cancels are subtracted: strict ≤ L
+// in every N+1 sub-windows, fixed ≤ L per window, log ≤ L in every
+// (t−W, t].
+func TestStormOfRandomOperations(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		for _, N := range []int{1, 3} {
+			if alg != engine.SlidingWindowStrict && alg != engine.SlidingWindow && N != 1 {
+				continue
+			}
+			for round := 0; round < scaled(1, 3); round++ {
+				runStorm(t, alg, N, uint64(round), false)
+				runStorm(t, alg, N, uint64(round), true)
+			}
+		}
+	}
+}
+
+func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool) {
+	const L = 7
+	w := int64(1000)
+	W := w * int64(N)
+	if alg == engine.FixedWindow || alg == engine.SlidingLog {
+		W = 3000
+	}
+	base := t13.UnixNano()
+	clk := engine.NewManualClock(time.Unix(0, base))
+	e := new13(t, engine.Config{Limit: L, Window: time.Duration(W), SubWindows: N, Algorithm: alg, Clock: clk, SweepInterval: time.Millisecond, PerKeyLimits: true})
+	var now atomic.Int64
+	now.Store(base)
+	var mu sync.Mutex
+	all := make([]*stormRes, 0, 1<<16)
+	const G = 6
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < G; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(g)))
+			for i := 0; i < 4000; i++ {
+				switch rng.IntN(8) {
+				case 0:
+					now.Add(rng.Int64N(w / 3))
+				case 1, 2, 3:
+					tt := now.Load() - rng.Int64N(w/2)
+					s := &stormRes{owner: g}
+					s.r = e.ReserveAt("k", 1+rng.Int64N(3), time.Unix(0, tt))
+					if s.r.Units() > 0 {
+						mu.Lock()
+						all = append(all, s)
+						mu.Unlock()
+						if rng.IntN(3) == 0 {
+							if s.r.Cancel() {
+								s.wins.Add(1)
+							}
+						}
+					}
+				default:
+					mu.Lock()
+					var s *stormRes
+					if len(all) > 0 {
+						// mostly recent ones, sometimes old
+						k := len(all) - 1 - rng.IntN(min(len(all), 40))
+						if rng.IntN(5) == 0 {
+							k = rng.IntN(len(all))
+						}
+						s = all[k]
+					}
+					mu.Unlock()
+					if s != nil && s.r.Cancel() {
+						s.wins.Add(1)
+					}
+				}
+			}
+		}(g)
+	}
+	lim := int64(L)
+	if grow {
+		var gwg sync.WaitGroup
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			for l := int64(L + 1); l <= 300; l += 7 {
+				time.Sleep(200 * time.Microsecond)
+				if err := e.SetLimit("k", l); err != nil {
+					t.Error(err)
+				}
+				lim = l
+			}
+		}()
+		defer gwg.Wait()
+		wg.Wait()
+		gwg.Wait()
+	}
+	var sw sync.WaitGroup
+	sw.Add(1)
+	go func() {
+		defer sw.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			clk.Set(time.Unix(0, now.Load()-W))
+			e.Sweep()
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	sw.Wait()
+
+	// Check.
+	live := map[int64]int64{}
+	var admitted, cancelled int64
+	for _, s := range all {
+		if s.wins.Load() > 1 {
+			t.Fatalf("a reservation was cancelled %d times", s.wins.Load())
+		}
+		admitted += s.r.Units()
+		if s.wins.Load() == 1 {
+			cancelled += s.r.Units()
+			continue
+		}
+		at := s.r.At().UnixNano()
+		if alg != engine.SlidingLog {
+			if at%w != 0 && alg != engine.FixedWindow {
+				t.Fatalf("At %d not a sub-window start", at)
+			}
+			at /= w
+			if alg == engine.FixedWindow {
+				at = s.r.At().UnixNano() / W
+			}
+		}
+		live[at] += s.r.Units()
+	}
+	keys := make([]int64, 0, len(live))
+	for k := range live {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for i, k := range keys {
+		var sum int64
+		for j := i; j >= 0; j-- {
+			x := keys[j]
+			in := false
+			switch alg {
+			case engine.SlidingLog:
+				in = x > k-W
+			case engine.FixedWindow:
+				in = x == k
+			default:
+				in = x >= k-int64(N)
+			}
+			if !in {
+				break
+			}
+			sum += live[x]
+		}
+		if sum > lim && alg != engine.SlidingWindow {
+			t.Fatalf("%v N=%d seed=%d: window ending at %d holds %d > %d live units (admitted %d, cancelled %d)", alg, N, seed, k, sum, lim, admitted, cancelled)
+		}
+	}
+	// Exact accounting at the final time: no lost or doubled cancel, no
+	// residue of failed attempts.
+	T := now.Load()
+	eT := T
+	if alg == engine.SlidingWindowStrict || alg == engine.SlidingWindow {
+		eT = T / w
+	} else if alg == engine.FixedWindow {
+		eT = T / W
+	}
+	var inWin, old int64
+	for x, n := range live {
+		switch alg {
+		case engine.SlidingWindow:
+			if x > eT-int64(N) && x <= eT {
+				inWin += n
+			} else if x == eT-int64(N) {
+				old += n
+			}
+		case engine.SlidingLog:
+			if x > T-W && x <= T {
+				inWin += n
+			}
+		case engine.FixedWindow:
+			if x == eT {
+				inWin += n
+			}
+		default:
+			if x >= eT-int64(N) && x <= eT {
+				inWin += n
+			}
+		}
+	}
+	want := max(0, lim-inWin)
+	if alg == engine.SlidingWindow {
+		off := T % w
+		room := lim*w - inWin*w - old*(w-off)
+		want = max(0, room/w)
+		if room < 0 {
+			want = 0
+		}
+	}
+	if rem := e.AllowAt("k", 0, time.Unix(0, T)).Remaining; rem != want {
+		t.Fatalf("%v N=%d seed=%d: final Remaining %d, live units in window %d (limit %d)", alg, N, seed, rem, inWin, lim)
+	}
+	t.Logf("%v N=%d: admitted %d, cancelled %d, %d keys", alg, N, admitted, cancelled, len(keys))
+}
+
+// Real clock, tiny window, the background sweeper reclaiming the key
+// whenever it goes idle, Reserve/Cancel from several goroutines with
+// pauses. Strict/fixed/log bounds over the live units (by At()).
+func TestRealClockStormWithSweeper(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		const L = 5
+		N := 2
+		W := 2 * time.Millisecond
+		e := new13(t, engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 1})
+		type ent struct {
+			r  engine.Reservation
+			ok bool
+		}
+		var mu sync.Mutex
+		var all []*ent
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), 5))
+				var mine []*ent
+				for i := 0; i < 3000; i++ {
+					if rng.IntN(60) == 0 {
+						time.Sleep(time.Duration(rng.IntN(8)) * time.Millisecond)
+					}
+					if rng.IntN(2) == 0 || len(mine) == 0 {
+						en := &ent{}
+						en.r = e.Reserve("k", 1+rng.Int64N(2))
+						if en.r.Units() > 0 {
+							mine = append(mine, en)
+						}
+					} else {
+						en := mine[len(mine)-1-rng.IntN(min(len(mine), 5))]
+						if en.r.Cancel() {
+							en.ok = true
+						}
+					}
+				}
+				mu.Lock()
+				all = append(all, mine...)
+				mu.Unlock()
+			}(g)
+		}
+		wg.Wait()
+		live := map[int64]int64{}
+		w := int64(W) / int64(N)
+		for _, en := range all {
+			if en.ok {
+				continue
+			}
+			at := en.r.At().UnixNano()
+			switch alg {
+			case engine.SlidingWindowStrict:
+				at /= w
+			case engine.FixedWindow:
+				at /= int64(W)
+			}
+			live[at] += en.r.Units()
+		}
+		keys := make([]int64, 0, len(live))
+		for k := range live {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+		for i, k := range keys {
+			var sum int64
+			for j := i; j >= 0; j-- {
+				x := keys[j]
+				in := false
+				switch alg {
+				case engine.SlidingLog:
+					in = x > k-int64(W)
+				case engine.FixedWindow:
+					in = x == k
+				default:
+					in = x >= k-int64(N)
+				}
+				if !in {
+					break
+				}
+				sum += live[x]
+			}
+			if sum > L {
+				t.Fatalf("%v: window ending at %d holds %d live units > %d", alg, k, sum, L)
+			}
+		}
+		t.Logf("%v: %d reservations, evicted %d", alg, len(all), e.Stats().Evicted)
+	}
 }

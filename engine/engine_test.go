@@ -2,14 +2,14 @@ package engine_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
 )
 
 func newEngine(t testing.TB, cfg engine.Config) *engine.Engine {
@@ -365,5 +365,42 @@ func TestConfigReportsDefaults(t *testing.T) {
 		require.NotZero(t, c.Shards)
 		require.Equal(t, tc.alg == engine.SlidingLog, c.MaxLogLimit == engine.DefaultMaxLogLimit, tc.alg.String())
 		e.Close()
+	}
+}
+
+// Bad configurations error (naming the field), never panic.
+func TestBadConfigNeverPanics(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	vals := []int64{-1, 0, 1, 2, 7, 1000, 1001, 1 << 20, 1<<20 + 1, engine.MaxLimit, engine.MaxLimit + 1, int64(engine.MaxWindow), int64(engine.MaxWindow) + 1, 1<<63 - 1, -1 << 63}
+	pick := func() int64 { return vals[rng.IntN(len(vals))] }
+	for i := 0; i < 20000; i++ {
+		cfg := engine.Config{
+			Limit: pick(), Window: time.Duration(pick()), SubWindows: int(pick()), Algorithm: engine.Algorithm(rng.IntN(6) - 1),
+			MaxLogLimit: pick(), Shards: int(pick()), MaxKeys: pick(), SweepInterval: time.Duration(pick()),
+			DisableEviction: true,
+		}
+		if rng.IntN(4) == 0 {
+			cfg.CoarseClock = time.Duration(pick())
+			cfg.DisableEviction = false
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("New(%+v) panicked: %v", cfg, r)
+				}
+			}()
+			e, err := engine.New(cfg)
+			if err != nil {
+				require.Contains(t, err.Error(), "Config.")
+				return
+			}
+			if cfg.Algorithm != engine.SlidingLog {
+				d := e.AllowAt("k", 1, time.Unix(0, 1<<62))
+				require.True(t, d.Allowed || d.Limit < 1, "%+v %+v", cfg, d)
+				_ = e.AllowAt("k", cfg.Limit, time.Unix(0, 1<<62+1))
+				_ = e.AllowAt("k", 1, time.Unix(0, 1<<63-1))
+			}
+			e.Close()
+		}()
 	}
 }

@@ -1,12 +1,5 @@
 package engine_test
 
-// A limit changed while decisions on its key are in flight: the change and
-// each decision must be linearizable (docs/design.md §3c). The fast path
-// once read the limit before the decision and never again, so a request
-// that read the old, higher limit could be admitted after a request had
-// filled the new, lower one: 8 units held under a limit of 7, which no
-// sequential order makes.
-
 import (
 	"flag"
 	"fmt"
@@ -17,7 +10,16 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+// A limit changed while decisions on its key are in flight: the change and
+// each decision must be linearizable (docs/design.md §3c). The fast path
+// once read the limit before the decision and never again, so a request
+// that read the old, higher limit could be admitted after a request had
+// filled the new, lower one: 8 units held under a limit of 7, which no
+// sequential order makes.
 
 var limitRaceTrials = flag.Int("limitrace.trials", 10_000, "races per algorithm and change path in TestLoweredLimitHoldsUnderConcurrency")
 
@@ -55,10 +57,13 @@ func spinUntil(v *atomic.Int64, want int64) {
 // the log never; under -race (1,000 races) the counter rings 65 to 186.
 func TestLoweredLimitHoldsUnderConcurrency(t *testing.T) {
 	trials := *limitRaceTrials
-	if testing.Short() || raceOn13 {
+	if testing.Short() || raceOn {
 		// The race detector slows the 1001-slot walks about 30-fold and
 		// widens every window; the full count is for runs without it.
 		trials /= 10
+	}
+	if raceOn && !longRun() {
+		trials /= 3 // the short form under -race; make long runs the full count
 	}
 	for _, alg := range allAlgorithms {
 		for _, c := range []struct{ via, ask string }{{"SetLimit", "AllowAt"}, {"UpdateLimits", "AllowAt"}, {"SetLimit", "ReserveAt"}, {"SetLimit", "AllowAll"}} {
@@ -221,5 +226,298 @@ func BenchmarkPerKeyLimitHotKey(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// A SetLimit override outlives any idle gap up to the documented one
+// (Window plus one sub-window; FixedWindow 2·Window; SlidingLog Window),
+// whatever the request's offset in its sub-window, and then goes.
+func TestOverrideSurvivesTheDocumentedIdleGap(t *testing.T) {
+	const w = 100 * time.Millisecond
+	for _, tc := range []struct {
+		alg        engine.Algorithm
+		keep, gone time.Duration // idle gaps: kept up to keep, reclaimed by gone
+	}{
+		{engine.SlidingWindow, time.Second + w, time.Second + 2*w},
+		{engine.SlidingWindowStrict, time.Second + w, time.Second + 2*w},
+		{engine.FixedWindow, 2 * time.Second, 3 * time.Second},
+		{engine.SlidingLog, time.Second, time.Second + 1},
+	} {
+		for _, off := range []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 999 * time.Millisecond, w - 1} {
+			t.Run(fmt.Sprint(tc.alg, "/", off), func(t *testing.T) {
+				t0 := time.Unix(1_700_000_000, 0)
+				clk := engine.NewManualClock(t0)
+				e := newEngine(t, engine.Config{Limit: 100, Window: time.Second, SubWindows: 10, Algorithm: tc.alg, Clock: clk, PerKeyLimits: true, SweepInterval: time.Hour})
+				require.NoError(t, e.SetLimit("abuser", 1))
+				clk.Advance(off)
+				require.True(t, e.Allow("abuser"))
+				clk.Advance(tc.keep)
+				require.Zero(t, e.Sweep())
+				d := e.AllowN("abuser", 0)
+				require.Equal(t, int64(1), d.Limit, "override lost after %v idle", tc.keep)
+				clk.Advance(tc.gone - tc.keep)
+				require.Equal(t, 1, e.Sweep(), "still held after %v idle", tc.gone)
+				require.Equal(t, int64(100), e.AllowN("abuser", 0).Limit)
+			})
+		}
+	}
+}
+
+// Regression: UpdateLimits is documented as never creating a key: "a key
+// reclaimed meanwhile is not created again". But setLimit(create=false)
+// treats a ring it finds retired like SetLimit does: Table.Replace (counter
+// rings) or Grow inside Swap (a log needing a larger ring) installs a fresh
+// ring. When the ring was retired by a sweep that has not yet deleted it,
+// the sweep's delete then finds another ring and keeps it; when the sweep
+// deleted it between UpdateLimits' Load and its Replace, Replace creates the
+// absent key outright. Either way an idle key that the sweep reclaimed is
+// back in the table (holding a MaxKeys slot, its KeyLimit bypassed).
+func TestUpdateLimitsDoesNotRecreateKeysTheSweepReclaims(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const keys = 3000
+			recreated, rounds := int64(0), 0
+			for round := 0; round < 20 && recreated == 0; round++ {
+				rounds++
+				t0 := time.Unix(1_700_000_000, 0)
+				clk := engine.NewManualClock(t0)
+				e, err := engine.New(engine.Config{Limit: 4, Window: time.Second, SubWindows: 10, Algorithm: alg,
+					Clock: clk, PerKeyLimits: true, MaxLogLimit: 64, Shards: 1, SweepInterval: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < keys; i++ {
+					e.Allow(fmt.Sprint("k", i))
+				}
+				clk.Advance(time.Minute) // every key idle for a minute
+				var wg sync.WaitGroup
+				wg.Add(2)
+				go func() { defer wg.Done(); e.Sweep() }()
+				go func() {
+					defer wg.Done()
+					_ = e.UpdateLimits(func(_ string, cur int64) int64 { return cur + 10 }) // the log grows
+				}()
+				wg.Wait()
+				e.Sweep() // nothing idle is left behind by the first sweep's race...
+				// ...but a key UpdateLimits re-created at the clock is live now.
+				recreated = e.Len()
+				e.Close()
+			}
+			if recreated > 0 {
+				t.Errorf("after %d round(s): %d idle key(s) reclaimed by Sweep were created again by UpdateLimits (Len = %d, want 0)", rounds, recreated, recreated)
+			}
+		})
+	}
+}
+
+// Regression: "A key created meanwhile gets its limit from KeyLimit
+// instead": a key reclaimed and created again between UpdateLimits' visit
+// (fn sees the old state's limit) and its store gets fn's result, computed
+// from the old state, instead of KeyLimit's. Deterministic: fn itself is
+// the "meanwhile".
+func TestUpdateLimitsLeavesKeyCreatedMeanwhileToKeyLimit(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Clock: clk, SweepInterval: time.Hour,
+		KeyLimit: func(string) int64 { return 7 }})
+	if err := e.SetLimit("k", 50); err != nil {
+		t.Fatal(err)
+	}
+	err := e.UpdateLimits(func(key string, cur int64) int64 {
+		// meanwhile: "k" goes idle, is reclaimed, and is created anew
+		clk.Advance(time.Minute)
+		if n := e.Sweep(); n != 1 {
+			t.Fatalf("sweep reclaimed %d", n)
+		}
+		if !e.Allow("k") {
+			t.Fatal("new k")
+		}
+		return cur * 2 // policy: double whatever it had (50 → 100)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := e.AllowAt("k", 0, time.Unix(0, clk.UnixNano())); d.Limit != 7 {
+		t.Errorf("the key created meanwhile has limit %d, want KeyLimit's 7 (fn's result from the reclaimed state's 50)", d.Limit)
+	}
+}
+
+// SetLimitAt at time T on a key last used 2^21 sub-windows
+// before T, then AllowAt at T: the override just set must hold.
+func TestSetLimitHoldsForFarLaterAllow(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		w := time.Millisecond
+		cfg := engine.Config{Limit: 1, Window: 10 * w, SubWindows: 10, Algorithm: alg, DisableEviction: true, PerKeyLimits: true}
+		if alg == engine.FixedWindow || alg == engine.SlidingLog {
+			cfg.SubWindows = 0
+			cfg.Window = w
+		}
+		e, err := engine.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Unix(1_700_000_000, 0)
+		e.AllowAt("k", 1, t0)
+		far := t0.Add(time.Duration(1<<21) * w)
+		if err := e.SetLimitAt("k", 5, far); err != nil {
+			t.Fatal(err)
+		}
+		d := e.AllowAt("k", 1, far)
+		if d.Limit != 5 || d.Remaining != 4 {
+			t.Errorf("%v: SetLimitAt(k, 5, far) then AllowAt(k, 1, far) = %+v, want Limit 5, Remaining 4", alg, d)
+		}
+		e.Close()
+	}
+}
+
+// SetLimitAt moves the key's time (it is "activity at now"). Moving it a
+// multiple of 2^24 sub-windows (the slot tag's period) or past the 2^21
+// retirement gap, then deciding there: the old units are far outside the
+// window and must not be counted (tag aliasing).
+func TestSetLimitFarMoveDoesNotAlias(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		for _, N := range []int{1, 3, 4} {
+			for _, gap := range []int64{1 << 20, 1 << 21, 1 << 23, 1 << 24, 1<<24 + 1, 1 << 25, 3 << 24} {
+				w := int64(time.Millisecond)
+				W := time.Duration(w * int64(N))
+				if alg == engine.FixedWindow {
+					w = int64(W)
+				}
+				e := new13(t, engine.Config{Limit: 5, Window: W, SubWindows: N, Algorithm: alg, PerKeyLimits: true, DisableEviction: true})
+				r := e.ReserveAt("k", 5, t13)
+				far := t13.Add(time.Duration(gap * w))
+				if err := e.SetLimitAt("k", 5, far); err != nil {
+					t.Fatal(err)
+				}
+				d := e.AllowAt("k", 5, far)
+				if !d.Allowed {
+					t.Errorf("%v N=%d gap=%d: at the far time (after SetLimitAt there) the old units still count: %+v", alg, N, gap, d)
+				}
+				if r.Cancel() {
+					t.Errorf("%v N=%d gap=%d: Cancel true far outside the window", alg, N, gap)
+				}
+				if rem := e.AllowAt("k", 0, far).Remaining; rem != 0 {
+					t.Errorf("%v N=%d gap=%d: remaining %d after the far admit and old cancel", alg, N, gap, rem)
+				}
+			}
+		}
+	}
+}
+
+// Regression: A KeyLimit that panics (a policy lookup that fails) while
+// a revive writer holds the ring it retired: the panic unwinds out of
+// engine.replace after the retire CAS and before Replace/Remove, so the
+// retired ring stays in the table. Sweeps left rings retired by someone
+// else, so unless another request for that same key came, it was never
+// reclaimed and held its MaxKeys slot forever; now a sweep removes it once
+// the clock reaches its retirement time.
+func TestSweepReclaimsRingRetiredByPanickingKeyLimit(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clk := engine.NewManualClock(t0)
+	var boom atomic.Bool
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Clock: clk, MaxKeys: 1, SweepInterval: time.Hour,
+		KeyLimit: func(string) int64 {
+			if boom.Load() {
+				panic("policy store unavailable")
+			}
+			return 0
+		}})
+	require.True(t, e.Allow("k"))
+	boom.Store(true)
+	func() {
+		defer func() { _ = recover() }()
+		e.AllowAt("k", 1, t0.Add(100*time.Millisecond*(1<<21)))
+	}()
+	boom.Store(false)
+	// The key's time is now the far writer's (its ring was retired there):
+	// a sweep removes it once the engine's clock reaches that time, not
+	// before, and never needs another request for the key.
+	clk.Advance(time.Hour)
+	assert.Zero(t, e.Sweep())
+	clk.Set(t0.Add(100 * time.Millisecond * (1 << 21)).Add(time.Hour))
+	assert.Equal(t, 1, e.Sweep())
+	d := e.AllowN("other", 1)
+	assert.True(t, d.Allowed, "the only MaxKeys slot is held by a retired ring: %+v (%v), Len %d", d, d.Reason(), e.Len())
+}
+
+// Regression: A far-ahead request (≥ 2^21 sub-windows past the key's newest)
+// retires the key's ring and then replaces it; if Config.KeyLimit refuses
+// the key at that moment (a documented way to refuse a key: a result
+// outside 1…MaxLimit), the replacement never happens and the retired ring
+// stays in the table. It was never reclaimed, holding a MaxKeys slot
+// forever; now a sweep removes it once the clock reaches its retirement
+// time.
+func TestSweepReclaimsRingRetiredWhenKeyLimitRefuses(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t0 := time.Unix(1_700_000_000, 0)
+			clk := engine.NewManualClock(t0)
+			var blocked atomic.Bool
+			e := newEngine(t, engine.Config{
+				Limit: 5, Window: time.Second, SubWindows: 10, Algorithm: alg, Clock: clk, MaxKeys: 1,
+				SweepInterval: time.Hour,
+				KeyLimit: func(string) int64 {
+					if blocked.Load() {
+						return -1 // refuse this tenant from now on
+					}
+					return 0
+				},
+			})
+			require.True(t, e.AllowN("k", 1).Allowed)
+			blocked.Store(true)
+			w := time.Second / 10
+			if alg == engine.FixedWindow {
+				w = time.Second
+			}
+			far := t0.Add(w * (1 << 21))
+			d := e.AllowAt("k", 1, far)
+			require.Equal(t, engine.Never, d.RetryAfter, "refused by KeyLimit")
+
+			// The refused writer leaves the state it retired at far: the
+			// key's time is far now. A sweep removes it once the engine's
+			// clock has reached that time, and not before (removing it
+			// earlier would raise the shard's floor past the clock).
+			blocked.Store(false)
+			clk.Advance(time.Hour)
+			assert.Zero(t, e.Sweep(), "retired at far, ahead of the clock")
+			clk.Set(far.Add(time.Hour))
+			assert.Equal(t, 1, e.Sweep(), "the clock passed far: the retired state goes")
+			assert.Equal(t, int64(0), e.Len(), "Len")
+			d = e.AllowN("other", 1)
+			assert.True(t, d.Allowed, "a new key fits under MaxKeys = 1 once the idle key is gone: %+v (%v)", d, d.Reason())
+		})
+	}
+}
+
+// A KeyLimit that consults the engine itself (reads another key's
+// Remaining: n = 0 creates nothing). Nothing in the docs forbids it; it
+// must not deadlock. (Doubtful as a promise: reentrancy is not documented
+// either way.)
+func TestKeyLimitReentrant(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			var e atomic.Pointer[engine.Engine]
+			eng := advNew(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: alg, DisableEviction: true, Shards: 1, KeyLimit: func(key string) int64 {
+				if len(key) > 0 && key[0] == 'k' {
+					e.Load().AllowAt("base"+key, 1, adv5T0)
+					e.Load().AllowAt("base", 0, adv5T0)
+				}
+				return 0
+			}})
+			e.Store(eng)
+			eng.AllowAt("base", 1, adv5T0)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; i < 500; i++ {
+					engine.AllowAll(adv5T0, engine.Request{Engine: eng, Key: fmt.Sprint("k", i), N: 1}, engine.Request{Engine: eng, Key: "base", N: 0})
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("deadlock: KeyLimit calling the engine")
+			}
+		})
 	}
 }

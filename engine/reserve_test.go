@@ -2,14 +2,14 @@ package engine_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 	"unsafe"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
 )
 
 // rstep is one step of a reservation table at the fixed instant t0+at:
@@ -313,7 +313,7 @@ func TestReserveCancelMatchesReference(t *testing.T) {
 			cfg := base
 			cfg.Algorithm = alg
 			t.Run(fmt.Sprintf("%v/L=%d/W=%v/N=%d", alg, cfg.Limit, cfg.Window, cfg.SubWindows), func(t *testing.T) {
-				for seed := uint64(1); seed <= 8; seed++ {
+				for seed := uint64(1); seed <= uint64(scaled(2, 8)); seed++ {
 					rng := rand.New(rand.NewPCG(seed, 77+uint64(cfg.Limit)))
 					var ops []rop
 					for _, o := range randomScript(rng, cfg, steps) {
@@ -561,7 +561,7 @@ func TestReserveCancelConcurrentBurst(t *testing.T) {
 	}
 }
 
-// Adversarial: reserves and cancels on a log key race SetLimit, which moves
+// Reserves and cancels on a log key race SetLimit, which moves
 // the log into a larger allocation again and again (retiring the one the
 // reservations point to). The count must come out exact, and every kept
 // reservation must then cancel, wherever its log went.
@@ -650,3 +650,213 @@ func TestReservationSize(t *testing.T) {
 
 // ManualClock is a WaitClock.
 var _ engine.WaitClock = (*engine.ManualClock)(nil)
+
+var t13 = time.Unix(1_700_000_000, 0)
+
+func new13(t *testing.T, c engine.Config) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestZeroReservation(t *testing.T) {
+	var r engine.Reservation
+	if r.Cancel() {
+		t.Fatal("zero Cancel true")
+	}
+	if d := r.Decision(); d.Allowed {
+		t.Fatalf("zero Decision allowed: %+v", d)
+	}
+	if r.Units() != 0 || r.Key() != "" || !r.At().IsZero() {
+		t.Fatal("zero fields")
+	}
+}
+
+// Cancel at the boundary (a regression: the doc
+// said N sub-windows later, the code and design §3b say N+1): at sub-window
+// e+N the sliding window still counts e's units, so Cancel returns them;
+// from e+N+1 on it returns false and changes nothing.
+func TestCancelAtWindowEndBoundary(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict} {
+		t.Run(alg.String(), func(t *testing.T) {
+			for _, c := range []struct {
+				later int // sub-windows after the reservation's
+				want  bool
+			}{{4, true}, {5, false}} {
+				e := new13(t, engine.Config{Limit: 4, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+				r := e.ReserveAt("k", 2, t13)
+				if !r.Decision().Allowed {
+					t.Fatal("denied")
+				}
+				at := r.At().Add(time.Duration(c.later) * time.Second)
+				e.AllowAt("k", 1, at)
+				before := e.AllowAt("k", 0, at).Remaining
+				got := r.Cancel()
+				after := e.AllowAt("k", 0, at).Remaining
+				if got != c.want || (after != before) != c.want || c.want && after != before+2 {
+					t.Errorf("%d sub-windows later: Cancel = %v (want %v), remaining %d -> %d", c.later, got, c.want, before, after)
+				}
+			}
+		})
+	}
+}
+
+func TestReserveBadInput(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		e := new13(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: alg, DisableEviction: true, MaxKeys: 1})
+		for _, c := range []struct {
+			n   int64
+			now time.Time
+		}{{-1, t13}, {5, t13}, {math.MaxInt64, t13}, {math.MinInt64, t13}, {1, time.Unix(-1, 0)}, {1, time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Time{}}} {
+			r := e.ReserveAt("k", c.n, c.now)
+			d := r.Decision()
+			if d.Allowed || d.RetryAfter != engine.Never || d.Reason() != engine.ReasonNever {
+				t.Errorf("%v n=%d now=%v: %+v", alg, c.n, c.now, d)
+			}
+			if r.Cancel() || r.Units() != 0 || !r.At().IsZero() {
+				t.Errorf("%v: refused reservation holds units", alg)
+			}
+			if e.Len() != 0 {
+				t.Errorf("%v n=%d: refused request created a key", alg, c.n)
+			}
+		}
+		// peek does not create
+		r := e.ReserveAt("k", 0, t13)
+		if !r.Decision().Allowed || r.Cancel() || e.Len() != 0 {
+			t.Errorf("%v: peek", alg)
+		}
+		r1 := e.ReserveAt("a", 1, t13)
+		r2 := e.ReserveAt("b", 1, t13)
+		if !r1.Decision().Allowed || r2.Decision().Reason() != engine.ReasonKeysFull || r2.Cancel() {
+			t.Errorf("%v: keys full %+v", alg, r2.Decision())
+		}
+		if !r1.Cancel() || r1.Cancel() {
+			t.Errorf("%v: cancel idempotence", alg)
+		}
+	}
+}
+
+func TestCancelBoundariesExact(t *testing.T) {
+	W := 4 * time.Second
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		at := t13.Add(1500 * time.Millisecond) // mid sub-window
+		var lastTrue, firstFalse time.Time
+		switch alg {
+		case engine.FixedWindow:
+			ws := time.Unix(0, at.UnixNano()/int64(W)*int64(W))
+			firstFalse = ws.Add(W)
+		case engine.SlidingLog:
+			firstFalse = at.Add(W)
+		default:
+			firstFalse = at.Truncate(time.Second).Add(W + time.Second)
+		}
+		lastTrue = firstFalse.Add(-1)
+		for _, c := range []struct {
+			when time.Time
+			want bool
+		}{{lastTrue, true}, {firstFalse, false}} {
+			e := new13(t, engine.Config{Limit: 4, Window: W, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+			r := e.ReserveAt("k", 2, at)
+			e.AllowAt("k", 1, c.when)
+			if got := r.Cancel(); got != c.want {
+				t.Errorf("%v: request at At+%v, Cancel %v, want %v", alg, c.when.Sub(r.At()), got, c.want)
+			}
+		}
+	}
+}
+
+// Extreme times and windows: peek, reserve, cancel must restore the peek,
+// never panic, and keep 0 ≤ Remaining ≤ Limit.
+func TestExtremeReserveCancel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 13))
+	windows := []struct {
+		W time.Duration
+		N int
+	}{{engine.MaxWindow, 512}, {engine.MaxWindow, 1}, {engine.MaxWindow / 4, 4}, {time.Nanosecond, 1}, {1000, 1000}, {time.Hour, 9 * 8}, {1 << 40, 1 << 9}}
+	limits := []int64{1, 3, engine.MaxLimit}
+	maxT := int64(math.MaxInt64)
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		for _, wc := range windows {
+			for _, L := range limits {
+				if alg == engine.SlidingLog && L > 1000 {
+					L = 1000
+				}
+				e, err := engine.New(engine.Config{Limit: L, Window: wc.W, SubWindows: wc.N, Algorithm: alg, DisableEviction: true, MaxLogLimit: 1000})
+				if err != nil {
+					t.Fatalf("%v %v %d: %v", alg, wc, L, err)
+				}
+				func() {
+					defer e.Close()
+					times := []int64{0, 1, maxT, maxT - 1, maxT - int64(wc.W), maxT / 2, int64(wc.W), 1 << 62}
+					for i := 0; i < 400; i++ {
+						var ts int64
+						if rng.IntN(2) == 0 {
+							ts = times[rng.IntN(len(times))] + rng.Int64N(1000) - 500
+							if ts < 0 {
+								ts = 0
+							}
+						} else {
+							ts = rng.Int64N(maxT)
+						}
+						now := time.Unix(0, ts)
+						key := fmt.Sprint("k", rng.IntN(3))
+						n := 1 + rng.Int64N(min(L, 5))
+						if rng.IntN(4) == 0 {
+							n = L
+						}
+						var p0, p1 engine.Decision
+						var r engine.Reservation
+						var ok bool
+						func() {
+							defer func() {
+								if x := recover(); x != nil {
+									t.Fatalf("%v W=%v N=%d L=%d t=%d n=%d: panic %v", alg, wc.W, wc.N, L, ts, n, x)
+								}
+							}()
+							p0 = e.AllowAt(key, 0, now)
+							r = e.ReserveAt(key, n, now)
+							ok = r.Cancel()
+							p1 = e.AllowAt(key, 0, now)
+						}()
+						d := r.Decision()
+						if d.Remaining < 0 || d.Remaining > d.Limit || p1.Remaining < 0 || p1.Remaining > p1.Limit {
+							t.Fatalf("%v: remaining out of range %+v %+v", alg, d, p1)
+						}
+						if d.Allowed != ok {
+							t.Fatalf("%v W=%v N=%d L=%d t=%d n=%d: allowed %v, immediate Cancel %v", alg, wc.W, wc.N, L, ts, n, d.Allowed, ok)
+						}
+						if p0.Remaining != p1.Remaining {
+							t.Fatalf("%v W=%v N=%d L=%d t=%d n=%d: peek %d, after reserve+cancel %d (%+v)", alg, wc.W, wc.N, L, ts, n, p0.Remaining, p1.Remaining, d)
+						}
+						if rng.IntN(3) == 0 {
+							e.AllowAt(key, n, now)
+						}
+					}
+				}()
+			}
+		}
+	}
+}
+
+// UpdateLimits growing a SlidingLog key, then Cancel.
+func TestCancelAfterUpdateLimitsGrowth(t *testing.T) {
+	e := new13(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, PerKeyLimits: true, DisableEviction: true})
+	r := e.ReserveAt("k", 2, t13)
+	if err := e.UpdateLimits(func(string, int64) int64 { return 50 }); err != nil {
+		t.Fatal(err)
+	}
+	r2 := e.ReserveAt("k", 40, t13)
+	if err := e.UpdateLimits(func(string, int64) int64 { return 500 }); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Cancel() || !r2.Cancel() {
+		t.Fatal("cancel after growth false")
+	}
+	if rem := e.AllowAt("k", 0, t13).Remaining; rem != 500 {
+		t.Fatalf("remaining %d", rem)
+	}
+}

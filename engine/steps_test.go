@@ -1,12 +1,12 @@
 package engine_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
 )
 
 // step is one request at a fixed instant t0+at and the decision it must get.
@@ -103,4 +103,28 @@ func TestStepsLog(t *testing.T) {
 		{3200 * ms, 4, true, 0, 0},
 		{3200 * ms, -1, false, 0, engine.Never},
 	})
+}
+
+// A key idle for 2^24 sub-windows on one slot of its ring while requests
+// keep coming on the other must not see that slot's old count as new: the
+// writers settle stale slots themselves, with no sweeper running.
+func TestSkippedSlotNeverAliases(t *testing.T) {
+	for _, step := range []int64{1<<21 - 2, 1 << 21, 1<<20 + 6} {
+		t.Run(fmt.Sprint(step), func(t *testing.T) {
+			e := newEngine(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 1, DisableEviction: true})
+			at := func(epoch int64) time.Time { return time.Unix(epoch, 0) } // w = 1s
+			const b = 1 << 25
+			require.True(t, e.AllowAt("k", 10, at(b+1)).Allowed) // the odd slot, full
+			end := int64(b + 2 + 1<<24)                          // its tag comes round again at end−1
+			for x := int64(b + 2 + step); ; x += step {
+				x = min(x, end)
+				d := e.AllowAt("k", 1, at(x))
+				require.True(t, d.Allowed, "epoch b+%d", x-b)
+				require.Equal(t, int64(9), d.Remaining, "epoch b+%d", x-b)
+				if x == end {
+					break
+				}
+			}
+		})
+	}
 }

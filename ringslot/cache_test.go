@@ -222,7 +222,7 @@ func TestCacheAgreesWithAWalkSequentially(t *testing.T) {
 		weighted bool
 	}{{"sliding-10", 10, true}, {"sliding-1", 1, true}, {"sliding-3", 3, true}, {"strict-10", 10, false}, {"strict-1", 1, false}, {"fixed", 0, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			for seed := uint64(1); seed <= 20; seed++ {
+			for seed := uint64(1); seed <= scaled[uint64](5, 20); seed++ {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				w := int64(1000)
 				if tc.span == 0 {

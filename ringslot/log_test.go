@@ -64,7 +64,7 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 // many units at once (the binary search), and peeks of every class of n.
 func TestLogMatchesModel(t *testing.T) {
 	for _, limit := range []int64{1, 2, 7, 37} {
-		for seed := uint64(1); seed <= 8; seed++ {
+		for seed := uint64(1); seed <= scaled[uint64](3, 8); seed++ {
 			rng := rand.New(rand.NewPCG(seed, uint64(limit)))
 			const win = 100
 			g := NewLog(win)

@@ -49,7 +49,7 @@ func ratFits(full, old, n, limit, w, r int64) bool {
 // where a float64 would round either way.
 func TestFitsIsExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 200000; i++ {
+	for i := 0; i < scaled(25_000, 200_000); i++ {
 		w := 1 + rng.Int64N(1<<rng.IntN(62))
 		r := rng.Int64N(w)
 		limit := 1 + rng.Int64N(pack.MaxCount)
@@ -71,7 +71,7 @@ func TestFitsIsExact(t *testing.T) {
 
 func TestRemainingIsFloorOfRoom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 100000; i++ {
+	for i := 0; i < scaled(15_000, 100_000); i++ {
 		w := 1 + rng.Int64N(1<<rng.IntN(62))
 		r := rng.Int64N(w)
 		limit := 1 + rng.Int64N(1<<rng.IntN(40))
