@@ -34,6 +34,11 @@ const (
 	// with stacked middlewares, the one with the least remaining quota
 	// (on a tie, the inner one, which ran last).
 	HeadersLegacy
+	// HeadersLegacyUnix is HeadersLegacy with X-RateLimit-Reset as the Unix
+	// time, in whole seconds of the wall clock, at which the quota is free
+	// (now plus the delta HeadersLegacy sends), as go-chi/httprate and
+	// GitHub's API send it. It cannot be combined with HeadersLegacy.
+	HeadersLegacyUnix
 )
 
 // Canonical header keys, so that the middleware can assign into the
@@ -65,7 +70,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, f *adapter.Fields, d engine
 	}
 	pv := f.Value(d.Limit)
 	draft := style&HeadersDraft != 0
-	legacy := style&HeadersLegacy != 0 && legacyWins(h, remaining)
+	legacy := style&(HeadersLegacy|HeadersLegacyUnix) != 0 && legacyWins(h, remaining)
 
 	// The RateLimit member's constant part is at most 2·MaxPolicyName+5
 	// bytes (every name byte escaped); three integers and ";t=" fit the
@@ -83,7 +88,11 @@ func (m *Middleware) writeRateHeaders(h http.Header, f *adapter.Fields, d engine
 		b = strconv.AppendInt(b, remaining, 10)
 		mark()
 		if reset >= 0 {
-			b = strconv.AppendInt(b, reset, 10)
+			if style&HeadersLegacyUnix != 0 {
+				b = strconv.AppendInt(b, time.Now().Unix()+reset, 10)
+			} else {
+				b = strconv.AppendInt(b, reset, 10)
+			}
 			mark()
 		}
 	}

@@ -116,13 +116,14 @@ func WithExempt(f func(*http.Request) bool) Option {
 
 // WithHeaders selects the rate-limit header styles (default HeadersDraft).
 // WithHeaders(0) writes none (Retry-After is still written on 429 and
-// 503). Bits other than HeadersDraft and HeadersLegacy are an error. It has
+// 503). Bits other than HeadersDraft, HeadersLegacy and HeadersLegacyUnix,
+// or both legacy styles at once, are an error. It has
 // the shape and meaning of grpclimit.WithHeaders, which has HeadersDraft
 // only.
 func WithHeaders(s Style) Option {
 	return func(c *config) error {
-		if s&^(HeadersDraft|HeadersLegacy) != 0 {
-			return fmt.Errorf("httplimit: WithHeaders(%d), want a combination of HeadersDraft (%d) and HeadersLegacy (%d), or 0", s, HeadersDraft, HeadersLegacy)
+		if s&^(HeadersDraft|HeadersLegacy|HeadersLegacyUnix) != 0 || s&HeadersLegacy != 0 && s&HeadersLegacyUnix != 0 {
+			return fmt.Errorf("httplimit: WithHeaders(%d), want a combination of HeadersDraft (%d) and one of HeadersLegacy (%d) and HeadersLegacyUnix (%d), or 0", s, HeadersDraft, HeadersLegacy, HeadersLegacyUnix)
 		}
 		c.style = s
 		return nil
