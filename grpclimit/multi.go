@@ -40,27 +40,14 @@ type multi struct {
 }
 
 // NewMultiInterceptor returns an Interceptor that decides each call (each
-// stream, or each message with WithPerMessage) under every policy, in
-// order, and admits it only if all of them admit, with one ratelimit and
-// ratelimit-policy value per policy, in order. The rules are those of
-// httplimit.NewMulti:
-//
-//   - when every policy's limiter is an *engine.Engine, all or nothing
-//     (engine.AllowAll): a call one policy refuses charges none of the
-//     others, at one time read from the first policy's engine (its
-//     Config.Clock, or the wall clock);
-//   - otherwise (a *redisstore.Limiter among them) in order, the first
-//     policy that does not admit deciding: the policies before it keep
-//     the units they admitted, since a shared limiter's admission cannot
-//     be taken back, and the policies after it are not asked; a backend
-//     failure follows its failure policy (a fail-open admission goes on to
-//     the next policy, with no value for the failed one);
-//   - a refused call gets the values of the policies asked up to the
-//     refusing one, and that policy's status, as NewInterceptor gives it.
-//
-// Chained single-policy interceptors keep working; each of them charges
-// its limit independently, so an outer one is charged for a call an inner
-// one refuses.
+// stream, or each message with WithPerMessage) under every policy and
+// admits it only if all of them admit, with one ratelimit and
+// ratelimit-policy value per policy, in order. It decides as
+// httplimit.NewMulti does, whose doc has the rules: all or nothing when
+// every limiter is an *engine.Engine, in order otherwise (an earlier
+// policy's Redis admission stays charged). A refused call ends with the
+// refusing policy's status, as NewInterceptor gives it. Chained
+// single-policy interceptors each charge their limit independently.
 //
 // opts are NewInterceptor's, except WithKey and WithPolicy, which are
 // given per policy; a call's cost (WithCost, WithMethodCost) is charged
