@@ -576,32 +576,8 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 		}
 		live[at] += s.r.Units()
 	}
-	keys := make([]int64, 0, len(live))
-	for k := range live {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	for i, k := range keys {
-		var sum int64
-		for j := i; j >= 0; j-- {
-			x := keys[j]
-			in := false
-			switch alg {
-			case engine.SlidingLog:
-				in = x > k-W
-			case engine.FixedWindow:
-				in = x == k
-			default:
-				in = x >= k-int64(N)
-			}
-			if !in {
-				break
-			}
-			sum += live[x]
-		}
-		if sum > lim && alg != engine.SlidingWindow {
-			t.Fatalf("%v N=%d seed=%d: window ending at %d holds %d > %d live units (admitted %d, cancelled %d)", alg, N, seed, k, sum, lim, admitted, cancelled)
-		}
+	if k, sum, over := overfullWindow(alg, int64(W), N, live, lim); over && alg != engine.SlidingWindow {
+		t.Fatalf("%v N=%d seed=%d: window ending at %d holds %d > %d live units (admitted %d, cancelled %d)", alg, N, seed, k, sum, lim, admitted, cancelled)
 	}
 	// Exact accounting at the final time: no lost or doubled cancel, no
 	// residue of failed attempts.
@@ -647,7 +623,7 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 	if rem := e.AllowAt("k", 0, time.Unix(0, T)).Remaining; rem != want {
 		t.Fatalf("%v N=%d seed=%d: final Remaining %d, live units in window %d (limit %d)", alg, N, seed, rem, inWin, lim)
 	}
-	t.Logf("%v N=%d: admitted %d, cancelled %d, %d keys", alg, N, admitted, cancelled, len(keys))
+	t.Logf("%v N=%d: admitted %d, cancelled %d, %d keys", alg, N, admitted, cancelled, len(live))
 }
 
 // Real clock, tiny window, the background sweeper reclaiming the key
@@ -710,33 +686,45 @@ func TestRealClockStormWithSweeper(t *testing.T) {
 			}
 			live[at] += en.r.Units()
 		}
-		keys := make([]int64, 0, len(live))
-		for k := range live {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-		for i, k := range keys {
-			var sum int64
-			for j := i; j >= 0; j-- {
-				x := keys[j]
-				in := false
-				switch alg {
-				case engine.SlidingLog:
-					in = x > k-int64(W)
-				case engine.FixedWindow:
-					in = x == k
-				default:
-					in = x >= k-int64(N)
-				}
-				if !in {
-					break
-				}
-				sum += live[x]
-			}
-			if sum > L {
-				t.Fatalf("%v: window ending at %d holds %d live units > %d", alg, k, sum, L)
-			}
+		if k, sum, over := overfullWindow(alg, int64(W), N, live, L); over {
+			t.Fatalf("%v: window ending at %d holds %d live units > %d", alg, k, sum, L)
 		}
 		t.Logf("%v: %d reservations, evicted %d", alg, len(all), e.Stats().Evicted)
 	}
+}
+
+// overfullWindow finds the first window that holds more than lim of the
+// live units, given per effective time: per sub-window for the counters
+// (whose window is the N+1 sub-windows ending at one), per window for
+// FixedWindow, per ns for SlidingLog (window: W ns). It returns the key
+// the window ends at and its sum.
+func overfullWindow(alg engine.Algorithm, W int64, N int, live map[int64]int64, lim int64) (end, sum int64, over bool) {
+	keys := make([]int64, 0, len(live))
+	for k := range live {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for i, k := range keys {
+		sum = 0
+		for j := i; j >= 0; j-- {
+			x := keys[j]
+			var in bool
+			switch alg {
+			case engine.SlidingLog:
+				in = x > k-W
+			case engine.FixedWindow:
+				in = x == k
+			default:
+				in = x >= k-int64(N)
+			}
+			if !in {
+				break
+			}
+			sum += live[x]
+		}
+		if sum > lim {
+			return k, sum, true
+		}
+	}
+	return 0, 0, false
 }
