@@ -37,6 +37,7 @@ type Engine struct {
 	tab      *shard.Table
 	clk      Clock
 	coarse   *clock.Coarse
+	mono     *clock.Monotonic // the default clock, when neither Clock nor CoarseClock is set
 	limit    int64
 	maxLimit int64 // of any key: MaxLimit, or the log's cap
 	perKey   bool
@@ -94,7 +95,8 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 			e.coarse = coarse
 			e.clk = e.coarse
 		} else {
-			e.clk = clock.NewMonotonic()
+			e.mono = clock.NewMonotonic()
+			e.clk = e.mono
 		}
 	}
 	if nc.DisableEviction && e.audit == nil {
@@ -129,11 +131,15 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 	return d
 }
 
-// now reads the engine's clock. The coarse clock is read through its
-// concrete type: one atomic load, without the interface call.
+// now reads the engine's clock. The engine's own clocks are read through
+// their concrete types, without the interface call: the coarse clock is
+// one atomic load, the default one the runtime's monotonic clock and an add.
 func (e *Engine) now() int64 {
 	if e.coarse != nil {
 		return e.coarse.UnixNano()
+	}
+	if e.mono != nil {
+		return e.mono.UnixNano()
 	}
 	return e.clk.UnixNano()
 }

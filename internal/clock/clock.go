@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname
 )
 
 // Clock returns the current time as Unix nanoseconds.
@@ -40,20 +41,29 @@ func UnixNano(t time.Time) int64 {
 // Monotonic reads wall time once, at creation, and adds the monotonic time
 // elapsed since. An NTP step therefore cannot move it backwards or jump it
 // forwards; it drifts from the wall clock only as much as the monotonic clock
-// does. time.Since costs about half of time.Now on Linux/amd64.
+// does. A reading is one call of the runtime's monotonic clock (the one
+// time.Since reads) and an add: on Linux/amd64 about 40 instructions in the
+// vDSO, against some 110 for time.Since(start) with its checks and
+// conversions.
 type Monotonic struct {
-	start time.Time // carries a monotonic reading
-	base  int64     // start.UnixNano()
+	base int64 // wall time at creation (Unix ns) minus the monotonic reading then
 }
 
 // NewMonotonic returns a Monotonic anchored at the current wall time.
 func NewMonotonic() *Monotonic {
-	s := time.Now()
-	return &Monotonic{start: s, base: s.UnixNano()}
+	mono := nanotime()
+	return &Monotonic{base: time.Now().UnixNano() - mono}
 }
 
 // UnixNano implements Clock.
-func (m *Monotonic) UnixNano() int64 { return m.base + int64(time.Since(m.start)) }
+func (m *Monotonic) UnixNano() int64 { return m.base + nanotime() }
+
+// nanotime is the runtime's monotonic clock, in ns since an arbitrary
+// origin: what time.Now's monotonic reading and time.Since use. The runtime
+// keeps it reachable by linkname for packages outside the standard library.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
 
 // cacheLine is the padding unit that keeps the coarse reading, which every
 // decision loads, off the cache line of anything written more often.
