@@ -880,3 +880,10 @@ func (g *Geometry) RetiredAt(r Ring) int64 {
 	}
 	return retiredAt(l) * g.width
 }
+
+// Pointer returns the address of r's state, for a cache that holds rings
+// by address (package shard's hints). A state is at least 64 bytes.
+func (r Ring) Pointer() unsafe.Pointer { return unsafe.Pointer(r.p) }
+
+// RingAt returns the Ring whose state is at p, an address Pointer returned.
+func RingAt(p unsafe.Pointer) Ring { return Ring{p: (*atomic.Int64)(p)} }

@@ -61,7 +61,11 @@ type shard struct {
 	// after, must not build the key anew below counts that are still
 	// inside its window (docs/design.md §5).
 	floor atomic.Int64
-	_     [cacheLine - 2*ptrSize - 16]byte // m and fb, then evicted and floor
+	// hints is the shard's lookup cache (hints.go); keys counts the keys
+	// present in m and fb, which sizes it.
+	hints atomic.Pointer[hintTable]
+	keys  atomic.Int64
+	_     [cacheLine - 3*ptrSize - 24]byte // m, fb and hints, then evicted, floor and keys
 }
 
 // ptrSize is the size of a pointer: 8 bytes, or 4 on 32-bit platforms.
@@ -118,6 +122,7 @@ func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 	}
 	for i := range t.shards {
 		t.shards[i].m = xsync.NewMapOfWithHasher[uint64, ringslot.Ring](hashU64)
+		t.shards[i].hints.Store(newHints(minHints))
 	}
 	return t
 }
@@ -143,13 +148,20 @@ func (t *Table) shardOf(h uint64) *shard {
 // Load returns the key's ring, if present. It does not allocate.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	s := t.shardOf(h)
+	if r, ok := t.hint(s, h, key); ok {
+		return r, true
+	}
 	if r, ok := s.m.Load(h); ok {
 		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
+			s.remember(h, r)
 			return r, true
 		}
 	}
 	if fb := s.fb.Load(); fb != nil {
-		return fb.Load(key)
+		if r, ok := fb.Load(key); ok {
+			s.remember(h, r)
+			return r, true
+		}
 	}
 	return ringslot.Ring{}, false
 }
@@ -226,7 +238,7 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, 
 		return r, nil
 	}
 	s := t.shardOf(h)
-	full := false
+	full, added := false, false
 	var got ringslot.Ring
 	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
 		at := t.find(s, key, cur, loaded)
@@ -238,11 +250,16 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, 
 			full = true
 			return keep(cur, loaded)
 		}
+		added = true
 		got = fresh(s.floor.Load(), key)
 		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
+	}
+	s.remember(h, got)
+	if added {
+		t.added(s)
 	}
 	return got, nil
 }
@@ -279,7 +296,7 @@ func (t *Table) reserve() bool {
 // count still inside any window of the key's timeline is dropped.
 func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (ringslot.Ring, error) {
 	s := t.shardOf(h)
-	full := false
+	full, added := false, false
 	var got ringslot.Ring
 	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
 		at := t.find(s, key, cur, loaded)
@@ -292,12 +309,18 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 		case !t.reserve():
 			full = true // absent, and stays absent
 			return keep(cur, loaded)
+		default:
+			added = true
 		}
 		got = fresh(max(s.floor.Load(), t.geo.RetiredAt(old)), key)
 		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
+	}
+	s.replace(h, old, got)
+	if added {
+		t.added(s)
 	}
 	return got, nil
 }
@@ -309,6 +332,10 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 // (ringslot.Geometry.Grow) without a writer replacing it with an empty one.
 // Unlike Replace it counts nothing as evicted: the key stays one key. ok is
 // false when the key is absent (reclaimed meanwhile); it stays absent.
+//
+// next must retire old before it returns (Grow does), as Replace requires
+// old retired: a ring leaves the maps only retired, so that a writer still
+// holding it, from a Load or from the hints, finds it retired and reloads.
 func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringslot.Ring) (r ringslot.Ring, ok bool) {
 	s := t.shardOf(h)
 	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
@@ -324,6 +351,9 @@ func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringsl
 			return keep(cur, loaded)
 		}
 	})
+	if ok && r != old {
+		s.replace(h, old, r)
+	}
 	return r, ok
 }
 
@@ -379,6 +409,10 @@ func (t *Table) remove(s *shard, h uint64, key string, r ringslot.Ring) bool {
 		s.fb.Load().Delete(key)
 		return keep(cur, loaded)
 	})
+	if removed {
+		s.forget(h, r)
+		t.removed(s)
+	}
 	return removed
 }
 

@@ -1,0 +1,281 @@
+package shard
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringlimit/ringlimit/ringslot"
+)
+
+// hinted counts, per ring, the cells of the table that hold it.
+func hinted(tab *Table) map[unsafe.Pointer]int {
+	n := map[unsafe.Pointer]int{}
+	for i := range tab.shards {
+		c := tab.shards[i].hints.Load()
+		for j := range c.sets {
+			for k := range c.sets[j] {
+				if p := atomic.LoadPointer(&c.sets[j][k]); p != nil {
+					n[unsafe.Add(p, -int(uintptr(p)&(1<<tagBits-1)))]++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// cellsHolding counts the cells of the table that hold r.
+func cellsHolding(tab *Table, r ringslot.Ring) int { return hinted(tab)[r.Pointer()] }
+
+// requireLoadsMatchMap checks that Load finds every key, and finds the ring
+// the map holds (LoadLocked reads the map alone, under the bucket lock).
+func requireLoadsMatchMap(t *testing.T, tab *Table, g *ringslot.Geometry, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		h := tab.Hash(k)
+		want, ok := tab.LoadLocked(h, k)
+		require.True(t, ok, k)
+		got, ok := tab.Load(h, k)
+		require.True(t, ok, k)
+		require.True(t, got == want, "Load(%q) returned a ring the map does not hold", k)
+		require.Equal(t, k, g.Key(got))
+	}
+}
+
+// tagOf never returns 0, the tag of an empty cell, and always fits the
+// pointer bits it borrows.
+func TestHintTagIsNeverZero(t *testing.T) {
+	for b := uint64(0); b < 1<<tagBits; b++ {
+		tag := tagOf(b << tagShift)
+		require.NotZero(t, tag, "bits %d", b)
+		require.Less(t, tag, uintptr(1<<tagBits), "bits %d", b)
+		if b != 0 {
+			require.Equal(t, uintptr(b), tag, "bits %d: only 0 is remapped", b)
+		}
+	}
+}
+
+// As a shard grows from its first two sets to thousands, the hints grow
+// with it (one cell per key at least), and every Load still returns the
+// ring the map holds.
+func TestHintsGrowWithTheKeys(t *testing.T) {
+	tab, g := newTable(0)
+	var keys []string
+	for i := range 20_000 {
+		k := "k" + strconv.Itoa(i)
+		keys = append(keys, k)
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+	}
+	for i := range tab.shards {
+		s := &tab.shards[i]
+		require.GreaterOrEqual(t, int64(len(s.hints.Load().sets)*hintWays), s.keys.Load(), "shard %d", i)
+	}
+	requireLoadsMatchMap(t, tab, g, keys)
+	// Each grow moved the hints into their new sets: after one Load of
+	// every key, nearly all are hinted (a set takes hintWays; at one key
+	// per cell, a few per cent of the keys find their set full).
+	cells, n := hinted(tab), 0
+	for _, k := range keys {
+		r, _ := tab.LoadLocked(tab.Hash(k), k)
+		require.LessOrEqual(t, cells[r.Pointer()], 1, "%s hinted twice", k)
+		n += cells[r.Pointer()]
+	}
+	require.Greater(t, n, len(keys)*80/100, "hinted keys")
+}
+
+// A hint never outlives its ring's place in the map: once the ring is
+// retired, Load answers from the map (the retired ring until it is
+// replaced, then its replacement), and the replacement takes over the
+// cell.
+func TestHintOfARetiredRingIsNotUsed(t *testing.T) {
+	tab, g := newTable(0)
+	h := tab.Hash("a")
+	a, err := tab.LoadOrCreate(h, "a", freshAt(g, t0))
+	require.NoError(t, err)
+	got, _ := tab.Load(h, "a")
+	require.True(t, got == a)
+	require.Equal(t, 1, cellsHolding(tab, a))
+
+	require.True(t, g.Retire(a, t0+5*sec))
+	got, ok := tab.Load(h, "a")
+	require.True(t, ok)
+	require.True(t, got == a, "the map still holds the retired ring")
+	b, err := tab.Replace(h, "a", a, freshAt(g, t0+5*sec))
+	require.NoError(t, err)
+	got, _ = tab.Load(h, "a")
+	require.True(t, got == b, "Load returned the retired ring after its replacement")
+	require.Equal(t, 0, cellsHolding(tab, a), "the replaced ring is still hinted")
+	require.Equal(t, 1, cellsHolding(tab, b))
+
+	// A Load that read a from the map before the Replace remembers it
+	// after: the cell names the retired ring, which Load must pass over.
+	s := tab.shardOf(h)
+	s.forget(h, b)
+	s.remember(h, a)
+	require.Equal(t, 1, cellsHolding(tab, a))
+	got, _ = tab.Load(h, "a")
+	require.True(t, got == b, "Load returned a retired ring from its cell")
+}
+
+// Reclaiming a key clears its cell, so the hints keep no reclaimed state
+// from the collector; Load then misses, and a new ring for the key is
+// hinted in its turn.
+func TestSweepClearsTheHint(t *testing.T) {
+	tab, g := newTable(0)
+	h := tab.Hash("a")
+	a, err := tab.LoadOrCreate(h, "a", freshAt(g, t0))
+	require.NoError(t, err)
+	require.Equal(t, 1, cellsHolding(tab, a))
+	n := 0
+	for i := range tab.shards {
+		n += tab.SweepShard(i, t0+10*sec)
+	}
+	require.Equal(t, 1, n)
+	require.Equal(t, 0, cellsHolding(tab, a))
+	_, ok := tab.Load(h, "a")
+	require.False(t, ok)
+	b, err := tab.LoadOrCreate(h, "a", freshAt(g, t0+10*sec))
+	require.NoError(t, err)
+	require.True(t, b != a)
+	got, _ := tab.Load(h, "a")
+	require.True(t, got == b)
+}
+
+// Sweeping most keys away shrinks the hints back (to a quarter full at
+// most), and the keys left are all still found.
+func TestHintsShrinkAfterReclamation(t *testing.T) {
+	tab, g := newTable(0)
+	var old, keep []string
+	for i := range 8_000 {
+		k := "k" + strconv.Itoa(i)
+		at := t0
+		if i%100 == 0 {
+			keep, at = append(keep, k), t0+9*sec // still in the window at the sweep
+		} else {
+			old = append(old, k)
+		}
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, at))
+		require.NoError(t, err)
+	}
+	var before int
+	for i := range tab.shards {
+		before += len(tab.shards[i].hints.Load().sets)
+	}
+	n := 0
+	for i := range tab.shards {
+		n += tab.SweepShard(i, t0+10*sec)
+	}
+	require.Equal(t, len(old), n)
+	var after int
+	for i := range tab.shards {
+		s := &tab.shards[i]
+		sets := len(s.hints.Load().sets)
+		after += sets
+		require.True(t, sets <= minHints || s.keys.Load() >= int64(sets*hintWays/4), "shard %d: %d keys in %d sets", i, s.keys.Load(), sets)
+	}
+	require.Less(t, after, before/8)
+	requireLoadsMatchMap(t, tab, g, keep)
+	for _, k := range old {
+		_, ok := tab.Load(tab.Hash(k), k)
+		require.False(t, ok, k)
+	}
+}
+
+// When more keys share a set than it has cells, and even share the tag
+// (every hash equal: the table's fallback holds all but one key), the keys
+// without a cell are found in the map, and no key is ever given another's
+// ring.
+func TestHintsOverflowToTheMap(t *testing.T) {
+	tab, g := collidingTable(0)
+	var keys []string
+	for i := range 5 * hintWays {
+		k := "c" + strconv.Itoa(i)
+		keys = append(keys, k)
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+	}
+	for range 3 { // every Load may try to remember its key
+		requireLoadsMatchMap(t, tab, g, keys)
+	}
+}
+
+// Loads racing with retirements, replacements, reclamation and new keys
+// never return another key's ring, and once the writers stop every Load
+// returns the ring the map holds.
+func TestHintsUnderChurn(t *testing.T) {
+	tab, g := newTable(0)
+	const nkeys = 512
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = "u" + strconv.Itoa(i)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i += 7 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := keys[i%nkeys]
+				h := tab.Hash(k)
+				r, err := tab.LoadOrCreate(h, k, freshAt(g, t0))
+				if err != nil || g.Key(r) != k {
+					errs <- "LoadOrCreate(" + k + ") returned another key's ring"
+					return
+				}
+				if r, ok := tab.Load(h, k); ok && g.Key(r) != k {
+					errs <- "Load(" + k + ") returned another key's ring"
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // retire and replace, or reclaim
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := keys[(i*13)%nkeys]
+			h := tab.Hash(k)
+			if r, ok := tab.Load(h, k); ok && g.Retire(r, t0+5*sec) {
+				if i%2 == 0 {
+					_, _ = tab.Replace(h, k, r, freshAt(g, t0))
+				} else {
+					tab.SweepShard(int(h>>tab.shift), t0+5*sec)
+				}
+			}
+		}
+	}()
+	for i := 0; i < 20_000; i++ {
+		k := keys[(i*31)%nkeys]
+		if r, ok := tab.Load(tab.Hash(k), k); ok && g.Key(r) != k {
+			t.Fatalf("Load(%q) returned the ring of %q", k, g.Key(r))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	for _, k := range keys { // the sweeps may have reclaimed any of them
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+	}
+	requireLoadsMatchMap(t, tab, g, keys)
+}
