@@ -364,7 +364,7 @@ func TestAuditSameRequestTimeCancel(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true}
 			e := advNew(t, cfg)
-			ref := newAuditRef(cfg, e.Width())
+			ref := newModel(cfg)
 			at := func(ms int) time.Time { return advMs(advT0, ms) }
 			step := func(n int64, ms int) engine.Decision {
 				d := e.AllowAt("k", n, at(ms))

@@ -33,7 +33,7 @@ func TestAuditModelMixed(t *testing.T) {
 				clk := engine.NewManualClock(advT0)
 				cfg := engine.Config{Limit: limit, Window: win, SubWindows: sub, Algorithm: alg, Audit: 1, Clock: clk, DisableEviction: true, PerKeyLimits: true}
 				e := advNew(t, cfg)
-				ref := newAuditRef(cfg, e.Width())
+				ref := newModel(cfg)
 				type pending struct {
 					r   *engine.Reservation
 					key string
@@ -46,7 +46,7 @@ func TestAuditModelMixed(t *testing.T) {
 				unadmit := func(key string, ev int, units int64) {
 					k := ref.keys[key]
 					ref.rep.Unadmits++
-					if e := &k.log[ev]; e.t > k.newestT-int64(win) {
+					if e := &k.log[ev]; e.t > k.judged-int64(win) {
 						e.n -= units
 					} else {
 						ref.rep.UnadmitMissed++
@@ -148,7 +148,7 @@ func TestAuditModelMixed(t *testing.T) {
 						if err := e.SetLimitAt(key, nl, now); err != nil {
 							t.Fatal(err)
 						}
-						ref.touch(key, now)
+						ref.touch(ref.key(key), now.UnixNano())
 						logf("SetLimitAt(%s,%d,%v)", key, nl, now.Sub(advT0))
 						lim[key] = nl
 					default:
@@ -549,7 +549,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ref := newAuditRef(cfg, e.Width())
+					ref := newModel(cfg)
 					w := e.Width()
 					if alg == engine.SlidingLog {
 						w = 1
@@ -562,7 +562,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						d := e.AllowAt("k", 1, base.Add(time.Millisecond*time.Duration(rng.Intn(50))))
 						ref.observe("k", 1, base.Add(time.Millisecond*time.Duration(rng.Intn(50))), d)
 						// keep exact: re-observe not possible; redo simply
-						ref = newAuditRef(cfg, e.Width())
+						ref = newModel(cfg)
 						e.Close()
 						e, _ = engine.New(cfg)
 					}
@@ -597,7 +597,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						if c {
 							k := ref.keys["k"]
 							ref.rep.Unadmits++
-							u := k.newestT
+							u := k.judged
 							_ = w
 							ev := &k.log[evs[j]]
 							if ev.t > u-int64(win) {

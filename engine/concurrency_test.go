@@ -54,11 +54,12 @@ func fillAt(e *engine.Engine, key string, t time.Time) int64 {
 // requireExactlyFull checks, with the reference estimate, that the key's
 // admitted log is within the limit at t and that not one more unit fits:
 // no count was lost and none was left behind by a failed attempt.
-func requireExactlyFull(t *testing.T, ref *refLimiter, k *refKey, at time.Time, msg string) {
+func requireExactlyFull(t *testing.T, ref *model, k *modelKey, at time.Time, msg string) {
 	t.Helper()
-	est := ref.estimate(k, at.UnixNano())
-	require.LessOrEqual(t, est.Cmp(big.NewRat(ref.limit, 1)), 0, "%s: admitted beyond the limit (estimate %s)", msg, est.FloatString(3))
-	require.False(t, ref.fits(k, at.UnixNano(), 1), "%s: capacity left unused (estimate %s)", msg, est.FloatString(3))
+	num, den := ref.estimate(k, at.UnixNano())
+	est := new(big.Rat).SetFrac(num, den).FloatString(3)
+	require.True(t, ref.fits(k, at.UnixNano(), 0, ref.limit), "%s: admitted beyond the limit (estimate %s)", msg, est)
+	require.False(t, ref.fits(k, at.UnixNano(), 1, ref.limit), "%s: capacity left unused (estimate %s)", msg, est)
 }
 
 func TestConcurrentBurstAtOneInstant(t *testing.T) {
@@ -66,12 +67,12 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 1000, Window: time.Second, Algorithm: alg, DisableEviction: true}
 			e := newEngine(t, cfg)
-			ref := newRef(cfg)
-			k := &refKey{}
+			ref := newModel(cfg)
+			k := &modelKey{}
 			// Earlier traffic, so that the weighted oldest slot matters.
 			pre := t0.Add(-time.Second + 50*time.Millisecond)
 			require.True(t, e.AllowAt("k", 300, pre).Allowed)
-			k.log = append(k.log, refEvent{pre.UnixNano(), 300})
+			k.log = append(k.log, modelEvent{pre.UnixNano(), 300})
 			at := t0.Add(30 * time.Millisecond)
 			var admitted atomic.Int64
 			burst(t, func(g int) error {
@@ -88,7 +89,7 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 				return nil
 			})
 			seq := fillAt(e, "k", at)
-			k.log = append(k.log, refEvent{at.UnixNano(), admitted.Load() + seq})
+			k.log = append(k.log, modelEvent{at.UnixNano(), admitted.Load() + seq})
 			requireExactlyFull(t, ref, k, at, "after the burst and a sequential fill")
 			require.Zero(t, e.AllowAt("k", 0, at).Remaining)
 		})
@@ -103,11 +104,11 @@ func TestConcurrentPhasesWithTimeMoving(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 200, Window: time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true}
 			e := newEngine(t, cfg)
-			ref := newRef(cfg)
+			ref := newModel(cfg)
 			keys := []string{"a", "b", "c"}
-			logs := map[string]*refKey{}
+			logs := map[string]*modelKey{}
 			for _, k := range keys {
-				logs[k] = &refKey{}
+				logs[k] = &modelKey{}
 			}
 			rng := rand.New(rand.NewPCG(7, uint64(alg)))
 			at := t0
@@ -127,7 +128,7 @@ func TestConcurrentPhasesWithTimeMoving(t *testing.T) {
 				})
 				for j, k := range keys {
 					got := admitted[j].Load() + fillAt(e, k, at)
-					logs[k].log = append(logs[k].log, refEvent{at.UnixNano(), got})
+					logs[k].log = append(logs[k].log, modelEvent{at.UnixNano(), got})
 					requireExactlyFull(t, ref, logs[k], at, fmt.Sprintf("phase %d key %s", phase, k))
 				}
 			}

@@ -181,47 +181,6 @@ func TestReserveDecidesAsAllowAt(t *testing.T) {
 	}
 }
 
-// refRes is one reservation of a reference script: its key and the index
-// of its event in the reference log (−1 when it recorded nothing).
-type refRes struct {
-	key string
-	ev  int
-}
-
-// cancel is Reservation.Cancel in the reference: the event's units go if
-// they were not cancelled before and its sub-window is still inside the
-// key's window at the key's newest time.
-func (r *refLimiter) cancel(rr refRes) bool {
-	k := r.keys[rr.key]
-	if rr.ev < 0 || k == nil || k.log[rr.ev].n == 0 {
-		return false
-	}
-	ev := &k.log[rr.ev]
-	inside := ev.t/r.w >= k.newest-r.n
-	if r.alg == engine.SlidingLog {
-		inside = ev.t > k.newest-r.win
-	}
-	if !inside {
-		return false
-	}
-	ev.n = 0
-	return true
-}
-
-// reserve is decide that also returns the reservation.
-func (r *refLimiter) reserve(key string, n int64, now time.Time) (engine.Decision, refRes) {
-	before := 0
-	if k := r.keys[key]; k != nil {
-		before = len(k.log)
-	}
-	d := r.decide(key, n, now)
-	rr := refRes{key: key, ev: -1}
-	if k := r.keys[key]; k != nil && len(k.log) > before {
-		rr.ev = before
-	}
-	return d, rr
-}
-
 // rop is a step of a reserve/cancel script: cancel > 0 cancels reservation
 // cancel−1 (modulo the count so far); otherwise, with all set, it is
 // AllowAll of n of key and 1 of all; otherwise it reserves n of key.
@@ -229,27 +188,6 @@ type rop struct {
 	op
 	cancel int
 	all    string
-}
-
-// allowAll is AllowAll in the reference: reserve in order, and on a denial
-// cancel the earlier ones; the least Remaining when all are admitted.
-func (r *refLimiter) allowAll(now time.Time, keys []string, ns []int64) (int, engine.Decision) {
-	var held []refRes
-	best := engine.Decision{Allowed: true, Remaining: -1}
-	for i, k := range keys {
-		d, rr := r.reserve(k, ns[i], now)
-		if !d.Allowed {
-			for _, h := range held {
-				r.cancel(h)
-			}
-			return i, d
-		}
-		held = append(held, rr)
-		if best.Remaining < 0 || d.Remaining < best.Remaining {
-			best = d
-		}
-	}
-	return -1, best
 }
 
 // runReserveScript replays ops through ReserveAt/Cancel and the reference,
@@ -261,10 +199,10 @@ func runReserveScript(t testing.TB, cfg engine.Config, ops []rop) {
 	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	defer e.Close()
-	ref := newRef(cfg)
+	ref := newModel(cfg)
 	now := t0
 	var got []engine.Reservation
-	var want []refRes
+	var want []modelRes
 	for i, o := range ops {
 		now = now.Add(o.dt)
 		if o.cancel > 0 && len(got) > 0 {
@@ -284,14 +222,14 @@ func runReserveScript(t testing.TB, cfg engine.Config, ops []rop) {
 			continue
 		}
 		got = append(got, e.ReserveAt(o.key, o.n, now))
-		wd, wr := ref.reserve(o.key, o.n, now)
+		wd, wr := ref.reserveAt(o.key, o.n, now)
 		want = append(want, wr)
 		if d := got[len(got)-1].Decision(); d != wd {
 			t.Fatalf("step %d: ReserveAt(%q, %d, t0%+v)\n got %+v\nwant %+v\ncfg %+v", i, o.key, o.n, now.Sub(t0), d, wd, cfg)
 		}
 	}
 	for key, k := range ref.keys {
-		worst := maxInWindow(k.log, ref.win)
+		worst := ref.maxInWindow(k)
 		switch cfg.Algorithm {
 		case engine.SlidingWindowStrict, engine.SlidingLog:
 			require.LessOrEqual(t, worst, cfg.Limit, "%v exceeded the limit for %q", cfg.Algorithm, key)
