@@ -407,16 +407,14 @@ func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
 					for _, a := range adm {
 						newest = max(newest, a.eff)
 					}
-					span := int64(N) // Strict and weighted at offset 0 both count e−N … e in full
-					if alg == engine.FixedWindow {
-						span = 0
-					}
-					var used int64
+					// The peek below is clamped to the start of the newest
+					// sub-window, where the model recounts the admissions.
+					ref := newModel(cfg)
+					k := &modelKey{}
 					for _, a := range adm {
-						if a.eff >= newest-span {
-							used += a.n
-						}
+						k.log = append(k.log, modelEvent{a.eff * w, a.n})
 					}
+					used := L - ref.remaining(k, newest*w, L)
 					d := e.AllowAt("k", 0, time.Unix(0, 0)) // clamped to (newest, 0)
 					require.Equal(t, max(0, L-used), d.Remaining, "round %d: Remaining after the burst", round)
 					fill := int64(0)
@@ -583,44 +581,13 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 	// Exact accounting at the final time: no lost or doubled cancel, no
 	// residue of failed attempts.
 	T := now.Load()
-	eT := T
-	if alg == engine.SlidingWindowStrict || alg == engine.SlidingWindow {
-		eT = T / w
-	} else if alg == engine.FixedWindow {
-		eT = T / W
+	ref := newModel(engine.Config{Limit: lim, Window: time.Duration(W), SubWindows: N, Algorithm: alg})
+	k := &modelKey{}
+	for x, n := range live { // live is per epoch (SlidingLog: per ns)
+		k.log = append(k.log, modelEvent{x * ref.w, n})
 	}
-	var inWin, old int64
-	for x, n := range live {
-		switch alg {
-		case engine.SlidingWindow:
-			if x > eT-int64(N) && x <= eT {
-				inWin += n
-			} else if x == eT-int64(N) {
-				old += n
-			}
-		case engine.SlidingLog:
-			if x > T-W && x <= T {
-				inWin += n
-			}
-		case engine.FixedWindow:
-			if x == eT {
-				inWin += n
-			}
-		default:
-			if x >= eT-int64(N) && x <= eT {
-				inWin += n
-			}
-		}
-	}
-	want := max(0, lim-inWin)
-	if alg == engine.SlidingWindow {
-		off := T % w
-		room := lim*w - inWin*w - old*(w-off)
-		want = max(0, room/w)
-		if room < 0 {
-			want = 0
-		}
-	}
+	inWin := ref.count(k, T)
+	want := ref.remaining(k, T, lim)
 	if rem := e.AllowAt("k", 0, time.Unix(0, T)).Remaining; rem != want {
 		t.Fatalf("%v N=%d seed=%d: final Remaining %d, live units in window %d (limit %d)", alg, N, seed, rem, inWin, lim)
 	}
