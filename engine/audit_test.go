@@ -894,8 +894,8 @@ func TestAuditReserveCancelConcurrent(t *testing.T) {
 func TestAuditClockPathsUseKeyLimit(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			clk := engine.NewManualClock(advT0)
-			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk,
+			clk := engine.NewManualClock(t0)
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk,
 				KeyLimit: func(k string) int64 {
 					if k == "small" {
 						return 3
@@ -921,7 +921,7 @@ func TestAuditClockPathsUseKeyLimit(t *testing.T) {
 			cancel()
 			rep := e.Audit()
 			t.Logf("%+v", rep)
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 			if rep.FalseDenies != 0 || rep.FalseAdmits != 0 || rep.WorstWindow != 1 {
 				t.Errorf("judged with the wrong limit? %+v", rep)
 			}

@@ -229,7 +229,7 @@ func testEvictionRacingWriters(t *testing.T, alg engine.Algorithm) {
 	require.Greater(t, swept.Load(), int64(0), "the sweeper never reclaimed anything")
 }
 
-type advAdm struct {
+type admission struct {
 	key string
 	eff int64
 	n   int64
@@ -247,12 +247,12 @@ func TestRacingWritersStayWithinBounds(t *testing.T) {
 			if (alg == engine.FixedWindow || alg == engine.SlidingLog) && N != 1 {
 				continue
 			}
-			t.Run(fmt.Sprintf("%v/N=%d", alg, N), func(t *testing.T) { advRaceBounds(t, alg, N) })
+			t.Run(fmt.Sprintf("%v/N=%d", alg, N), func(t *testing.T) { runRacingWritersBounds(t, alg, N) })
 		}
 	}
 }
 
-func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
+func runRacingWritersBounds(t *testing.T, alg engine.Algorithm, N int) {
 	const L = 4
 	W := 30 * time.Millisecond
 	cfg := engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 2,
@@ -275,7 +275,7 @@ func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
 	}
 	keys := []string{"a", "b", "c"}
 	const G = 4
-	recs := make([][]advAdm, G)
+	recs := make([][]admission, G)
 	now := base.UnixNano()
 	for phase := 0; phase < 300; phase++ {
 		var wg sync.WaitGroup
@@ -313,7 +313,7 @@ func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
 					n := 1 + rng.Int64N(2)
 					d, eff := e.AllowAtTrace(k, n, time.Unix(0, at))
 					if d.Allowed {
-						recs[g] = append(recs[g], advAdm{k, eff, n})
+						recs[g] = append(recs[g], admission{k, eff, n})
 					}
 				}
 			}()
@@ -326,7 +326,7 @@ func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
 		clk.Set(time.Unix(0, now))
 	}
 	// Check.
-	by := map[string][]advAdm{}
+	by := map[string][]admission{}
 	for _, r := range recs {
 		for _, a := range r {
 			by[a.key] = append(by[a.key], a)
@@ -380,21 +380,21 @@ func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
 					require.NoError(t, err)
 					base := int64(1<<40) / w * w
 					var mu sync.Mutex
-					var adm []advAdm
+					var adm []admission
 					var wg sync.WaitGroup
 					for g := 0; g < 4; g++ {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
 							rng := rand.New(rand.NewPCG(uint64(g), uint64(round)))
-							var mine []advAdm
+							var mine []admission
 							for i := 0; i < 60; i++ {
 								// times around the boundaries of 3 consecutive sub-windows
 								at := base + int64(rng.IntN(3))*w + []int64{0, w - 1, 1, w / 2}[rng.IntN(4)]
 								n := 1 + rng.Int64N(3)
 								d, eff := e.AllowAtTrace("k", n, time.Unix(0, at))
 								if d.Allowed {
-									mine = append(mine, advAdm{"k", eff, n})
+									mine = append(mine, admission{"k", eff, n})
 								}
 							}
 							mu.Lock()
@@ -462,9 +462,9 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 	if alg == engine.FixedWindow || alg == engine.SlidingLog {
 		W = 3000
 	}
-	base := t13.UnixNano()
+	base := t0.UnixNano()
 	clk := engine.NewManualClock(time.Unix(0, base))
-	e := new13(t, engine.Config{Limit: L, Window: time.Duration(W), SubWindows: N, Algorithm: alg, Clock: clk, SweepInterval: time.Millisecond, PerKeyLimits: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: time.Duration(W), SubWindows: N, Algorithm: alg, Clock: clk, SweepInterval: time.Millisecond, PerKeyLimits: true})
 	var now atomic.Int64
 	now.Store(base)
 	var mu sync.Mutex
@@ -602,7 +602,7 @@ func TestRealClockStormWithSweeper(t *testing.T) {
 		const L = 5
 		N := 2
 		W := 2 * time.Millisecond
-		e := new13(t, engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 1})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 1})
 		type ent struct {
 			r  engine.Reservation
 			ok bool

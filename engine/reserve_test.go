@@ -589,18 +589,6 @@ func TestReservationSize(t *testing.T) {
 // ManualClock is a WaitClock.
 var _ engine.WaitClock = (*engine.ManualClock)(nil)
 
-var t13 = time.Unix(1_700_000_000, 0)
-
-func new13(t *testing.T, c engine.Config) *engine.Engine {
-	t.Helper()
-	e, err := engine.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
-
 func TestZeroReservation(t *testing.T) {
 	var r engine.Reservation
 	if r.Cancel() {
@@ -625,8 +613,8 @@ func TestCancelAtWindowEndBoundary(t *testing.T) {
 				later int // sub-windows after the reservation's
 				want  bool
 			}{{4, true}, {5, false}} {
-				e := new13(t, engine.Config{Limit: 4, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
-				r := e.ReserveAt("k", 2, t13)
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+				r := e.ReserveAt("k", 2, t0)
 				if !r.Decision().Allowed {
 					t.Fatal("denied")
 				}
@@ -645,11 +633,11 @@ func TestCancelAtWindowEndBoundary(t *testing.T) {
 
 func TestReserveBadInput(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		e := new13(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: alg, DisableEviction: true, MaxKeys: 1})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: alg, DisableEviction: true, MaxKeys: 1})
 		for _, c := range []struct {
 			n   int64
 			now time.Time
-		}{{-1, t13}, {5, t13}, {math.MaxInt64, t13}, {math.MinInt64, t13}, {1, time.Unix(-1, 0)}, {1, time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Time{}}} {
+		}{{-1, t0}, {5, t0}, {math.MaxInt64, t0}, {math.MinInt64, t0}, {1, time.Unix(-1, 0)}, {1, time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Time{}}} {
 			r := e.ReserveAt("k", c.n, c.now)
 			d := r.Decision()
 			if d.Allowed || d.RetryAfter != engine.Never || d.Reason() != engine.ReasonNever {
@@ -663,12 +651,12 @@ func TestReserveBadInput(t *testing.T) {
 			}
 		}
 		// peek does not create
-		r := e.ReserveAt("k", 0, t13)
+		r := e.ReserveAt("k", 0, t0)
 		if !r.Decision().Allowed || r.Cancel() || e.Len() != 0 {
 			t.Errorf("%v: peek", alg)
 		}
-		r1 := e.ReserveAt("a", 1, t13)
-		r2 := e.ReserveAt("b", 1, t13)
+		r1 := e.ReserveAt("a", 1, t0)
+		r2 := e.ReserveAt("b", 1, t0)
 		if !r1.Decision().Allowed || r2.Decision().Reason() != engine.ReasonKeysFull || r2.Cancel() {
 			t.Errorf("%v: keys full %+v", alg, r2.Decision())
 		}
@@ -681,7 +669,7 @@ func TestReserveBadInput(t *testing.T) {
 func TestCancelBoundariesExact(t *testing.T) {
 	W := 4 * time.Second
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		at := t13.Add(1500 * time.Millisecond) // mid sub-window
+		at := t0.Add(1500 * time.Millisecond) // mid sub-window
 		var lastTrue, firstFalse time.Time
 		switch alg {
 		case engine.FixedWindow:
@@ -697,7 +685,7 @@ func TestCancelBoundariesExact(t *testing.T) {
 			when time.Time
 			want bool
 		}{{lastTrue, true}, {firstFalse, false}} {
-			e := new13(t, engine.Config{Limit: 4, Window: W, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: W, SubWindows: 4, Algorithm: alg, DisableEviction: true})
 			r := e.ReserveAt("k", 2, at)
 			e.AllowAt("k", 1, c.when)
 			if got := r.Cancel(); got != c.want {
@@ -782,19 +770,19 @@ func TestExtremeReserveCancel(t *testing.T) {
 
 // UpdateLimits growing a SlidingLog key, then Cancel.
 func TestCancelAfterUpdateLimitsGrowth(t *testing.T) {
-	e := new13(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, PerKeyLimits: true, DisableEviction: true})
-	r := e.ReserveAt("k", 2, t13)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, PerKeyLimits: true, DisableEviction: true})
+	r := e.ReserveAt("k", 2, t0)
 	if err := e.UpdateLimits(func(string, int64) int64 { return 50 }); err != nil {
 		t.Fatal(err)
 	}
-	r2 := e.ReserveAt("k", 40, t13)
+	r2 := e.ReserveAt("k", 40, t0)
 	if err := e.UpdateLimits(func(string, int64) int64 { return 500 }); err != nil {
 		t.Fatal(err)
 	}
 	if !r.Cancel() || !r2.Cancel() {
 		t.Fatal("cancel after growth false")
 	}
-	if rem := e.AllowAt("k", 0, t13).Remaining; rem != 500 {
+	if rem := e.AllowAt("k", 0, t0).Remaining; rem != 500 {
 		t.Fatalf("remaining %d", rem)
 	}
 }
