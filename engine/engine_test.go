@@ -404,3 +404,11 @@ func TestBadConfigNeverPanics(t *testing.T) {
 		}()
 	}
 }
+
+// An Algorithm or Reason outside the defined ones prints as a value, not
+// as one of the names (a log line must not mislabel a corrupt value).
+func TestUndefinedEnumValuesPrintAsValues(t *testing.T) {
+	require.Equal(t, "Algorithm(9)", engine.Algorithm(9).String())
+	require.Equal(t, "Algorithm(-1)", engine.Algorithm(-1).String())
+	require.Equal(t, "unknown", engine.Reason(200).String())
+}
