@@ -13,7 +13,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// The report must equal an exact model (the one in audit_test.go, fed by
+// The report must equal the model's audit side (model_test.go, fed by
 // this test) on scripts with unaligned nanosecond times, odd sub-window
 // widths, AllowAt, ReserveAt, Cancel and AllowAll (same key twice), steps
 // back within a window, for every algorithm. No SetLimit here for the log

@@ -165,8 +165,8 @@ func runClampLagScript(alg engine.Algorithm, L int64, N int, w int64, rng *rand.
 // request whose now is older than the key's newest sub-window (clamped to
 // that sub-window's start), RetryAfter is measured from the clamped instant,
 // not from now: retrying at now+RetryAfter is refused again, for every
-// algorithm. (The test's own reference in reference_test.go makes the same
-// choice, so the suite cannot see it.)
+// algorithm. (The reference model once made the same choice, so the
+// model comparisons could not see it; it now counts from now too.)
 func TestRetryAfterOfClampedRequestIsLongEnough(t *testing.T) {
 	base := time.Unix(1_700_000_000, 0) // on every grid used here
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
