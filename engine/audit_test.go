@@ -808,13 +808,7 @@ func TestAuditReserveMatchesReference(t *testing.T) {
 							// them out unless they have left the exact window
 							// at the key's newest time (the weighted counter
 							// still counts part of that sub-window).
-							k := ref.keys[p.key]
-							ref.rep.Unadmits++
-							if ev := &k.log[p.ev]; ev.t > k.judged-ref.win {
-								ev.n -= p.r.Units()
-							} else {
-								ref.rep.UnadmitMissed++
-							}
+							ref.unadmit(p.key, p.ev, p.r.Units())
 						}
 					default:
 						e.Audit()

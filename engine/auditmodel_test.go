@@ -43,15 +43,6 @@ func TestAuditModelMixed(t *testing.T) {
 				lim := map[string]int64{"a": limit, "b": limit}
 				now := t0.Add(time.Duration(rng.Int63n(int64(time.Second))))
 				newest := now
-				unadmit := func(key string, ev int, units int64) {
-					k := ref.keys[key]
-					ref.rep.Unadmits++
-					if e := &k.log[ev]; e.t > k.judged-int64(win) {
-						e.n -= units
-					} else {
-						ref.rep.UnadmitMissed++
-					}
-				}
 				trace := os.Getenv("RINGLIMIT_AUDIT_TRACE") != ""
 				var hist []string
 				logf := func(f string, a ...any) {
@@ -106,7 +97,7 @@ func TestAuditModelMixed(t *testing.T) {
 						c := p.r.Cancel()
 						logf("Cancel(%s, at %v, n=%d) @clock %v -> %v", p.key, p.r.At().Sub(t0), p.r.Units(), newest.Sub(t0), c)
 						if c {
-							unadmit(p.key, p.ev, p.r.Units())
+							ref.unadmit(p.key, p.ev, p.r.Units())
 						}
 					case op < 18:
 						// AllowAll on a, b, a: observe each reservation as
@@ -139,7 +130,7 @@ func TestAuditModelMixed(t *testing.T) {
 						if idx >= 0 {
 							for q := idx - 1; q >= 0; q-- {
 								if evs[2*q] >= 0 {
-									unadmit(ks[q], evs[2*q+1], ns[q])
+									ref.unadmit(ks[q], evs[2*q+1], ns[q])
 								}
 							}
 						}
@@ -559,10 +550,6 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						t.Fatal(err)
 					}
 					ref := newModel(cfg)
-					w := e.Width()
-					if alg == engine.SlidingLog {
-						w = 1
-					}
 					base := t0.Add(time.Duration(rng.Int63n(int64(win))))
 					var hist []string
 					// a decision later in the sub-window first, so the
@@ -604,16 +591,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						c := rs[j].Cancel()
 						hist = append(hist, fmt.Sprintf("Cancel r%d (n=%d at %v) -> %v", j, rs[j].Units(), rs[j].At().Sub(t0), c))
 						if c {
-							k := ref.keys["k"]
-							ref.rep.Unadmits++
-							u := k.judged
-							_ = w
-							ev := &k.log[evs[j]]
-							if ev.t > u-int64(win) {
-								ev.n -= rs[j].Units()
-							} else {
-								ref.rep.UnadmitMissed++
-							}
+							ref.unadmit("k", evs[j], rs[j].Units())
 						}
 						d := e.AllowAt("k", 1, now)
 						ref.observe("k", 1, now, d)
