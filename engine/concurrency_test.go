@@ -414,9 +414,8 @@ func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
 					for _, a := range adm {
 						k.log = append(k.log, modelEvent{a.eff * w, a.n})
 					}
-					used := L - ref.remaining(k, newest*w, L)
 					d := e.AllowAt("k", 0, time.Unix(0, 0)) // clamped to (newest, 0)
-					require.Equal(t, max(0, L-used), d.Remaining, "round %d: Remaining after the burst", round)
+					require.Equal(t, ref.remaining(k, newest*w, L), d.Remaining, "round %d: Remaining after the burst", round)
 					fill := int64(0)
 					for e.AllowAt("k", 1, time.Unix(0, 0)).Allowed {
 						fill++
