@@ -113,6 +113,24 @@ func TestWaitManualClock(t *testing.T) {
 	}
 }
 
+// A wait of under 8 ns gets no jitter (an eighth of it is 0 ns): Wait
+// sleeps exactly RetryAfter, on nanosecond sub-windows.
+func TestWaitOfAFewNanosecondsSleepsExactly(t *testing.T) {
+	s := recordSleeps(t)
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 1, Window: 6, SubWindows: 6, Clock: clk, DisableEviction: true})
+	require.True(t, e.AllowN("k", 1).Allowed)
+	ra := e.AllowN("k", 1).RetryAfter
+	require.Less(t, ra, 8*time.Nanosecond)
+	ch := goWait(context.Background(), e, "k", 1)
+	untilWaits(t, clk, 1)
+	require.Equal(t, []time.Duration{ra}, s.get())
+	clk.Advance(ra)
+	r := recv(t, ch)
+	require.NoError(t, r.err)
+	require.True(t, r.d.Allowed)
+}
+
 // Two waiters for the one unit a window frees: one is admitted, the other
 // sleeps again, for its new RetryAfter; each retry follows a sleep.
 func TestWaitContention(t *testing.T) {
