@@ -179,9 +179,9 @@ func TestReserveAndCancelAllocs(t *testing.T) {
 		t.Skip("race")
 	}
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		e := new13(t, engine.Config{Limit: 1000, Window: time.Second, Algorithm: alg, DisableEviction: true, PerKeyLimits: true})
-		f := new13(t, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: alg, DisableEviction: true})
-		now := t13
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 1000, Window: time.Second, Algorithm: alg, DisableEviction: true, PerKeyLimits: true})
+		f := newEngineNoCloseCheck(t, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: alg, DisableEviction: true})
+		now := t0
 		e.AllowAt("k", 1, now)
 		f.AllowAt("k", 1, now)
 		key := string([]byte("k"))
@@ -244,19 +244,19 @@ func TestAllowAllAllocs(t *testing.T) {
 		for _, audit := range []float64{0, 1} {
 			for _, n := range []int{1, 2, 8} {
 				t.Run(fmt.Sprintf("%v/audit=%v/%d", alg, audit, n), func(t *testing.T) {
-					e := advNew(t, engine.Config{Limit: 1 << 20, Window: time.Second, Algorithm: alg, Audit: audit, DisableEviction: true, MaxLogLimit: 1 << 20})
-					e2 := advNew(t, engine.Config{Limit: 3, Window: time.Second, Algorithm: alg, Audit: audit, DisableEviction: true})
+					e := newEngineNoCloseCheck(t, engine.Config{Limit: 1 << 20, Window: time.Second, Algorithm: alg, Audit: audit, DisableEviction: true, MaxLogLimit: 1 << 20})
+					e2 := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Second, Algorithm: alg, Audit: audit, DisableEviction: true})
 					reqs := make([]engine.Request, n)
 					for i := range reqs {
 						reqs[i] = engine.Request{Engine: e, Key: fmt.Sprint("k", i%3), N: 1}
-						e.AllowAt(reqs[i].Key, 0, adv5T0)
-						e.AllowAt(reqs[i].Key, 1, adv5T0)
+						e.AllowAt(reqs[i].Key, 0, t0)
+						e.AllowAt(reqs[i].Key, 1, t0)
 					}
 					// Stop the audit's drain goroutine, whose allocations
 					// AllocsPerRun would count; decisions still buffer.
 					e.Close()
 					e2.Close()
-					now := adv5T0
+					now := t0
 					a := testing.AllocsPerRun(200, func() {
 						now = now.Add(time.Microsecond)
 						engine.AllowAll(now, reqs...)
@@ -264,7 +264,7 @@ func TestAllowAllAllocs(t *testing.T) {
 					if a != 0 {
 						t.Errorf("admitted: %v allocs", a)
 					}
-					e2.AllowAt("full", 3, adv5T0)
+					e2.AllowAt("full", 3, t0)
 					reqs[n-1] = engine.Request{Engine: e2, Key: "full", N: 1}
 					a = testing.AllocsPerRun(200, func() {
 						now = now.Add(time.Microsecond)
@@ -287,13 +287,13 @@ func TestAllowAllAllocsHeap(t *testing.T) {
 	for _, n := range []int{9, 10, 64, 1000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			// No Audit: its drain goroutine allocates while AllocsPerRun counts.
-			e := advNew(t, engine.Config{Limit: 1 << 30, Window: time.Second, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 1 << 30, Window: time.Second, DisableEviction: true})
 			reqs := make([]engine.Request, n)
 			for i := range reqs {
 				reqs[i] = engine.Request{Engine: e, Key: fmt.Sprint("k", i%5), N: 1}
-				e.AllowAt(reqs[i].Key, 1, adv5T0)
+				e.AllowAt(reqs[i].Key, 1, t0)
 			}
-			now := adv5T0
+			now := t0
 			a := testing.AllocsPerRun(100, func() {
 				now = now.Add(time.Microsecond)
 				engine.AllowAll(now, reqs...)
@@ -328,7 +328,7 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 }
 
 func TestAuditUnsampledAllocs(t *testing.T) {
-	e := advNew(t, engine.Config{Limit: 1 << 30, Window: time.Second, Audit: 0.5, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 1 << 30, Window: time.Second, Audit: 0.5, DisableEviction: true})
 	var un, sa string
 	for i := 0; un == "" || sa == ""; i++ {
 		k := fmt.Sprint("key", i)
@@ -340,18 +340,18 @@ func TestAuditUnsampledAllocs(t *testing.T) {
 	}
 	e.Close() // stops the drain goroutine, whose allocations AllocsPerRun would count
 	for _, k := range []string{un, sa} {
-		e.AllowAt(k, 1, advT0)
-		if a := testing.AllocsPerRun(200, func() { e.AllowAt(k, 1, advT0) }); a != 0 {
+		e.AllowAt(k, 1, t0)
+		if a := testing.AllocsPerRun(200, func() { e.AllowAt(k, 1, t0) }); a != 0 {
 			t.Errorf("AllowAt %s allocs %v", k, a)
 		}
 		if a := testing.AllocsPerRun(200, func() { e.Allow(k) }); a != 0 {
 			t.Errorf("Allow %s allocs %v", k, a)
 		}
-		if a := testing.AllocsPerRun(200, func() { r := e.ReserveAt(k, 1, advT0); r.Cancel() }); a != 0 {
+		if a := testing.AllocsPerRun(200, func() { r := e.ReserveAt(k, 1, t0); r.Cancel() }); a != 0 {
 			t.Errorf("Reserve/Cancel %s allocs %v", k, a)
 		}
 		reqs := []engine.Request{{Engine: e, Key: k, N: 1}, {Engine: e, Key: k, N: 1 << 31}}
-		if a := testing.AllocsPerRun(200, func() { engine.AllowAll(advT0, reqs...) }); a != 0 {
+		if a := testing.AllocsPerRun(200, func() { engine.AllowAll(t0, reqs...) }); a != 0 {
 			t.Errorf("AllowAll %s allocs %v", k, a)
 		}
 	}

@@ -138,39 +138,39 @@ func TestAllowAllConcurrent(t *testing.T) {
 }
 
 func TestAllowAllEmptyNilAndMixedEngines(t *testing.T) {
-	e := new13(t, engine.Config{Limit: 3, Window: time.Second, DisableEviction: true})
-	f := new13(t, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingLog, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Second, DisableEviction: true})
+	f := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingLog, DisableEviction: true})
 	// none
-	i, d := engine.AllowAll(t13)
+	i, d := engine.AllowAll(t0)
 	if i != -1 || !d.Allowed || d != (engine.Decision{Allowed: true}) {
 		t.Fatalf("empty: %d %+v", i, d)
 	}
 	// nil engine
-	i, d = engine.AllowAll(t13, engine.Request{Engine: e, Key: "k", N: 1}, engine.Request{Key: "k", N: 1})
+	i, d = engine.AllowAll(t0, engine.Request{Engine: e, Key: "k", N: 1}, engine.Request{Key: "k", N: 1})
 	if i != 1 || d.Allowed || d.RetryAfter != engine.Never {
 		t.Fatalf("nil engine: %d %+v", i, d)
 	}
-	if r := e.AllowAt("k", 0, t13).Remaining; r != 3 {
+	if r := e.AllowAt("k", 0, t0).Remaining; r != 3 {
 		t.Fatalf("nil engine consumed: %d", r)
 	}
 	// duplicates: 2+2 > 3 on the same key -> none
-	i, d = engine.AllowAll(t13, engine.Request{Engine: e, Key: "k", N: 2}, engine.Request{Engine: f, Key: "k", N: 5}, engine.Request{Engine: e, Key: "k", N: 2})
+	i, d = engine.AllowAll(t0, engine.Request{Engine: e, Key: "k", N: 2}, engine.Request{Engine: f, Key: "k", N: 5}, engine.Request{Engine: e, Key: "k", N: 2})
 	if i != 2 || d.Allowed || d.Reason() != engine.ReasonLimited {
 		t.Fatalf("dup: %d %+v", i, d)
 	}
-	if r := e.AllowAt("k", 0, t13).Remaining; r != 3 {
+	if r := e.AllowAt("k", 0, t0).Remaining; r != 3 {
 		t.Fatalf("dup consumed e: %d", r)
 	}
-	if r := f.AllowAt("k", 0, t13).Remaining; r != 5 {
+	if r := f.AllowAt("k", 0, t0).Remaining; r != 5 {
 		t.Fatalf("dup consumed f: %d", r)
 	}
 	// n=0 and a single request
-	i, d = engine.AllowAll(t13, engine.Request{Engine: e, Key: "k", N: 0})
+	i, d = engine.AllowAll(t0, engine.Request{Engine: e, Key: "k", N: 0})
 	if i != -1 || !d.Allowed || d.Remaining != 3 {
 		t.Fatalf("n=0: %d %+v", i, d)
 	}
 	// least remaining, first of equals
-	i, d = engine.AllowAll(t13, engine.Request{Engine: f, Key: "z", N: 4}, engine.Request{Engine: e, Key: "z", N: 2})
+	i, d = engine.AllowAll(t0, engine.Request{Engine: f, Key: "z", N: 4}, engine.Request{Engine: e, Key: "z", N: 2})
 	if i != -1 || !d.Allowed || d.Remaining != 1 || d.Limit != 5 {
 		t.Fatalf("least: %d %+v", i, d)
 	}
@@ -180,23 +180,23 @@ func TestAllowAllEmptyNilAndMixedEngines(t *testing.T) {
 		t.Fatalf("1969: %d %+v", i, d)
 	}
 	// n too large at the end -> earlier cancelled
-	i, d = engine.AllowAll(t13, engine.Request{Engine: e, Key: "y", N: 3}, engine.Request{Engine: e, Key: "y", N: -1})
+	i, d = engine.AllowAll(t0, engine.Request{Engine: e, Key: "y", N: 3}, engine.Request{Engine: e, Key: "y", N: -1})
 	if i != 1 || d.RetryAfter != engine.Never {
 		t.Fatalf("neg: %d %+v", i, d)
 	}
-	if r := e.AllowAt("y", 0, t13).Remaining; r != 3 {
+	if r := e.AllowAt("y", 0, t0).Remaining; r != 3 {
 		t.Fatalf("neg consumed: %d", r)
 	}
 }
 
 func TestAllowAllFirstOfEquals(t *testing.T) {
-	e := new13(t, engine.Config{Limit: 5, Window: time.Second, DisableEviction: true})
-	f := new13(t, engine.Config{Limit: 7, Window: time.Second, Algorithm: engine.SlidingLog, DisableEviction: true})
-	i, d := engine.AllowAll(t13, engine.Request{Engine: f, Key: "a", N: 4}, engine.Request{Engine: e, Key: "a", N: 2})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Second, DisableEviction: true})
+	f := newEngineNoCloseCheck(t, engine.Config{Limit: 7, Window: time.Second, Algorithm: engine.SlidingLog, DisableEviction: true})
+	i, d := engine.AllowAll(t0, engine.Request{Engine: f, Key: "a", N: 4}, engine.Request{Engine: e, Key: "a", N: 2})
 	if i != -1 || d.Limit != 7 || d.Remaining != 3 {
 		t.Fatalf("first of equals: %d %+v", i, d)
 	}
-	i, d = engine.AllowAll(t13, engine.Request{Engine: e, Key: "b", N: 1}, engine.Request{Engine: nil, Key: "b", N: 0})
+	i, d = engine.AllowAll(t0, engine.Request{Engine: e, Key: "b", N: 1}, engine.Request{Engine: nil, Key: "b", N: 0})
 	if i != 1 || d.Reason() != engine.ReasonNever {
 		t.Fatalf("nil engine n=0: %d %+v %v", i, d, d.Reason())
 	}
@@ -206,8 +206,8 @@ func TestAllowAllFirstOfEquals(t *testing.T) {
 // considers KeyLimit panics): after recovering, were the first request's
 // units returned? (Doubtful as a promise: the panic is the caller's.)
 func TestAllowAllKeyLimitPanic(t *testing.T) {
-	e := new13(t, engine.Config{Limit: 3, Window: time.Second, DisableEviction: true})
-	f := new13(t, engine.Config{Limit: 3, Window: time.Second, DisableEviction: true, KeyLimit: func(k string) int64 {
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Second, DisableEviction: true})
+	f := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Second, DisableEviction: true, KeyLimit: func(k string) int64 {
 		if k == "boom" {
 			panic("keylimit")
 		}
@@ -216,12 +216,12 @@ func TestAllowAllKeyLimitPanic(t *testing.T) {
 	var recovered any
 	func() {
 		defer func() { recovered = recover() }()
-		engine.AllowAll(t13, engine.Request{Engine: e, Key: "k", N: 3}, engine.Request{Engine: f, Key: "boom", N: 1})
+		engine.AllowAll(t0, engine.Request{Engine: e, Key: "k", N: 3}, engine.Request{Engine: f, Key: "boom", N: 1})
 	}()
 	if recovered != "keylimit" {
 		t.Fatalf("the KeyLimit's panic did not go on: %v", recovered)
 	}
-	if rem := e.AllowAt("k", 0, t13).Remaining; rem != 3 {
+	if rem := e.AllowAt("k", 0, t0).Remaining; rem != 3 {
 		t.Errorf("after a panic inside AllowAll, the earlier request's %d units stay consumed (all-or-nothing not kept)", 3-rem)
 	}
 }
@@ -235,25 +235,25 @@ func TestAllowAllKeyLimitPanic(t *testing.T) {
 func TestAllowAllManyRequests(t *testing.T) {
 	old := debug.SetMaxStack(16 << 20)
 	defer debug.SetMaxStack(old)
-	e := new13(t, engine.Config{Limit: 300_000, Window: time.Second, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 300_000, Window: time.Second, DisableEviction: true})
 	reqs := make([]engine.Request, 200_000)
 	for i := range reqs {
 		reqs[i] = engine.Request{Engine: e, Key: "k", N: 1}
 	}
-	if i, d := engine.AllowAll(t13, reqs...); i != -1 || !d.Allowed || d.Remaining != 100_000 {
+	if i, d := engine.AllowAll(t0, reqs...); i != -1 || !d.Allowed || d.Remaining != 100_000 {
 		t.Fatalf("200,000 requests of 1 unit on a limit of 300,000: %d %+v", i, d)
 	}
 	// One more than fits: the last is refused and all 200,001 are given
 	// back, on the heap slice.
 	reqs = append(reqs, engine.Request{Engine: e, Key: "k", N: 100_001})
-	e2 := new13(t, engine.Config{Limit: 300_000, Window: time.Second, DisableEviction: true})
+	e2 := newEngineNoCloseCheck(t, engine.Config{Limit: 300_000, Window: time.Second, DisableEviction: true})
 	for i := range reqs {
 		reqs[i].Engine = e2
 	}
-	if i, d := engine.AllowAll(t13, reqs...); i != len(reqs)-1 || d.Allowed {
+	if i, d := engine.AllowAll(t0, reqs...); i != len(reqs)-1 || d.Allowed {
 		t.Fatalf("the last request must refuse: %d %+v", i, d)
 	}
-	if rem := e2.AllowAt("k", 0, t13).Remaining; rem != 300_000 {
+	if rem := e2.AllowAt("k", 0, t0).Remaining; rem != 300_000 {
 		t.Fatalf("after a refused AllowAll of 200,001 requests %d units stay consumed", 300_000-rem)
 	}
 }
@@ -267,7 +267,7 @@ func TestAllowAllConcurrentExact(t *testing.T) {
 		var es []*engine.Engine
 		lims := []int64{50, 37, 61, 44}
 		for i, a := range algs {
-			es = append(es, new13(t, engine.Config{Limit: lims[i], Window: time.Second, SubWindows: 4, Algorithm: a, DisableEviction: true}))
+			es = append(es, newEngineNoCloseCheck(t, engine.Config{Limit: lims[i], Window: time.Second, SubWindows: 4, Algorithm: a, DisableEviction: true}))
 		}
 		var admitted [4]atomic.Int64
 		var wg sync.WaitGroup
@@ -281,7 +281,7 @@ func TestAllowAllConcurrentExact(t *testing.T) {
 						b = (b + 1) % 4
 					}
 					ia, ib := int64(1+i%2), int64(1+g%3)
-					idx, d := engine.AllowAll(t13,
+					idx, d := engine.AllowAll(t0,
 						engine.Request{Engine: es[a], Key: "k", N: ia},
 						engine.Request{Engine: es[b], Key: "k", N: ib},
 						engine.Request{Engine: es[a], Key: "k", N: 1})
@@ -297,7 +297,7 @@ func TestAllowAllConcurrentExact(t *testing.T) {
 		}
 		wg.Wait()
 		for i, e := range es {
-			rem := e.AllowAt("k", 0, t13).Remaining
+			rem := e.AllowAt("k", 0, t0).Remaining
 			if lims[i]-rem != admitted[i].Load() {
 				t.Fatalf("round %d %v: holds %d units, admitted by AllowAll %d", round, algs[i], lims[i]-rem, admitted[i].Load())
 			}
@@ -313,12 +313,12 @@ func TestAllowAllConcurrentOverlap(t *testing.T) {
 	for _, algs := range [][2]engine.Algorithm{{engine.SlidingWindowStrict, engine.SlidingLog}, {engine.SlidingLog, engine.SlidingWindowStrict}, {engine.SlidingWindow, engine.FixedWindow}} {
 		t.Run(fmt.Sprint(algs), func(t *testing.T) {
 			es := []*engine.Engine{
-				advNew(t, engine.Config{Limit: 40, Window: time.Second, SubWindows: 4, Algorithm: algs[0], DisableEviction: true, Audit: 1}),
-				advNew(t, engine.Config{Limit: 30, Window: 2 * time.Second, SubWindows: 2, Algorithm: algs[1], DisableEviction: true, Audit: 1}),
+				newEngineNoCloseCheck(t, engine.Config{Limit: 40, Window: time.Second, SubWindows: 4, Algorithm: algs[0], DisableEviction: true, Audit: 1}),
+				newEngineNoCloseCheck(t, engine.Config{Limit: 30, Window: 2 * time.Second, SubWindows: 2, Algorithm: algs[1], DisableEviction: true, Audit: 1}),
 			}
 			keys := []string{"a", "b", "c"}
 			for phase := 0; phase < 30; phase++ {
-				now := adv5T0.Add(time.Duration(phase) * 5 * time.Second)
+				now := t0.Add(time.Duration(phase) * 5 * time.Second)
 				var used [2][3]atomic.Int64
 				var wg sync.WaitGroup
 				for g := 0; g < 6; g++ {
@@ -372,7 +372,7 @@ func TestAllowAllConcurrentOverlap(t *testing.T) {
 			}
 			for i, e := range es {
 				r := e.Audit()
-				advConsistent(t, r)
+				checkReportConsistent(t, r)
 				if algs[i] == engine.SlidingWindowStrict || algs[i] == engine.SlidingLog {
 					if r.FalseAdmits != 0 || r.WorstWindow > 1 {
 						t.Errorf("engine %d (%v): %+v", i, algs[i], r)
@@ -384,9 +384,7 @@ func TestAllowAllConcurrentOverlap(t *testing.T) {
 	}
 }
 
-var adv5T0 = time.Unix(1_700_000_000, 0)
-
-type adv5Boom struct{ k int }
+type keyLimitPanic struct{ k int }
 
 // A KeyLimit that panics at request k, for every k from 0 to 20 (stack and
 // heap reservations), with duplicate keys, new keys and two engines of
@@ -399,15 +397,15 @@ func TestAllowAllPanicAtK(t *testing.T) {
 				var arm atomic.Bool
 				kl := func(key string) int64 {
 					if arm.Load() && key == "boom" {
-						panic(&adv5Boom{k})
+						panic(&keyLimitPanic{k})
 					}
 					return 0
 				}
-				e1 := advNew(t, engine.Config{Limit: 50, Window: time.Second, SubWindows: 5, Algorithm: alg, KeyLimit: kl, DisableEviction: true, Audit: 1})
-				e2 := advNew(t, engine.Config{Limit: 40, Window: 3 * time.Second, SubWindows: 3, Algorithm: engine.SlidingWindowStrict, KeyLimit: kl, DisableEviction: true})
+				e1 := newEngineNoCloseCheck(t, engine.Config{Limit: 50, Window: time.Second, SubWindows: 5, Algorithm: alg, KeyLimit: kl, DisableEviction: true, Audit: 1})
+				e2 := newEngineNoCloseCheck(t, engine.Config{Limit: 40, Window: 3 * time.Second, SubWindows: 3, Algorithm: engine.SlidingWindowStrict, KeyLimit: kl, DisableEviction: true})
 				// Pre-create a few keys with some usage.
-				e1.AllowAt("x", 3, adv5T0)
-				e2.AllowAt("x", 2, adv5T0)
+				e1.AllowAt("x", 3, t0)
+				e2.AllowAt("x", 2, t0)
 				var reqs []engine.Request
 				for i := 0; i < k; i++ {
 					e := e1
@@ -423,16 +421,16 @@ func TestAllowAllPanicAtK(t *testing.T) {
 				var got any
 				func() {
 					defer func() { got = recover() }()
-					engine.AllowAll(adv5T0, reqs...)
+					engine.AllowAll(t0, reqs...)
 				}()
 				arm.Store(false)
-				if b, ok := got.(*adv5Boom); !ok || b.k != k {
-					t.Fatalf("panic value %#v, want *adv5Boom{%d}", got, k)
+				if b, ok := got.(*keyLimitPanic); !ok || b.k != k {
+					t.Fatalf("panic value %#v, want *keyLimitPanic{%d}", got, k)
 				}
 				// Everything given back.
 				check := func(e *engine.Engine, key string, want int64) {
 					t.Helper()
-					if d := e.AllowAt(key, 0, adv5T0); d.Remaining != want {
+					if d := e.AllowAt(key, 0, t0); d.Remaining != want {
 						t.Errorf("%s: Remaining %d after the panic, want %d", key, d.Remaining, want)
 					}
 				}
@@ -449,11 +447,11 @@ func TestAllowAllPanicAtK(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					if d := e1.AllowAt("boom", 1, adv5T0); !d.Allowed {
+					if d := e1.AllowAt("boom", 1, t0); !d.Allowed {
 						t.Errorf("boom refused after the panic: %+v", d)
 					}
 					for i := 0; i < 2000; i++ {
-						e1.AllowAt(fmt.Sprintf("z%d", i), 1, adv5T0)
+						e1.AllowAt(fmt.Sprintf("z%d", i), 1, t0)
 					}
 				}()
 				select {
@@ -462,7 +460,7 @@ func TestAllowAllPanicAtK(t *testing.T) {
 					t.Fatal("engine hung after a KeyLimit panic")
 				}
 				r := e1.Audit()
-				advConsistent(t, r)
+				checkReportConsistent(t, r)
 				want := int64(0)
 				for i := 0; i < k; i++ {
 					if i%3 != 1 {
@@ -487,13 +485,13 @@ func TestAllowAllGoexitInKeyLimit(t *testing.T) {
 	for _, k := range []int{1, 3, 8, 9, 12} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			var arm atomic.Bool
-			e := advNew(t, engine.Config{Limit: 50, Window: time.Second, DisableEviction: true, KeyLimit: func(key string) int64 {
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 50, Window: time.Second, DisableEviction: true, KeyLimit: func(key string) int64 {
 				if arm.Load() && key == "exit" {
 					runtime.Goexit()
 				}
 				return 0
 			}})
-			e.AllowAt("x", 1, adv5T0)
+			e.AllowAt("x", 1, t0)
 			reqs := []engine.Request{}
 			for i := 0; i < k; i++ {
 				reqs = append(reqs, engine.Request{Engine: e, Key: "x", N: 1})
@@ -504,11 +502,11 @@ func TestAllowAllGoexitInKeyLimit(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				engine.AllowAll(adv5T0, reqs...)
+				engine.AllowAll(t0, reqs...)
 			}()
 			wg.Wait()
 			arm.Store(false)
-			if d := e.AllowAt("x", 0, adv5T0); d.Remaining != 49 {
+			if d := e.AllowAt("x", 0, t0); d.Remaining != 49 {
 				t.Errorf("after Goexit in KeyLimit at request %d: Remaining %d, want 49 (%d units kept)", k, d.Remaining, 49-d.Remaining)
 			}
 		})
@@ -522,13 +520,13 @@ func TestAllowAllPanicValues(t *testing.T) {
 		for _, k := range []int{0, 7, 8, 9} {
 			t.Run(fmt.Sprintf("%v/%d", v, k), func(t *testing.T) {
 				var arm atomic.Bool
-				e := advNew(t, engine.Config{Limit: 50, Window: time.Second, DisableEviction: true, KeyLimit: func(key string) int64 {
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 50, Window: time.Second, DisableEviction: true, KeyLimit: func(key string) int64 {
 					if arm.Load() && key == "p" {
 						panic(v)
 					}
 					return 0
 				}})
-				e.AllowAt("x", 1, adv5T0)
+				e.AllowAt("x", 1, t0)
 				reqs := []engine.Request{}
 				for i := 0; i < k; i++ {
 					reqs = append(reqs, engine.Request{Engine: e, Key: "x", N: 1})
@@ -538,7 +536,7 @@ func TestAllowAllPanicValues(t *testing.T) {
 				var got any
 				func() {
 					defer func() { got = recover() }()
-					engine.AllowAll(adv5T0, reqs...)
+					engine.AllowAll(t0, reqs...)
 				}()
 				arm.Store(false)
 				want := v
@@ -549,7 +547,7 @@ func TestAllowAllPanicValues(t *testing.T) {
 				} else if got != want {
 					t.Errorf("recovered %#v, want %#v", got, want)
 				}
-				if d := e.AllowAt("x", 0, adv5T0); d.Remaining != 49 {
+				if d := e.AllowAt("x", 0, t0); d.Remaining != 49 {
 					t.Errorf("Remaining %d, want 49", d.Remaining)
 				}
 			})
@@ -571,14 +569,14 @@ func TestAllowAllMatchesTwinEngine(t *testing.T) {
 				var es []*engine.Engine
 				for i, alg := range allAlgorithms {
 					sub := []int{1, 3, 4, 10}[i]
-					es = append(es, advNew(t, engine.Config{Limit: int64(5 + i*7), Window: time.Duration(600+100*i) * time.Millisecond / time.Duration(sub) * time.Duration(sub), SubWindows: sub,
+					es = append(es, newEngineNoCloseCheck(t, engine.Config{Limit: int64(5 + i*7), Window: time.Duration(600+100*i) * time.Millisecond / time.Duration(sub) * time.Duration(sub), SubWindows: sub,
 						Algorithm: alg, DisableEviction: true, Audit: 1, PerKeyLimits: true}))
 				}
 				return es
 			}
 			A, B := mk(), mk()
 			keys := []string{"a", "b", "c", "d"}
-			now := adv5T0
+			now := t0
 			for step := 0; step < 150; step++ {
 				now = now.Add(time.Duration(rng.Int63n(int64(150 * time.Millisecond))))
 				if rng.Intn(10) == 0 {
@@ -660,10 +658,10 @@ func TestAllowAllMatchesTwinEngine(t *testing.T) {
 
 func TestAllowAllZeroFirst(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
-		e := advNew(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true})
-		t0 := advMs(advT0, 925)
-		idx, _ := engine.AllowAll(t0, engine.Request{Engine: e, Key: "a", N: 0}, engine.Request{Engine: e, Key: "a", N: 2}, engine.Request{Engine: e, Key: "a", N: 1})
-		d := e.AllowAt("a", 2, advMs(t0, 10))
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true})
+		at := atMs(t0, 925)
+		idx, _ := engine.AllowAll(at, engine.Request{Engine: e, Key: "a", N: 0}, engine.Request{Engine: e, Key: "a", N: 2}, engine.Request{Engine: e, Key: "a", N: 1})
+		d := e.AllowAt("a", 2, atMs(at, 10))
 		rep := e.Audit()
 		t.Logf("%v idx=%d admit=%v %+v", alg, idx, d.Allowed, rep)
 		if rep.FalseAdmits != 0 {

@@ -159,100 +159,6 @@ func TestAuditSteps(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// auditRef is the test's own exact model of what the audit must report: it
-// is fed every decision with the engine's outcome, keeps an exact log of
-// the admitted units per key at their effective times (the request's time,
-// or the start of the key's newest sub-window if that is later; a log: the
-// key's newest time), and judges each decision against it.
-type auditRef struct {
-	win, w int64
-	keys   map[string]*auditRefKey
-	rep    engine.AuditReport
-	worst  map[string]bool // every key that reached rep.WorstWindow
-}
-
-type auditRefKey struct {
-	log     []refEvent
-	newest  int64 // the newest sub-window (a log: time) of a decision or SetLimitAt
-	newestT int64 // the newest time a decision was judged at
-	seen    bool
-}
-
-func newAuditRef(cfg engine.Config, width int64) *auditRef {
-	if cfg.Algorithm == engine.SlidingLog {
-		width = 1
-	}
-	return &auditRef{win: int64(cfg.Window), w: width, keys: map[string]*auditRefKey{}, rep: engine.AuditReport{Share: cfg.Audit}}
-}
-
-// touch moves key's time, as SetLimitAt does.
-func (r *auditRef) touch(key string, now time.Time) {
-	k := r.key(key)
-	k.newest = max(k.newest, now.UnixNano()/r.w)
-	k.seen = true
-}
-
-func (r *auditRef) key(key string) *auditRefKey {
-	k := r.keys[key]
-	if k == nil {
-		k = &auditRefKey{}
-		r.keys[key] = k
-	}
-	return k
-}
-
-func (r *auditRef) observe(key string, n int64, now time.Time, d engine.Decision) {
-	if n < 1 || n > d.Limit {
-		return
-	}
-	k := r.key(key)
-	t := now.UnixNano()
-	if k.seen && t/r.w < k.newest {
-		t = k.newest * r.w // the engine's effective time
-	}
-	k.seen = true
-	k.newest = max(k.newest, t/r.w)
-	t = max(t, k.newestT) // judged at the newest decision's time, if later
-	k.newestT = t
-	var c int64
-	for _, ev := range k.log {
-		if ev.t > t-r.win && ev.t <= t {
-			c += ev.n
-		}
-	}
-	r.rep.Decisions++
-	r.rep.Judged++
-	if !d.Allowed {
-		r.rep.Denies++
-		if c+n <= d.Limit {
-			r.rep.FalseDenies++
-		}
-		return
-	}
-	r.rep.Admits++
-	if c+n > d.Limit {
-		r.rep.FalseAdmits++
-	}
-	k.log = append(k.log, refEvent{t, n})
-	switch w := float64(c+n) / float64(d.Limit); {
-	case w > r.rep.WorstWindow:
-		r.rep.WorstWindow, r.rep.WorstKey = w, key
-		r.worst = map[string]bool{key: true}
-	case w == r.rep.WorstWindow:
-		r.worst[key] = true
-	}
-}
-
-// check compares got with the model. Keys that tie for the worst window
-// may be named in either order (the audit replays keys by time).
-func (r *auditRef) check(t *testing.T, got engine.AuditReport) {
-	t.Helper()
-	require.True(t, r.worst[got.WorstKey] || got.WorstKey == r.rep.WorstKey, "WorstKey %q, want one of %v", got.WorstKey, r.worst)
-	got.WorstKey = r.rep.WorstKey
-	got.Keys, got.Entries = 0, 0 // what the logs hold now is checked elsewhere
-	require.Equal(t, r.rep, got)
-}
-
 // TestAuditMatchesReference drives random scripts (several keys, n from 0
 // to above the limit, time steps forward and back, SetLimitAt mid-run,
 // Audit calls at random points) through an engine that audits every key,
@@ -267,7 +173,7 @@ func TestAuditMatchesReference(t *testing.T) {
 			t.Run(fmt.Sprintf("alg=%v/seed=%d", alg, seed), func(t *testing.T) {
 				cfg := engine.Config{Limit: 7, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, PerKeyLimits: true}
 				e := newEngine(t, cfg)
-				ref := newAuditRef(cfg, e.Width())
+				ref := newModel(cfg)
 				rng := rand.New(rand.NewSource(seed))
 				now, newest := t0, t0
 				keys := []string{"a", "b", "c"}
@@ -285,7 +191,7 @@ func TestAuditMatchesReference(t *testing.T) {
 					key := keys[rng.Intn(len(keys))]
 					if setLimits && rng.Intn(40) == 0 {
 						require.NoError(t, e.SetLimitAt(key, 1+rng.Int63n(12), now))
-						ref.touch(key, now)
+						ref.touch(ref.key(key), now.UnixNano())
 						continue
 					}
 					if rng.Intn(30) == 0 {
@@ -299,7 +205,7 @@ func TestAuditMatchesReference(t *testing.T) {
 					ref.observe(key, n, now, d)
 				}
 				got := e.Audit()
-				ref.check(t, got)
+				ref.checkAudit(t, got)
 				if setLimits {
 					return
 				}
@@ -350,7 +256,7 @@ func TestAuditClockBackwards(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true})
-			ref := newAuditRef(engine.Config{Window: time.Second, Algorithm: alg, Audit: 1}, e.Width())
+			ref := newModel(engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1})
 			for _, step := range []struct {
 				n  int64
 				at time.Duration
@@ -359,7 +265,7 @@ func TestAuditClockBackwards(t *testing.T) {
 				ref.observe("k", step.n, now, e.AllowAt("k", step.n, now))
 			}
 			got := e.Audit()
-			ref.check(t, got)
+			ref.checkAudit(t, got)
 			if alg != engine.FixedWindow {
 				require.LessOrEqual(t, got.WorstWindow, 1.0)
 			}
@@ -743,7 +649,7 @@ func FuzzAudit(f *testing.F) {
 		alg := allAlgorithms[int(script[0])%len(allAlgorithms)]
 		cfg := engine.Config{Limit: 5, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, PerKeyLimits: true}
 		e := newEngine(t, cfg)
-		ref := newAuditRef(cfg, e.Width())
+		ref := newModel(cfg)
 		now, newest := t0, t0
 		for _, b := range script[1:] {
 			key := string(rune('a' + b%3))
@@ -765,14 +671,14 @@ func FuzzAudit(f *testing.F) {
 				continue
 			case op < 60:
 				require.NoError(t, e.SetLimitAt(key, int64(op-55)*2, now))
-				ref.touch(key, now)
+				ref.touch(ref.key(key), now.UnixNano())
 				continue
 			}
 			newest = maxTime(newest, now)
 			n := int64(b % 7)
 			ref.observe(key, n, now, e.AllowAt(key, n, now))
 		}
-		ref.check(t, e.Audit())
+		ref.checkAudit(t, e.Audit())
 	})
 }
 
@@ -867,7 +773,7 @@ func TestAuditReserveMatchesReference(t *testing.T) {
 				clk := engine.NewManualClock(t0)
 				cfg := engine.Config{Limit: 6, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk, DisableEviction: true}
 				e := newEngine(t, cfg)
-				ref := newAuditRef(cfg, e.Width())
+				ref := newModel(cfg)
 				rng := rand.New(rand.NewSource(seed))
 				type pending struct {
 					r   *engine.Reservation
@@ -902,19 +808,13 @@ func TestAuditReserveMatchesReference(t *testing.T) {
 							// them out unless they have left the exact window
 							// at the key's newest time (the weighted counter
 							// still counts part of that sub-window).
-							k := ref.keys[p.key]
-							ref.rep.Unadmits++
-							if ev := &k.log[p.ev]; ev.t > k.newestT-ref.win {
-								ev.n -= p.r.Units()
-							} else {
-								ref.rep.UnadmitMissed++
-							}
+							ref.unadmit(p.key, p.ev, p.r.Units())
 						}
 					default:
 						e.Audit()
 					}
 				}
-				ref.check(t, e.Audit())
+				ref.checkAudit(t, e.Audit())
 			})
 		}
 	}
@@ -988,8 +888,8 @@ func TestAuditReserveCancelConcurrent(t *testing.T) {
 func TestAuditClockPathsUseKeyLimit(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			clk := engine.NewManualClock(advT0)
-			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk,
+			clk := engine.NewManualClock(t0)
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk,
 				KeyLimit: func(k string) int64 {
 					if k == "small" {
 						return 3
@@ -1015,7 +915,7 @@ func TestAuditClockPathsUseKeyLimit(t *testing.T) {
 			cancel()
 			rep := e.Audit()
 			t.Logf("%+v", rep)
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 			if rep.FalseDenies != 0 || rep.FalseAdmits != 0 || rep.WorstWindow != 1 {
 				t.Errorf("judged with the wrong limit? %+v", rep)
 			}

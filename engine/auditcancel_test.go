@@ -72,13 +72,13 @@ func TestAuditDenyLaterSubWindowThenCancel(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		for _, denyMs := range []int{100, 350, 600, 900} {
 			t.Run(alg.String(), func(t *testing.T) {
-				clk := engine.NewManualClock(advT0)
-				e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
-				r := e.ReserveAt("k", 8, advMs(advT0, 100))
-				if d := e.AllowAt("k", 5, advMs(advT0, denyMs)); d.Allowed {
+				clk := engine.NewManualClock(t0)
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
+				r := e.ReserveAt("k", 8, atMs(t0, 100))
+				if d := e.AllowAt("k", 5, atMs(t0, denyMs)); d.Allowed {
 					t.Fatal("admitted")
 				}
-				clk.Set(advMs(advT0, denyMs+10))
+				clk.Set(atMs(t0, denyMs+10))
 				if !r.Cancel() {
 					t.Fatal("cancel")
 				}
@@ -113,9 +113,9 @@ func TestAuditLogCancelAfterBackdatedSetLimit(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			base := advMs(advT0, 500)
+			base := atMs(t0, 500)
 			clk := engine.NewManualClock(base)
-			e := advNew(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: engine.SlidingLog, Audit: 1, PerKeyLimits: true, DisableEviction: true, Clock: clk})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: engine.SlidingLog, Audit: 1, PerKeyLimits: true, DisableEviction: true, Clock: clk})
 			r := e.ReserveAt("b", 4, base)
 			if !r.Decision().Allowed {
 				t.Fatal("denied")
@@ -125,11 +125,11 @@ func TestAuditLogCancelAfterBackdatedSetLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d := e.AllowAt("b", 3, advMs(base, 80))
+			d := e.AllowAt("b", 3, atMs(base, 80))
 			if d.Allowed {
 				t.Fatalf("admitted: %+v", d)
 			}
-			clk.Set(advMs(base, 150))
+			clk.Set(atMs(base, 150))
 			if !r.Cancel() {
 				t.Fatal("cancel gave nothing back")
 			}
@@ -146,8 +146,8 @@ func TestAuditLogCancelAfterBackdatedSetLimit(t *testing.T) {
 // limit (the log moves into a larger allocation), as a service applying a
 // new policy would.
 func TestAuditLogCancelAfterUpdateLimits(t *testing.T) {
-	clk := engine.NewManualClock(advT0)
-	e := advNew(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: engine.SlidingLog, Audit: 1, PerKeyLimits: true, Clock: clk})
+	clk := engine.NewManualClock(t0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: engine.SlidingLog, Audit: 1, PerKeyLimits: true, Clock: clk})
 	r := e.Reserve("tenant", 4)
 	if !r.Decision().Allowed {
 		t.Fatal("denied")
@@ -175,23 +175,23 @@ func TestAuditLogCancelAfterUpdateLimits(t *testing.T) {
 // (moving its log into a larger allocation), cancelled after it. A
 // sequential SlidingLog key must show neither false admits nor false denies.
 func TestAuditLogCancelAfterSetLimitMove(t *testing.T) {
-	clk := engine.NewManualClock(advT0)
-	e := advNew(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, Audit: 1, PerKeyLimits: true, DisableEviction: true, Clock: clk})
-	r := e.ReserveAt("k", 1, advMs(advT0, 0))
+	clk := engine.NewManualClock(t0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, Audit: 1, PerKeyLimits: true, DisableEviction: true, Clock: clk})
+	r := e.ReserveAt("k", 1, atMs(t0, 0))
 	if !r.Decision().Allowed {
 		t.Fatal("denied")
 	}
-	if !e.AllowAt("k", 1, advMs(advT0, 1)).Allowed {
+	if !e.AllowAt("k", 1, atMs(t0, 1)).Allowed {
 		t.Fatal("denied")
 	}
-	if err := e.SetLimitAt("k", 3, advMs(advT0, 2)); err != nil {
+	if err := e.SetLimitAt("k", 3, atMs(t0, 2)); err != nil {
 		t.Fatal(err)
 	}
 	ok := r.Cancel()
 	t.Logf("cancel: %v", ok)
 	var ds []engine.Decision
 	for i := 3; i < 7; i++ {
-		ds = append(ds, e.AllowAt("k", 1, advMs(advT0, i)))
+		ds = append(ds, e.AllowAt("k", 1, atMs(t0, i)))
 	}
 	rep := e.Audit()
 	t.Logf("decisions after: %+v", ds)
@@ -209,19 +209,19 @@ func TestAuditLogCancelAfterSetLimitMove(t *testing.T) {
 func TestAuditNoopCancelFixed(t *testing.T) {
 	for _, nextMs := range []int{1200, 1499, 1500, 1501, 1700, 1999, 2600} {
 		t.Run(fmt.Sprint(nextMs), func(t *testing.T) {
-			clk := engine.NewManualClock(advT0)
-			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: engine.FixedWindow, Audit: 1, DisableEviction: true, Clock: clk})
-			r := e.ReserveAt("k", 2, advMs(advT0, 500))
+			clk := engine.NewManualClock(t0)
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: engine.FixedWindow, Audit: 1, DisableEviction: true, Clock: clk})
+			r := e.ReserveAt("k", 2, atMs(t0, 500))
 			if !r.Decision().Allowed {
 				t.Fatal("denied")
 			}
-			e.AllowAt("k", 1, advMs(advT0, nextMs))
-			clk.Set(advMs(advT0, nextMs))
+			e.AllowAt("k", 1, atMs(t0, nextMs))
+			clk.Set(atMs(t0, nextMs))
 			if r.Cancel() {
 				t.Fatal("Cancel gave units back after the key's window moved on")
 			}
 			rep := e.Audit()
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 			if rep.Unadmits != 0 || rep.UnadmitMissed != 0 {
 				t.Errorf("a Cancel that gave nothing back is counted: Unadmits=%d UnadmitMissed=%d (%+v)", rep.Unadmits, rep.UnadmitMissed, rep)
 			}
@@ -236,19 +236,19 @@ func TestAuditNoopCancelFixedTwo(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		for _, nextMs := range []int{2050, 2300, 2600} {
 			t.Run(fmt.Sprint(alg, "/", nextMs), func(t *testing.T) {
-				clk := engine.NewManualClock(advT0)
-				e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 1, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
-				e.AllowAt("a", 1, advMs(advT0, 1500))
-				r1 := e.ReserveAt("a", 2, advMs(advT0, 900))
-				r2 := e.ReserveAt("a", 1, advMs(advT0, 900))
+				clk := engine.NewManualClock(t0)
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 1, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
+				e.AllowAt("a", 1, atMs(t0, 1500))
+				r1 := e.ReserveAt("a", 2, atMs(t0, 900))
+				r2 := e.ReserveAt("a", 1, atMs(t0, 900))
 				if !r1.Cancel() {
 					t.Fatal("r1 gave nothing back")
 				}
-				e.AllowAt("a", 1, advMs(advT0, nextMs))
-				clk.Set(advMs(advT0, nextMs))
+				e.AllowAt("a", 1, atMs(t0, nextMs))
+				clk.Set(atMs(t0, nextMs))
 				ok := r2.Cancel()
 				rep := e.Audit()
-				t.Logf("r1 at %v, r2 at %v, r2.Cancel=%v: %+v", r1.At().Sub(advT0), r2.At().Sub(advT0), ok, rep)
+				t.Logf("r1 at %v, r2 at %v, r2.Cancel=%v: %+v", r1.At().Sub(t0), r2.At().Sub(t0), ok, rep)
 				if !ok && (rep.Unadmits != 1 || rep.UnadmitMissed != 0) {
 					t.Errorf("a Cancel that gave nothing back is counted: Unadmits=%d UnadmitMissed=%d, want 1 and 0", rep.Unadmits, rep.UnadmitMissed)
 				}
@@ -269,9 +269,9 @@ func TestAuditNoopCancelFixedTwo(t *testing.T) {
 // holds the admission at 1.45 (1) and at 2.3 (2): 3 units. Admitting 1 more
 // makes 4 ≤ L: not a false admit, and the worst window is 1.0.
 func TestAuditNoopCancelRestoresCancelledUnits(t *testing.T) {
-	clk := engine.NewManualClock(advT0)
-	e := advNew(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: engine.FixedWindow, Audit: 1, DisableEviction: true, Clock: clk})
-	at := func(ms int) time.Time { return advMs(advT0, ms) }
+	clk := engine.NewManualClock(t0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: engine.FixedWindow, Audit: 1, DisableEviction: true, Clock: clk})
+	at := func(ms int) time.Time { return atMs(t0, ms) }
 	r2 := e.ReserveAt("a", 1, at(1200))
 	if !e.AllowAt("a", 1, at(1450)).Allowed {
 		t.Fatal("denied")
@@ -296,7 +296,7 @@ func TestAuditNoopCancelRestoresCancelledUnits(t *testing.T) {
 	}
 	rep := e.Audit()
 	t.Logf("%+v", rep)
-	advConsistent(t, rep)
+	checkReportConsistent(t, rep)
 	// Exact: window at 2.35 holds 1 (1.45) + 2 (2.3) + 1 = 4 = L.
 	if rep.FalseAdmits != 0 {
 		t.Errorf("FalseAdmits = %d, want 0: no window ever held more than 4 units", rep.FalseAdmits)
@@ -321,8 +321,8 @@ func TestAuditNoopCancelRestoresCancelledUnits(t *testing.T) {
 // admitting 1 more makes 3 ≤ L, no false admit, worst window 1.0.
 func TestAuditReadmitPutsBackElsewhere(t *testing.T) {
 	cfg := engine.Config{Limit: 3, Window: time.Second, Algorithm: engine.FixedWindow, Audit: 1, DisableEviction: true}
-	e := advNew(t, cfg)
-	at := func(ms int) time.Time { return advMs(advT0, ms) }
+	e := newEngineNoCloseCheck(t, cfg)
+	at := func(ms int) time.Time { return atMs(t0, ms) }
 	r1 := e.ReserveAt("k", 1, at(100))
 	if !e.AllowAt("k", 1, at(600)).Allowed {
 		t.Fatal("0.6")
@@ -363,9 +363,9 @@ func TestAuditSameRequestTimeCancel(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true}
-			e := advNew(t, cfg)
-			ref := newAuditRef(cfg, e.Width())
-			at := func(ms int) time.Time { return advMs(advT0, ms) }
+			e := newEngineNoCloseCheck(t, cfg)
+			ref := newModel(cfg)
+			at := func(ms int) time.Time { return atMs(t0, ms) }
 			step := func(n int64, ms int) engine.Decision {
 				d := e.AllowAt("k", n, at(ms))
 				ref.observe("k", n, at(ms), d)
@@ -386,7 +386,7 @@ func TestAuditSameRequestTimeCancel(t *testing.T) {
 			if !r1.Decision().Allowed || !r2.Decision().Allowed {
 				t.Fatalf("setup %+v %+v", r1.Decision(), r2.Decision())
 			}
-			t.Logf("r1 at %v, r2 at %v", r1.At().Sub(advT0), r2.At().Sub(advT0))
+			t.Logf("r1 at %v, r2 at %v", r1.At().Sub(t0), r2.At().Sub(t0))
 			if !r1.Cancel() {
 				t.Fatal("cancel")
 			}
@@ -419,8 +419,8 @@ func TestAuditSameRequestTimeCancel(t *testing.T) {
 // 6.64 s must not be judged against the cancelled unit.
 func TestAuditCancelAfterRefLeftWindow(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.SlidingWindow} {
-		e := advNew(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true})
-		at := func(ms float64) time.Time { return advT0.Add(time.Duration(ms * float64(time.Millisecond))) }
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, DisableEviction: true})
+		at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 		e.AllowAt("a", 1, at(5000))
 		if e.AllowAt("a", 2, at(5656.6)).Allowed {
 			t.Fatal("5.6566")
@@ -433,7 +433,7 @@ func TestAuditCancelAfterRefLeftWindow(t *testing.T) {
 		c := r.Cancel()
 		d := e.AllowAt("a", 2, at(6640))
 		rep := e.Audit()
-		t.Logf("%v ref %v, 6.62 admitted %v, cancel %v, 6.64 admitted %v: %+v", alg, r.At().Sub(advT0), d0.Allowed, c, d.Allowed, rep)
+		t.Logf("%v ref %v, 6.62 admitted %v, cancel %v, 6.64 admitted %v: %+v", alg, r.At().Sub(t0), d0.Allowed, c, d.Allowed, rep)
 		if rep.FalseAdmits != 0 && alg != engine.SlidingWindow {
 			t.Errorf("%v: FalseAdmits %d (WorstWindow %v)", alg, rep.FalseAdmits, rep.WorstWindow)
 		}
@@ -448,11 +448,11 @@ func TestAuditCancelAfterRefLeftWindow(t *testing.T) {
 func TestAuditNoopCancelCountsNothing(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
-			clk := engine.NewManualClock(advT0)
-			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
-			r := e.ReserveAt("k", 3, advT0)
-			e.AllowAt("k", 1, advMs(advT0, 5000))
-			clk.Set(advMs(advT0, 5000))
+			clk := engine.NewManualClock(t0)
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
+			r := e.ReserveAt("k", 3, t0)
+			e.AllowAt("k", 1, atMs(t0, 5000))
+			clk.Set(atMs(t0, 5000))
 			if r.Cancel() {
 				t.Fatal("cancel gave back")
 			}
@@ -466,7 +466,7 @@ func TestAuditNoopCancelCountsNothing(t *testing.T) {
 			if rep.Unadmits != 0 || rep.UnadmitMissed != 0 {
 				t.Errorf("second cancel counted: %+v", rep)
 			}
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 		})
 	}
 }
@@ -476,14 +476,14 @@ func TestAuditNoopCancelCountsNothing(t *testing.T) {
 func TestAuditCancelAfterEviction(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
-			clk := engine.NewManualClock(advT0)
-			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk, SweepInterval: time.Hour})
-			r := e.ReserveAt("k", 10, advT0)
-			clk.Set(advMs(advT0, 3500))
+			clk := engine.NewManualClock(t0)
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, Clock: clk, SweepInterval: time.Hour})
+			r := e.ReserveAt("k", 10, t0)
+			clk.Set(atMs(t0, 3500))
 			if got := e.Sweep(); got != 1 {
 				t.Fatalf("swept %d", got)
 			}
-			now := advMs(advT0, 3500)
+			now := atMs(t0, 3500)
 			if !e.AllowAt("k", 10, now).Allowed {
 				t.Fatal("denied")
 			}
@@ -491,7 +491,7 @@ func TestAuditCancelAfterEviction(t *testing.T) {
 			d := e.AllowAt("k", 1, now)
 			rep := e.Audit()
 			t.Logf("cancel=%v d=%+v %+v", ok, d, rep)
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 			if rep.FalseAdmits != 0 || (alg == engine.SlidingLog && rep.FalseDenies != 0) {
 				t.Errorf("%+v", rep)
 			}
@@ -503,15 +503,15 @@ func TestAuditCancelAfterEviction(t *testing.T) {
 }
 
 func TestAuditCloseOffAndRefused(t *testing.T) {
-	e := advNew(t, engine.Config{Limit: 5, Window: time.Second})
-	e.AllowAt("k", 1, advT0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Second})
+	e.AllowAt("k", 1, t0)
 	if r := e.Audit(); r != (engine.AuditReport{}) {
 		t.Errorf("audit off: %+v", r)
 	}
 	if e.Audited("k") {
 		t.Error("Audited with Audit 0")
 	}
-	e2 := advNew(t, engine.Config{Limit: 5, Window: time.Second, Audit: 1, MaxKeys: 1, KeyLimit: func(k string) int64 {
+	e2 := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Second, Audit: 1, MaxKeys: 1, KeyLimit: func(k string) int64 {
 		if k == "bad" {
 			return -1
 		}
@@ -519,18 +519,18 @@ func TestAuditCloseOffAndRefused(t *testing.T) {
 	}, DisableEviction: true})
 	e2.Close()
 	e2.Close()
-	e2.AllowAt("k", 1, advT0)
-	e2.AllowAt("k", 0, advT0)                                          // peek
-	e2.AllowAt("k", 6, advT0)                                          // n > limit
-	e2.AllowAt("k", -1, advT0)                                         // n < 0
-	e2.AllowAt("k", 1, time.Unix(-5, 0))                               // before 1970
-	e2.AllowAt("other", 1, advT0)                                      // MaxKeys
-	e2.AllowAt("bad", 1, advT0)                                        // KeyLimit out of range
-	e2.ReserveAt("k", 0, advT0)                                        // peek
-	engine.AllowAll(advT0, engine.Request{Engine: e2, Key: "k", N: 9}) // never
+	e2.AllowAt("k", 1, t0)
+	e2.AllowAt("k", 0, t0)                                          // peek
+	e2.AllowAt("k", 6, t0)                                          // n > limit
+	e2.AllowAt("k", -1, t0)                                         // n < 0
+	e2.AllowAt("k", 1, time.Unix(-5, 0))                            // before 1970
+	e2.AllowAt("other", 1, t0)                                      // MaxKeys
+	e2.AllowAt("bad", 1, t0)                                        // KeyLimit out of range
+	e2.ReserveAt("k", 0, t0)                                        // peek
+	engine.AllowAll(t0, engine.Request{Engine: e2, Key: "k", N: 9}) // never
 	r := e2.Audit()
 	if r.Decisions != 1 || r.Share != 1 {
 		t.Errorf("after Close: %+v", r)
 	}
-	advConsistent(t, r)
+	checkReportConsistent(t, r)
 }

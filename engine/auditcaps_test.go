@@ -18,11 +18,11 @@ import (
 func TestAuditKeysSkippedCountsKeys(t *testing.T) {
 	for _, others := range []int{1, 2, 3, 10} {
 		t.Run(fmt.Sprint(others), func(t *testing.T) {
-			e := advNew(t, engine.Config{Limit: 100, Window: time.Second, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
-			e.AllowAt("a", 1, advT0)
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 100, Window: time.Second, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
+			e.AllowAt("a", 1, t0)
 			for k := 0; k < others; k++ {
 				for i := 0; i < 5; i++ {
-					e.AllowAt(fmt.Sprint("o", k), 1, advMs(advT0, i))
+					e.AllowAt(fmt.Sprint("o", k), 1, atMs(t0, i))
 				}
 			}
 			r := e.Audit()
@@ -44,9 +44,9 @@ func TestAuditCapsRandom(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
 		for _, caps := range [][2]int{{1, 1}, {2, 3}, {3, 10}, {50, 7}} {
 			t.Run(fmt.Sprint(alg, caps), func(t *testing.T) {
-				e := advNew(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1,
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1,
 					AuditMaxKeys: caps[0], AuditMaxEntries: int64(caps[1]), DisableEviction: true})
-				now := advT0
+				now := t0
 				for i := 0; i < 3000; i++ {
 					now = now.Add(time.Duration((i*7919)%97) * time.Millisecond / 3)
 					key := fmt.Sprint("k", (i*31)%5)
@@ -60,7 +60,7 @@ func TestAuditCapsRandom(t *testing.T) {
 				}
 				r := e.Audit()
 				t.Logf("%+v", r)
-				advConsistent(t, r)
+				checkReportConsistent(t, r)
 				if r.FalseAdmits != 0 || (alg == engine.SlidingLog && r.FalseDenies != 0) {
 					t.Errorf("judged on an incomplete log: %+v", r)
 				}
@@ -81,28 +81,28 @@ func TestAuditFarIdleAndCaps(t *testing.T) {
 					if frac == 1 {
 						base = end.Add(-time.Duration(float64(w) * 1.5)).Truncate(time.Millisecond)
 					}
-					e := advNew(t, engine.Config{Limit: 5, Window: w, SubWindows: 4, Algorithm: alg, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
+					e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: w, SubWindows: 4, Algorithm: alg, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
 					for i := range 5 {
-						if !e.AllowAt("a", 1, advMs(base, i)).Allowed {
+						if !e.AllowAt("a", 1, atMs(base, i)).Allowed {
 							t.Fatalf("denied at %d", i)
 						}
 					}
 					r0 := e.Audit()
-					if d := e.AllowAt("a", 1, advMs(base, 10)); d.Allowed {
+					if d := e.AllowAt("a", 1, atMs(base, 10)); d.Allowed {
 						t.Fatalf("admitted 6th")
 					}
 					r1 := e.Audit()
 					t.Logf("%+v\n%+v", r0, r1)
-					advConsistent(t, r1)
+					checkReportConsistent(t, r1)
 					if r1.Unjudged != 0 || r1.FalseDenies != 0 || r1.FalseAdmits != 0 {
 						t.Errorf("sequential key near 2262: %+v", r1)
 					}
 					// b is refused a log by the cap (AuditMaxKeys 1): its units are unlogged.
 					for i := range 5 {
-						e.AllowAt("b", 1, advMs(base, 20+i))
+						e.AllowAt("b", 1, atMs(base, 20+i))
 					}
 					// b again, still inside the window of its unlogged units
-					e.AllowAt("b", 1, advMs(base, 30))
+					e.AllowAt("b", 1, atMs(base, 30))
 					r2 := e.Audit()
 					t.Logf("%+v", r2)
 					if r2.FalseDenies != r1.FalseDenies || r2.FalseAdmits != 0 {
@@ -119,7 +119,7 @@ func TestAuditDropAtEpochZero(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			zero := time.Unix(0, 0)
-			e := advNew(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
 			e.Close()
 			for i := 0; i < 56; i++ { // decisions fill 7/8 of the buffer; the rest is Cancel's
 				e.AllowAt("k", 1, zero)
@@ -132,7 +132,7 @@ func TestAuditDropAtEpochZero(t *testing.T) {
 				t.Fatalf("%+v", r)
 			}
 			for i := 1; i <= 10; i++ {
-				e.AllowAt("k", 10, advMs(zero, i*10))
+				e.AllowAt("k", 10, atMs(zero, i*10))
 			}
 			r = e.Audit()
 			t.Logf("%+v", r)
@@ -146,10 +146,10 @@ func TestAuditDropAtEpochZero(t *testing.T) {
 // One key kept out by AuditMaxKeys for many windows, "a" holding the only
 // log all along: it is counted "once while it stays out".
 func TestAuditKeysSkippedStaysOut(t *testing.T) {
-	e := advNew(t, engine.Config{Limit: 100, Window: time.Second, SubWindows: 4, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 100, Window: time.Second, SubWindows: 4, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
 	decisions := 0
 	for ms := 0; ms < 10_000; ms += 100 {
-		now := advMs(advT0, ms)
+		now := atMs(t0, ms)
 		e.AllowAt("a", 1, now)
 		e.AllowAt("o", 1, now)
 		decisions++
@@ -173,13 +173,13 @@ func TestAuditKeysSkippedStaysOut(t *testing.T) {
 func TestAuditKeysSkippedIsALowerBound(t *testing.T) {
 	for _, cfg := range []struct{ maxKeys, others int }{{1, 5000}, {1, 4096}, {1, 4097}, {5000, 12000}} {
 		t.Run(fmt.Sprint(cfg), func(t *testing.T) {
-			e := advNew(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Audit: 1, AuditMaxKeys: cfg.maxKeys, DisableEviction: true, AuditBuffer: 1 << 20})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Audit: 1, AuditMaxKeys: cfg.maxKeys, DisableEviction: true, AuditBuffer: 1 << 20})
 			for i := 0; i < cfg.maxKeys; i++ {
-				e.AllowAt(fmt.Sprint("a", i), 1, advT0)
+				e.AllowAt(fmt.Sprint("a", i), 1, t0)
 			}
 			var dec int64
 			for round := 0; round < scaled(3, 6); round++ {
-				now := advMs(advT0, round*600)
+				now := atMs(t0, round*600)
 				for i := 0; i < cfg.maxKeys; i++ {
 					e.AllowAt(fmt.Sprint("a", i), 1, now)
 				}
@@ -213,11 +213,11 @@ func TestAuditKeysSkippedIsALowerBound(t *testing.T) {
 // anew: KeysSkipped counts 4, as AuditReport documents (whether it meant
 // 1 was once unclear; the doc now says which).
 func TestAuditKeysSkippedGap(t *testing.T) {
-	e := advNew(t, engine.Config{Limit: 100, Window: time.Second, SubWindows: 4, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 100, Window: time.Second, SubWindows: 4, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
 	for ms := 0; ms < 10_000; ms += 100 {
-		e.AllowAt("a", 1, advMs(advT0, ms))
+		e.AllowAt("a", 1, atMs(t0, ms))
 		if ms%3000 == 0 {
-			e.AllowAt("o", 1, advMs(advT0, ms))
+			e.AllowAt("o", 1, atMs(t0, ms))
 		}
 	}
 	r := e.Audit()
@@ -242,18 +242,18 @@ func TestAuditSkipMemory(t *testing.T) {
 		if audit > 0 {
 			cfg.AuditMaxKeys = 1
 		}
-		e := advNew(t, cfg)
-		h0 := adv5Heap()
+		e := newEngineNoCloseCheck(t, cfg)
+		h0 := heapAlloc()
 		for i := 0; i < 100_000; i++ {
 			k := fmt.Sprint(i, pad)
-			r := e.ReserveAt(k, 1, advMs(advT0, i/100))
+			r := e.ReserveAt(k, 1, atMs(t0, i/100))
 			r.Cancel()
 			if i%5000 == 0 {
 				e.Audit()
 			}
 		}
 		rep := e.Audit()
-		h := int64(adv5Heap()) - int64(h0)
+		h := int64(heapAlloc()) - int64(h0)
 		t.Logf("audit=%v: +%d MB %+v", audit, h>>20, rep)
 		return h
 	}
@@ -264,7 +264,8 @@ func TestAuditSkipMemory(t *testing.T) {
 	}
 }
 
-func adv5Heap() uint64 {
+// heapAlloc is the live heap after two collections.
+func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
@@ -276,13 +277,13 @@ func adv5Heap() uint64 {
 // counts each refusal once; Unadmits ≤ successful cancels of audited keys.
 func TestAuditCapKeyCancels(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.SlidingWindow} {
-		e := advNew(t, engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
-		e.AllowAt("a", 1, advT0)
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
+		e.AllowAt("a", 1, t0)
 		e.Audit()
 		// b: refused a log. Reserve, cancel, reserve, cancel inside one window.
 		var ok int
 		for i := 0; i < 5; i++ {
-			r := e.ReserveAt("b", 1, advMs(advT0, 10*i))
+			r := e.ReserveAt("b", 1, atMs(t0, 10*i))
 			if r.Cancel() {
 				ok++
 			}
@@ -296,7 +297,7 @@ func TestAuditCapKeyCancels(t *testing.T) {
 			t.Errorf("%v: KeysSkipped = %d, want 1 (one refusal)", alg, rep.KeysSkipped)
 		}
 		// a's log idles out (two windows), b comes back after its units left: gets the log.
-		r := e.ReserveAt("b", 1, advMs(advT0, 3500))
+		r := e.ReserveAt("b", 1, atMs(t0, 3500))
 		if !r.Cancel() {
 			t.Fatal("cancel")
 		}
@@ -308,7 +309,7 @@ func TestAuditCapKeyCancels(t *testing.T) {
 		if rep2.Entries != 0 {
 			t.Errorf("%v: Entries %d after the only reservation was cancelled", alg, rep2.Entries)
 		}
-		advConsistent(t, rep2)
+		checkReportConsistent(t, rep2)
 	}
 }
 
@@ -316,14 +317,14 @@ func TestAuditCapKeyCancels(t *testing.T) {
 // have left the window (a key refused again after that counts again)".
 // Cancelled reservations of the refused key must not extend or split it.
 func TestAuditKeysSkippedPerRefusal(t *testing.T) {
-	e := advNew(t, engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: engine.SlidingWindowStrict, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
-	keepA := func(ms int) { e.AllowAt("a", 1, advMs(advT0, ms)) }
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Second, SubWindows: 10, Algorithm: engine.SlidingWindowStrict, Audit: 1, AuditMaxKeys: 1, DisableEviction: true})
+	keepA := func(ms int) { e.AllowAt("a", 1, atMs(t0, ms)) }
 	keepA(0)
 	e.Audit()
-	r := e.ReserveAt("b", 1, advMs(advT0, 10)) // refusal 1
+	r := e.ReserveAt("b", 1, atMs(t0, 10)) // refusal 1
 	keepA(300)
 	r.Cancel()
-	e.AllowAt("b", 1, advMs(advT0, 500)) // same refusal
+	e.AllowAt("b", 1, atMs(t0, 500)) // same refusal
 	keepA(900)
 	rep := e.Audit()
 	if rep.KeysSkipped != 1 {
@@ -331,7 +332,7 @@ func TestAuditKeysSkippedPerRefusal(t *testing.T) {
 	}
 	keepA(1400)
 	keepA(1600)
-	e.AllowAt("b", 1, advMs(advT0, 1700)) // b's units (0.5 s) have left: refusal 2
+	e.AllowAt("b", 1, atMs(t0, 1700)) // b's units (0.5 s) have left: refusal 2
 	keepA(1800)
 	rep = e.Audit()
 	t.Logf("%+v", rep)
@@ -351,9 +352,9 @@ func TestAuditEntriesAfterCancels(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.SlidingWindow, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
 			const L = 100
-			e := advNew(t, engine.Config{Limit: L, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true})
 			for i := 0; i < scaled(25_000, 200_000); i++ {
-				r := e.ReserveAt("k", 1, advT0)
+				r := e.ReserveAt("k", 1, t0)
 				if !r.Decision().Allowed {
 					t.Fatalf("%d: %+v", i, r.Decision())
 				}
@@ -385,11 +386,11 @@ func TestAuditEntriesAfterCancels(t *testing.T) {
 func TestAuditSkippedKeyCancelsCounted(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			e := advNew(t, engine.Config{Limit: 100, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true, AuditMaxKeys: 1})
-			e.AllowAt("a", 1, advT0) // holds the only log
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 100, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true, AuditMaxKeys: 1})
+			e.AllowAt("a", 1, t0) // holds the only log
 			var rs [10]engine.Reservation
 			for i := range rs {
-				rs[i] = e.ReserveAt("o", 1, advT0)
+				rs[i] = e.ReserveAt("o", 1, t0)
 			}
 			for i := range rs {
 				if !rs[i].Cancel() {
@@ -418,9 +419,9 @@ func TestAuditCancelsEvictLog(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
 			const L = 100
-			e := advNew(t, engine.Config{Limit: L, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true, AuditMaxEntries: 10 * L})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: time.Hour, Algorithm: alg, Audit: 1, DisableEviction: true, AuditMaxEntries: 10 * L})
 			for i := 0; i < 2000; i++ {
-				r := e.ReserveAt("k", 1, advT0)
+				r := e.ReserveAt("k", 1, t0)
 				r.Cancel()
 			}
 			rep := e.Audit()
@@ -439,9 +440,9 @@ func TestAuditCancelsEvictLog(t *testing.T) {
 // buffer full), drain; repeated 50 times inside one window at L = 1.
 func TestAuditDroppedUnadmitsKeepLogWithinL(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
-		e := advNew(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
 		for i := 0; i < 50; i++ {
-			at := advMs(advT0, i)
+			at := atMs(t0, i)
 			r := e.ReserveAt("k", 1, at)
 			if !r.Decision().Allowed {
 				t.Fatalf("%v: reserve %d denied", alg, i)
@@ -466,9 +467,9 @@ func TestAuditDroppedUnadmitsKeepLogWithinL(t *testing.T) {
 // the key (which holds nothing) out of the audit, the failure the design
 // says removing emptied entries fixed.
 func TestAuditDroppedUnadmitsPushKeyOut(t *testing.T) {
-	e := advNew(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.SlidingWindowStrict, Audit: 1, AuditBuffer: 64, AuditMaxEntries: 32, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.SlidingWindowStrict, Audit: 1, AuditBuffer: 64, AuditMaxEntries: 32, DisableEviction: true})
 	for i := 0; i < 100; i++ {
-		at := advMs(advT0, i)
+		at := atMs(t0, i)
 		r := e.ReserveAt("k", 1, at)
 		for q := 0; q < 100; q++ {
 			e.AllowAt("k", 1, at)
@@ -494,8 +495,8 @@ func TestAuditDroppedUnadmitsPushKeyOut(t *testing.T) {
 // Strict, which the README says never happens.
 func TestAuditDroppedUnadmitOutlivesQuarantine(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
-		e := advNew(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
-		at := func(ms float64) time.Time { return advT0.Add(time.Duration(ms * float64(time.Millisecond))) }
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 10, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+		at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 		if !e.AllowAt("a", 1, at(5000)).Allowed {
 			t.Fatal("5.0")
 		}
@@ -516,7 +517,7 @@ func TestAuditDroppedUnadmitOutlivesQuarantine(t *testing.T) {
 		e.Audit()
 		d := e.AllowAt("a", 2, at(6643.5))
 		rep := e.Audit()
-		t.Logf("%v reserve at %v; admit at 6.6435: %v; %+v", alg, r.At().Sub(advT0), d.Allowed, rep)
+		t.Logf("%v reserve at %v; admit at 6.6435: %v; %+v", alg, r.At().Sub(t0), d.Allowed, rep)
 		if rep.FalseAdmits != 0 {
 			t.Errorf("%v: FalseAdmits = %d (WorstWindow %v); the engine held 2 units = L in every window", alg, rep.FalseAdmits, rep.WorstWindow)
 		}
@@ -527,16 +528,16 @@ func TestAuditDroppedUnadmitOutlivesQuarantine(t *testing.T) {
 // settle dropped), then an admission into the freed room.
 func TestAuditDroppedUnadmitThenAdmit(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
-		e := advNew(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
-		r := e.ReserveAt("k", 1, advT0)
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+		r := e.ReserveAt("k", 1, t0)
 		for q := 0; q < 100; q++ {
-			e.AllowAt("k", 1, advT0)
+			e.AllowAt("k", 1, t0)
 		}
 		if !r.Cancel() {
 			t.Fatal("cancel")
 		}
 		e.Audit()
-		d := e.AllowAt("k", 1, advMs(advT0, 1))
+		d := e.AllowAt("k", 1, atMs(t0, 1))
 		rep := e.Audit()
 		t.Logf("%v %v %+v", alg, d.Allowed, rep)
 		if rep.FalseAdmits != 0 {
@@ -545,11 +546,12 @@ func TestAuditDroppedUnadmitThenAdmit(t *testing.T) {
 	}
 }
 
-var advT0 = time.Unix(1_700_000_000, 0)
+// atMs is base plus ms milliseconds.
+func atMs(base time.Time, ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
 
-func advMs(base time.Time, ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-
-func advNew(t *testing.T, cfg engine.Config) *engine.Engine {
+// newEngineNoCloseCheck is newEngine for tests that Close the engine
+// themselves (early, or more than once): the cleanup's Close is not checked.
+func newEngineNoCloseCheck(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	e, err := engine.New(cfg)
 	if err != nil {
@@ -559,7 +561,9 @@ func advNew(t *testing.T, cfg engine.Config) *engine.Engine {
 	return e
 }
 
-func advConsistent(t *testing.T, r engine.AuditReport) {
+// checkReportConsistent checks the report's sums: Decisions = Admits +
+// Denies = Judged + Unjudged.
+func checkReportConsistent(t *testing.T, r engine.AuditReport) {
 	t.Helper()
 	if r.Decisions != r.Admits+r.Denies || r.Decisions != r.Judged+r.Unjudged {
 		t.Errorf("inconsistent report: %+v", r)
@@ -571,20 +575,20 @@ func advConsistent(t *testing.T, r engine.AuditReport) {
 func TestAuditCancelIntoFullRing(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.SlidingWindow, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
-			e := advNew(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
 			e.Close() // no background drain
-			r := e.ReserveAt("k", 5, advT0)
+			r := e.ReserveAt("k", 5, t0)
 			if !r.Decision().Allowed {
 				t.Fatal("reserve denied")
 			}
 			for i := 0; i < 4; i++ {
-				if !e.AllowAt("k", 1, advT0).Allowed {
+				if !e.AllowAt("k", 1, t0).Allowed {
 					t.Fatal("denied")
 				}
 			}
 			// fill the ring with another key's denials-free decisions: 5 used, 59 more
 			for i := 0; i < 59; i++ {
-				e.AllowAt("other", 1, advT0.Add(-time.Hour)) // far away, its own key
+				e.AllowAt("other", 1, t0.Add(-time.Hour)) // far away, its own key
 			}
 			if !r.Cancel() {
 				t.Fatal("cancel gave nothing back")
@@ -592,14 +596,14 @@ func TestAuditCancelIntoFullRing(t *testing.T) {
 			rep := e.Audit()
 			t.Logf("after cancel: %+v", rep)
 			// The engine has 4 units; 5 more fit.
-			d := e.AllowAt("k", 5, advMs(advT0, 1))
+			d := e.AllowAt("k", 5, atMs(t0, 1))
 			if !d.Allowed {
 				t.Fatalf("engine refused: %+v", d)
 			}
-			d = e.AllowAt("k", 1, advMs(advT0, 2))
+			d = e.AllowAt("k", 1, atMs(t0, 2))
 			rep = e.Audit()
 			t.Logf("final: %+v", rep)
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 			if rep.FalseAdmits != 0 {
 				t.Errorf("%v: a sequential key after a Cancel whose take-back met a full ring shows %d false admits (Dropped=%d, Unadmits=%d)", alg, rep.FalseAdmits, rep.Dropped, rep.Unadmits)
 			}
@@ -618,10 +622,10 @@ func TestAuditDropNear2262(t *testing.T) {
 		for _, w := range []time.Duration{time.Hour, 24 * time.Hour} {
 			t.Run(alg.String()+"/"+w.String(), func(t *testing.T) {
 				base := end.Add(-w / 2).Truncate(time.Second)
-				e := advNew(t, engine.Config{Limit: 1000, Window: w, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 1000, Window: w, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
 				e.Close()
 				for i := range 100 {
-					if !e.AllowAt("k", 1, advMs(base, i)).Allowed {
+					if !e.AllowAt("k", 1, atMs(base, i)).Allowed {
 						t.Fatalf("denied at %d", i)
 					}
 				}
@@ -632,11 +636,11 @@ func TestAuditDropNear2262(t *testing.T) {
 				}
 				// within one window after the drops: must be unjudged
 				for i := 200; i < 210; i++ {
-					e.AllowAt("k", 1, advMs(base, i))
+					e.AllowAt("k", 1, atMs(base, i))
 				}
 				rep = e.Audit()
 				t.Logf("%+v", rep)
-				advConsistent(t, rep)
+				checkReportConsistent(t, rep)
 				if rep.Unjudged != 10 {
 					t.Errorf("decisions within W after a drop: Unjudged=%d, want 10 (%+v)", rep.Unjudged, rep)
 				}
@@ -652,14 +656,14 @@ func TestAuditDropNear2262(t *testing.T) {
 func TestAuditDroppedClampedDecision(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			e := advNew(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 1000, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: 64, DisableEviction: true})
 			e.Close()
-			base := advMs(advT0, 5000)
+			base := atMs(t0, 5000)
 			for i := 0; i < 56; i++ { // decisions fill 7/8 of the buffer
 				e.AllowAt("k", 1, base)
 			}
 			// dropped, requested at 1 s, decided at 5 s
-			if d := e.AllowAt("k", 500, advMs(advT0, 1000)); !d.Allowed {
+			if d := e.AllowAt("k", 500, atMs(t0, 1000)); !d.Allowed {
 				t.Fatal("denied")
 			}
 			r := e.Audit()
@@ -667,7 +671,7 @@ func TestAuditDroppedClampedDecision(t *testing.T) {
 				t.Fatalf("dropped %d", r.Dropped)
 			}
 			for i := 0; i < 10; i++ {
-				e.AllowAt("k", 100, advMs(base, 100+i))
+				e.AllowAt("k", 100, atMs(base, 100+i))
 			}
 			r = e.Audit()
 			t.Logf("%+v", r)

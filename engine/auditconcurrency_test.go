@@ -21,8 +21,8 @@ func TestAuditConcurrentMixed(t *testing.T) {
 		for _, buf := range []int{64, 1 << 16} {
 			for _, setLimits := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%v/buf=%d/setlimits=%v", alg, buf, setLimits), func(t *testing.T) {
-					clk := engine.NewManualClock(advT0)
-					e := advNew(t, engine.Config{Limit: 30, Window: 50 * time.Millisecond, SubWindows: 5, Algorithm: alg,
+					clk := engine.NewManualClock(t0)
+					e := newEngineNoCloseCheck(t, engine.Config{Limit: 30, Window: 50 * time.Millisecond, SubWindows: 5, Algorithm: alg,
 						Audit: 1, Clock: clk, DisableEviction: true, AuditBuffer: buf, PerKeyLimits: true})
 					var issued, cancels atomic.Int64
 					stop := make(chan struct{})
@@ -88,7 +88,7 @@ func TestAuditConcurrentMixed(t *testing.T) {
 					aw.Wait()
 					r := e.Audit()
 					t.Logf("issued %d cancels %d: %+v", issued.Load(), cancels.Load(), r)
-					advConsistent(t, r)
+					checkReportConsistent(t, r)
 					for _, bad := range reports {
 						t.Errorf("inconsistent concurrent report %+v", bad)
 					}
@@ -145,7 +145,7 @@ func TestAuditCloseRace(t *testing.T) {
 		if r.Decisions+r.Dropped != 3*per {
 			t.Errorf("decisions %d + dropped %d != %d", r.Decisions, r.Dropped, 3*per)
 		}
-		advConsistent(t, r)
+		checkReportConsistent(t, r)
 		if r.FalseAdmits != 0 || r.FalseDenies != 0 {
 			t.Errorf("%+v", r)
 		}
@@ -161,7 +161,7 @@ func TestAuditCoarseConcurrent(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
 		for _, buf := range []int{64, 1 << 14} {
 			t.Run(fmt.Sprint(alg, buf), func(t *testing.T) {
-				e := advNew(t, engine.Config{Limit: 30, Window: 40 * time.Millisecond, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: buf, CoarseClock: 200 * time.Microsecond})
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 30, Window: 40 * time.Millisecond, SubWindows: 4, Algorithm: alg, Audit: 1, AuditBuffer: buf, CoarseClock: 200 * time.Microsecond})
 				keys := []string{"a", "b", "c"}
 				var wg sync.WaitGroup
 				deadline := time.Now().Add(700 * time.Millisecond)
@@ -217,7 +217,7 @@ func TestAuditCoarseConcurrent(t *testing.T) {
 				wg.Wait()
 				r := e.Audit()
 				t.Logf("%+v", r)
-				advConsistent(t, r)
+				checkReportConsistent(t, r)
 				if r.FalseAdmits != 0 || r.WorstWindow > 1 {
 					t.Errorf("%v: false admits %+v", alg, r)
 				}
@@ -235,14 +235,14 @@ func TestAuditCoarseConcurrent(t *testing.T) {
 func TestAuditDoubleCancelInterleaved(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.FixedWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
-			e := advNew(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, AuditBuffer: 1 << 20})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, AuditBuffer: 1 << 20})
 			iters := scaled(4000, 20000)
 			if raceOn {
 				iters = scaled(1500, 5000)
 			}
 			for i := 0; i < iters; i++ {
 				key := fmt.Sprint("k", i%64)
-				now := advT0.Add(time.Duration(i/64) * 3 * time.Second)
+				now := t0.Add(time.Duration(i/64) * 3 * time.Second)
 				var r1, r2 engine.Reservation
 				r1 = e.ReserveAt(key, 2, now)
 				r2 = e.ReserveAt(key, 2, now)
@@ -282,9 +282,9 @@ func TestAuditLogMoveWhileCancelling(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingWindowStrict} {
 		for round := 0; round < scaled(1, 4); round++ {
 			t.Run(fmt.Sprint(alg, round), func(t *testing.T) {
-				e := advNew(t, engine.Config{Limit: 20, Window: 100 * time.Millisecond, SubWindows: 5, Algorithm: alg, Audit: 1, PerKeyLimits: true, DisableEviction: true, MaxLogLimit: 1 << 16, AuditBuffer: 1 << 20})
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 20, Window: 100 * time.Millisecond, SubWindows: 5, Algorithm: alg, Audit: 1, PerKeyLimits: true, DisableEviction: true, MaxLogLimit: 1 << 16, AuditBuffer: 1 << 20})
 				var clk atomic.Int64
-				clk.Store(advT0.UnixNano())
+				clk.Store(t0.UnixNano())
 				now := func() time.Time { return time.Unix(0, clk.Load()) }
 				var wg sync.WaitGroup
 				stop := make(chan struct{})
@@ -346,7 +346,7 @@ func TestAuditLogMoveWhileCancelling(t *testing.T) {
 				sw.Wait()
 				r := e.Audit()
 				t.Logf("%+v", r)
-				advConsistent(t, r)
+				checkReportConsistent(t, r)
 				// Every limit change here is a raise, so the audit may count
 				// a false admit that did not happen (docs/design.md §9: a
 				// decision under the replaced limit replayed after one under
@@ -366,7 +366,7 @@ func TestAuditLogMoveWhileCancelling(t *testing.T) {
 func TestAuditConcurrentCancelStrict(t *testing.T) {
 	for _, coarse := range []time.Duration{0, time.Millisecond} {
 		for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
-			e := advNew(t, engine.Config{Limit: 5, Window: 50 * time.Millisecond, SubWindows: 5, Algorithm: alg, Audit: 1, CoarseClock: coarse, AuditBuffer: 1 << 16})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: 50 * time.Millisecond, SubWindows: 5, Algorithm: alg, Audit: 1, CoarseClock: coarse, AuditBuffer: 1 << 16})
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var cancels int64
@@ -418,7 +418,7 @@ func TestAuditConcurrentCancelStrict(t *testing.T) {
 			wg.Wait()
 			rep := e.Audit()
 			t.Logf("coarse=%v %v %+v cancels=%d", coarse, alg, rep, cancels)
-			advConsistent(t, rep)
+			checkReportConsistent(t, rep)
 			if rep.FalseAdmits != 0 {
 				t.Errorf("coarse=%v %v: FalseAdmits %d (Dropped %d)", coarse, alg, rep.FalseAdmits, rep.Dropped)
 			}

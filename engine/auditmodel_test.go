@@ -13,15 +13,15 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// The report must equal an exact model (the one in audit_test.go, fed by
+// The report must equal the model's audit side (model_test.go, fed by
 // this test) on scripts with unaligned nanosecond times, odd sub-window
 // widths, AllowAt, ReserveAt, Cancel and AllowAll (same key twice), steps
 // back within a window, for every algorithm. No SetLimit here for the log
 // (see TestAuditLogCancelAfterBackdatedSetLimit).
 func TestAuditModelMixed(t *testing.T) {
 	seeds := int64(40)
-	if os.Getenv("ADV_SEEDS") != "" {
-		fmt.Sscan(os.Getenv("ADV_SEEDS"), &seeds)
+	if os.Getenv("RINGLIMIT_AUDIT_SEEDS") != "" {
+		fmt.Sscan(os.Getenv("RINGLIMIT_AUDIT_SEEDS"), &seeds)
 	}
 	for _, alg := range allAlgorithms {
 		for seed := int64(1); seed <= seeds; seed++ {
@@ -30,10 +30,10 @@ func TestAuditModelMixed(t *testing.T) {
 				sub := []int{1, 3, 7}[rng.Intn(3)]
 				win := time.Duration(999_999_999) / time.Duration(sub) * time.Duration(sub)
 				limit := int64(2 + rng.Intn(6))
-				clk := engine.NewManualClock(advT0)
+				clk := engine.NewManualClock(t0)
 				cfg := engine.Config{Limit: limit, Window: win, SubWindows: sub, Algorithm: alg, Audit: 1, Clock: clk, DisableEviction: true, PerKeyLimits: true}
-				e := advNew(t, cfg)
-				ref := newAuditRef(cfg, e.Width())
+				e := newEngineNoCloseCheck(t, cfg)
+				ref := newModel(cfg)
 				type pending struct {
 					r   *engine.Reservation
 					key string
@@ -41,18 +41,9 @@ func TestAuditModelMixed(t *testing.T) {
 				}
 				var held []pending
 				lim := map[string]int64{"a": limit, "b": limit}
-				now := advT0.Add(time.Duration(rng.Int63n(int64(time.Second))))
+				now := t0.Add(time.Duration(rng.Int63n(int64(time.Second))))
 				newest := now
-				unadmit := func(key string, ev int, units int64) {
-					k := ref.keys[key]
-					ref.rep.Unadmits++
-					if e := &k.log[ev]; e.t > k.newestT-int64(win) {
-						e.n -= units
-					} else {
-						ref.rep.UnadmitMissed++
-					}
-				}
-				trace := os.Getenv("ADV_TRACE") != ""
+				trace := os.Getenv("RINGLIMIT_AUDIT_TRACE") != ""
 				var hist []string
 				logf := func(f string, a ...any) {
 					if trace {
@@ -63,7 +54,7 @@ func TestAuditModelMixed(t *testing.T) {
 					if trace {
 						g := e.Audit()
 						if g.UnadmitMissed != ref.rep.UnadmitMissed || g.FalseAdmits != ref.rep.FalseAdmits || g.FalseDenies != ref.rep.FalseDenies {
-							for _, h := range hist[max(0, len(hist)-advHist()):] {
+							for _, h := range hist[max(0, len(hist)-traceTail()):] {
 								t.Log(h)
 							}
 							t.Fatalf("diverged:\n got  %+v\n want %+v", g, ref.rep)
@@ -89,13 +80,13 @@ func TestAuditModelMixed(t *testing.T) {
 					switch op := rng.Intn(20); {
 					case op < 8:
 						d := e.AllowAt(key, n, now)
-						logf("AllowAt(%s,%d,%v) -> %+v", key, n, now.Sub(advT0), d)
+						logf("AllowAt(%s,%d,%v) -> %+v", key, n, now.Sub(t0), d)
 						ref.observe(key, n, now, d)
 					case op < 12:
 						r := new(engine.Reservation)
 						*r = e.ReserveAt(key, n, now)
 						ref.observe(key, n, now, r.Decision())
-						logf("ReserveAt(%s,%d,%v) -> %+v at %v", key, n, now.Sub(advT0), r.Decision(), r.At().Sub(advT0))
+						logf("ReserveAt(%s,%d,%v) -> %+v at %v", key, n, now.Sub(t0), r.Decision(), r.At().Sub(t0))
 						if r.Decision().Allowed && r.Units() > 0 {
 							held = append(held, pending{r, key, len(ref.keys[key].log) - 1})
 						}
@@ -104,9 +95,9 @@ func TestAuditModelMixed(t *testing.T) {
 						p := held[j]
 						held = append(held[:j], held[j+1:]...)
 						c := p.r.Cancel()
-						logf("Cancel(%s, at %v, n=%d) @clock %v -> %v", p.key, p.r.At().Sub(advT0), p.r.Units(), newest.Sub(advT0), c)
+						logf("Cancel(%s, at %v, n=%d) @clock %v -> %v", p.key, p.r.At().Sub(t0), p.r.Units(), newest.Sub(t0), c)
 						if c {
-							unadmit(p.key, p.ev, p.r.Units())
+							ref.unadmit(p.key, p.ev, p.r.Units())
 						}
 					case op < 18:
 						// AllowAll on a, b, a: observe each reservation as
@@ -117,7 +108,7 @@ func TestAuditModelMixed(t *testing.T) {
 						}
 						ks := []string{"a", "b", "a"}
 						idx, d := engine.AllowAll(now, engine.Request{Engine: e, Key: "a", N: ns[0]}, engine.Request{Engine: e, Key: "b", N: ns[1]}, engine.Request{Engine: e, Key: "a", N: ns[2]})
-						logf("AllowAll(%v, a:%d b:%d a:%d) -> %d %+v", now.Sub(advT0), ns[0], ns[1], ns[2], idx, d)
+						logf("AllowAll(%v, a:%d b:%d a:%d) -> %d %+v", now.Sub(t0), ns[0], ns[1], ns[2], idx, d)
 						last := 2
 						if idx >= 0 {
 							last = idx
@@ -139,7 +130,7 @@ func TestAuditModelMixed(t *testing.T) {
 						if idx >= 0 {
 							for q := idx - 1; q >= 0; q-- {
 								if evs[2*q] >= 0 {
-									unadmit(ks[q], evs[2*q+1], ns[q])
+									ref.unadmit(ks[q], evs[2*q+1], ns[q])
 								}
 							}
 						}
@@ -148,8 +139,8 @@ func TestAuditModelMixed(t *testing.T) {
 						if err := e.SetLimitAt(key, nl, now); err != nil {
 							t.Fatal(err)
 						}
-						ref.touch(key, now)
-						logf("SetLimitAt(%s,%d,%v)", key, nl, now.Sub(advT0))
+						ref.touch(ref.key(key), now.UnixNano())
+						logf("SetLimitAt(%s,%d,%v)", key, nl, now.Sub(t0))
 						lim[key] = nl
 					default:
 						e.Audit()
@@ -167,9 +158,11 @@ func TestAuditModelMixed(t *testing.T) {
 	}
 }
 
-func advHist() int {
+// traceTail is how many trace lines a diverged TestAuditModelMixed prints
+// (RINGLIMIT_AUDIT_TRACE=1 keeps the trace; RINGLIMIT_AUDIT_TRACE_TAIL=n).
+func traceTail() int {
 	n := 25
-	if s := os.Getenv("ADV_HIST"); s != "" {
+	if s := os.Getenv("RINGLIMIT_AUDIT_TRACE_TAIL"); s != "" {
 		fmt.Sscan(s, &n)
 	}
 	return n
@@ -181,17 +174,17 @@ func advHist() int {
 func TestAuditRandomInvariants(t *testing.T) {
 	algs := []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog}
 	for _, alg := range algs {
-		for seed := int64(1); seed <= advSeeds(); seed++ {
+		for seed := int64(1); seed <= auditSeeds(); seed++ {
 			t.Run(fmt.Sprintf("%v/%d", alg, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewSource(seed * 7919))
 				win := time.Duration(999_999_999)
 				n := []int{1, 3, 7, 9}[rng.Intn(4)]
 				win = win / time.Duration(n) * time.Duration(n)
 				limit := int64(1 + rng.Intn(6))
-				clk := engine.NewManualClock(advT0)
-				e := advNew(t, engine.Config{Limit: limit, Window: win, SubWindows: n, Algorithm: alg, Audit: 1, PerKeyLimits: true, DisableEviction: true, Clock: clk})
+				clk := engine.NewManualClock(t0)
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: limit, Window: win, SubWindows: n, Algorithm: alg, Audit: 1, PerKeyLimits: true, DisableEviction: true, Clock: clk})
 				keys := []string{"a", "b"}
-				now := advT0.Add(time.Duration(rng.Int63n(int64(time.Second))))
+				now := t0.Add(time.Duration(rng.Int63n(int64(time.Second))))
 				newest := now
 				var held []*engine.Reservation
 				var want int64
@@ -220,7 +213,7 @@ func TestAuditRandomInvariants(t *testing.T) {
 						}
 					}
 					op := rng.Intn(20)
-					if advSkipOp(op) {
+					if skipOp(op) {
 						continue
 					}
 					switch {
@@ -257,7 +250,7 @@ func TestAuditRandomInvariants(t *testing.T) {
 						}
 					case op < 19:
 						nl := lim[key] + rng.Int63n(3)
-						if os.Getenv("ADV_LOWER") != "" {
+						if os.Getenv("RINGLIMIT_AUDIT_LOWER_LIMITS") != "" {
 							nl = 1 + rng.Int63n(7)
 						}
 						if err := e.SetLimitAt(key, nl, now); err != nil {
@@ -269,7 +262,7 @@ func TestAuditRandomInvariants(t *testing.T) {
 					}
 				}
 				rep := e.Audit()
-				advConsistent(t, rep)
+				checkReportConsistent(t, rep)
 				if rep.Decisions != want {
 					t.Errorf("Decisions %d, want %d", rep.Decisions, want)
 				}
@@ -278,14 +271,14 @@ func TestAuditRandomInvariants(t *testing.T) {
 				}
 				switch alg {
 				case engine.SlidingWindowStrict:
-					if rep.FalseAdmits != 0 || (rep.WorstWindow > 1 && os.Getenv("ADV_LOWER") == "") {
+					if rep.FalseAdmits != 0 || (rep.WorstWindow > 1 && os.Getenv("RINGLIMIT_AUDIT_LOWER_LIMITS") == "") {
 						t.Errorf("strict: %+v", rep)
 					}
 				case engine.SlidingLog:
 					// False denies are checked only without SetLimit: a raised
 					// limit moves the log, and a later Cancel then shows false
 					// denies (TestAuditLogCancelAfterBackdatedSetLimit).
-					if rep.FalseAdmits != 0 || (rep.FalseDenies != 0 && advSkip["setlimit"]) || (rep.WorstWindow > 1 && os.Getenv("ADV_LOWER") == "") {
+					if rep.FalseAdmits != 0 || (rep.FalseDenies != 0 && skipOps["setlimit"]) || (rep.WorstWindow > 1 && os.Getenv("RINGLIMIT_AUDIT_LOWER_LIMITS") == "") {
 						t.Errorf("log: %+v", rep)
 					}
 				case engine.SlidingWindow:
@@ -302,32 +295,38 @@ func TestAuditRandomInvariants(t *testing.T) {
 	}
 }
 
-var advSkip = func() map[string]bool {
+// skipOps are the operations TestAuditRandomInvariants leaves out, from
+// RINGLIMIT_AUDIT_SKIP_OPS (comma-separated: allow, reserve, cancel,
+// allowall, setlimit, audit), for narrowing down a failure.
+var skipOps = func() map[string]bool {
 	m := map[string]bool{}
-	for _, f := range strings.Split(os.Getenv("ADV_SKIP"), ",") {
+	for _, f := range strings.Split(os.Getenv("RINGLIMIT_AUDIT_SKIP_OPS"), ",") {
 		m[f] = true
 	}
 	return m
 }()
 
-func advSkipOp(op int) bool {
+// skipOp reports whether the operation op draws is in skipOps.
+func skipOp(op int) bool {
 	switch {
 	case op < 9:
-		return advSkip["allow"]
+		return skipOps["allow"]
 	case op < 13:
-		return advSkip["reserve"]
+		return skipOps["reserve"]
 	case op < 16:
-		return advSkip["cancel"]
+		return skipOps["cancel"]
 	case op < 18:
-		return advSkip["allowall"]
+		return skipOps["allowall"]
 	case op < 19:
-		return advSkip["setlimit"]
+		return skipOps["setlimit"]
 	}
-	return advSkip["audit"]
+	return skipOps["audit"]
 }
 
-func advSeeds() int64 {
-	if s := os.Getenv("ADV_SEEDS"); s != "" {
+// auditSeeds is the number of seeds TestAuditRandomInvariants runs per
+// algorithm: 60, or RINGLIMIT_AUDIT_SEEDS.
+func auditSeeds() int64 {
+	if s := os.Getenv("RINGLIMIT_AUDIT_SEEDS"); s != "" {
 		var n int64
 		fmt.Sscan(s, &n)
 		return n
@@ -340,7 +339,7 @@ func advSeeds() int64 {
 // the documented invariants (no exact model).
 func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 	seeds := scaled[int64](40, 300)
-	if s := os.Getenv("ADV6_SEEDS"); s != "" {
+	if s := os.Getenv("RINGLIMIT_AUDIT_INVARIANT_SEEDS"); s != "" {
 		fmt.Sscan(s, &seeds)
 	}
 	algs := []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.SlidingWindow, engine.FixedWindow}
@@ -355,7 +354,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 					win = time.Second
 				}
 				limit := int64(1 + rng.Intn(6))
-				clk := engine.NewManualClock(advT0)
+				clk := engine.NewManualClock(t0)
 				nkeys := 1 + rng.Intn(3)
 				cfg := engine.Config{Limit: limit, Window: win, SubWindows: sub, Algorithm: alg, Audit: 1, Clock: clk, PerKeyLimits: true}
 				if rng.Intn(3) == 0 {
@@ -370,7 +369,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 				if rng.Intn(2) == 0 {
 					cfg.DisableEviction = true
 				}
-				e := advNew(t, cfg)
+				e := newEngineNoCloseCheck(t, cfg)
 				keys := []string{"a", "b", "c"}[:nkeys]
 				lim := map[string]int64{}
 				maxLim := limit
@@ -383,7 +382,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 				}
 				var hs []held
 				var cancels int64
-				now := advT0.Add(time.Duration(rng.Int63n(int64(time.Second))))
+				now := t0.Add(time.Duration(rng.Int63n(int64(time.Second))))
 				newest := now
 				var hist []string
 				logf := func(f string, a ...any) { hist = append(hist, fmt.Sprintf(f, a...)) }
@@ -411,7 +410,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 					if r.Entries < 0 || r.Keys < 0 {
 						bad += " negative;"
 					}
-					if bad == "" && os.Getenv("ADV6_NORESET") == "" {
+					if bad == "" && os.Getenv("RINGLIMIT_AUDIT_FULL_HISTORY") == "" {
 						hist = append(hist[:0], fmt.Sprintf("-- check ok %+v", r))
 					}
 					if bad != "" {
@@ -422,7 +421,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 					}
 				}
 				stopAt := 300
-				if v := os.Getenv("ADV6_STOPAT"); v != "" {
+				if v := os.Getenv("RINGLIMIT_AUDIT_STEPS"); v != "" {
 					fmt.Sscan(v, &stopAt)
 				}
 				for i := 0; i < stopAt; i++ {
@@ -445,11 +444,11 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 					switch op := rng.Intn(24); {
 					case op < 6:
 						d := e.AllowAt(key, n, now)
-						logf("AllowAt(%s,%d,%v)=%v", key, n, now.Sub(advT0), d.Allowed)
+						logf("AllowAt(%s,%d,%v)=%v", key, n, now.Sub(t0), d.Allowed)
 					case op < 11:
 						rv := new(engine.Reservation)
 						*rv = e.ReserveAt(key, n, now)
-						logf("ReserveAt(%s,%d,%v)=%v at %v", key, n, now.Sub(advT0), rv.Decision().Allowed, rv.At().Sub(advT0))
+						logf("ReserveAt(%s,%d,%v)=%v at %v", key, n, now.Sub(t0), rv.Decision().Allowed, rv.At().Sub(t0))
 						if rv.Decision().Allowed {
 							hs = append(hs, held{rv, key})
 						}
@@ -463,7 +462,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 						pkey := p.key
 						hs = append(hs[:j], hs[j+1:]...)
 						c := pr.Cancel()
-						logf("Cancel(%s at %v n=%d) clock %v = %v", pkey, pr.At().Sub(advT0), pr.Units(), newest.Sub(advT0), c)
+						logf("Cancel(%s at %v n=%d) clock %v = %v", pkey, pr.At().Sub(t0), pr.Units(), newest.Sub(t0), c)
 						if c {
 							cancels++
 						}
@@ -471,7 +470,7 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 						k2 := keys[rng.Intn(nkeys)]
 						n2 := rng.Int63n(lim[k2] + 2)
 						idx, d := engine.AllowAll(now, engine.Request{Engine: e, Key: key, N: n}, engine.Request{Engine: e, Key: k2, N: n2}, engine.Request{Engine: e, Key: key, N: 1})
-						logf("AllowAll(%v,%s:%d,%s:%d,%s:1)=%d %v", now.Sub(advT0), key, n, k2, n2, key, idx, d.Allowed)
+						logf("AllowAll(%v,%s:%d,%s:%d,%s:1)=%d %v", now.Sub(t0), key, n, k2, n2, key, idx, d.Allowed)
 						if idx > 0 {
 							cancels += int64(idx) // upper bound on internal cancels
 						}
@@ -485,16 +484,16 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 						if nl > maxLim {
 							maxLim = nl
 						}
-						logf("SetLimitAt(%s,%d,%v)", key, nl, now.Sub(advT0))
+						logf("SetLimitAt(%s,%d,%v)", key, nl, now.Sub(t0))
 					case op < 21 && cfg.AuditBuffer == 64 && rng.Intn(2) == 0:
 						b := 30 + rng.Intn(60)
 						for q := 0; q < b; q++ {
 							e.AllowAt(key, n, now)
 						}
-						logf("burst %d x AllowAt(%s,%d,%v)", b, key, n, now.Sub(advT0))
+						logf("burst %d x AllowAt(%s,%d,%v)", b, key, n, now.Sub(t0))
 					case op < 21:
 						k := e.Sweep()
-						logf("Sweep()=%d at %v", k, newest.Sub(advT0))
+						logf("Sweep()=%d at %v", k, newest.Sub(t0))
 					default:
 						if rng.Intn(4) == 0 || cfg.AuditBuffer != 64 {
 							r := e.Audit()
@@ -508,12 +507,13 @@ func TestAuditInvariantsOnRandomScripts(t *testing.T) {
 	}
 }
 
-func adv5Perms(n int) [][]int {
+// permutations returns every order of 0 … n−1.
+func permutations(n int) [][]int {
 	if n == 1 {
 		return [][]int{{0}}
 	}
 	var out [][]int
-	for _, p := range adv5Perms(n - 1) {
+	for _, p := range permutations(n - 1) {
 		for i := 0; i <= len(p); i++ {
 			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
 			out = append(out, q)
@@ -529,7 +529,7 @@ func adv5Perms(n int) [][]int {
 // newest sub-window U; UnadmitMissed when the units were already out of
 // (U − W, U].
 func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
-	perms := adv5Perms(5)
+	perms := permutations(5)
 	for _, alg := range allAlgorithms {
 		// Short form: seed 0, every 4th permutation; long form: 8 seeds,
 		// every permutation (8 seeds found nothing more than 3).
@@ -549,12 +549,8 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ref := newAuditRef(cfg, e.Width())
-					w := e.Width()
-					if alg == engine.SlidingLog {
-						w = 1
-					}
-					base := advT0.Add(time.Duration(rng.Int63n(int64(win))))
+					ref := newModel(cfg)
+					base := t0.Add(time.Duration(rng.Int63n(int64(win))))
 					var hist []string
 					// a decision later in the sub-window first, so the
 					// reservations are clamped / judged later
@@ -562,7 +558,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						d := e.AllowAt("k", 1, base.Add(time.Millisecond*time.Duration(rng.Intn(50))))
 						ref.observe("k", 1, base.Add(time.Millisecond*time.Duration(rng.Intn(50))), d)
 						// keep exact: re-observe not possible; redo simply
-						ref = newAuditRef(cfg, e.Width())
+						ref = newModel(cfg)
 						e.Close()
 						e, _ = engine.New(cfg)
 					}
@@ -578,7 +574,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						*rs[i] = e.ReserveAt("k", n, at)
 						ref.observe("k", n, at, rs[i].Decision())
 						evs[i] = len(ref.keys["k"].log) - 1
-						hist = append(hist, fmt.Sprintf("Reserve(%d,%v) -> %+v at %v", n, at.Sub(advT0), rs[i].Decision(), rs[i].At().Sub(advT0)))
+						hist = append(hist, fmt.Sprintf("Reserve(%d,%v) -> %+v at %v", n, at.Sub(t0), rs[i].Decision(), rs[i].At().Sub(t0)))
 					}
 					now := base
 					for _, j := range perm {
@@ -588,27 +584,18 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 							n := int64(1 + rng.Intn(2))
 							d := e.AllowAt("k", n, now)
 							ref.observe("k", n, now, d)
-							hist = append(hist, fmt.Sprintf("AllowAt(%d,%v) -> %+v", n, now.Sub(advT0), d))
+							hist = append(hist, fmt.Sprintf("AllowAt(%d,%v) -> %+v", n, now.Sub(t0), d))
 						case 1:
 							e.Audit()
 						}
 						c := rs[j].Cancel()
-						hist = append(hist, fmt.Sprintf("Cancel r%d (n=%d at %v) -> %v", j, rs[j].Units(), rs[j].At().Sub(advT0), c))
+						hist = append(hist, fmt.Sprintf("Cancel r%d (n=%d at %v) -> %v", j, rs[j].Units(), rs[j].At().Sub(t0), c))
 						if c {
-							k := ref.keys["k"]
-							ref.rep.Unadmits++
-							u := k.newestT
-							_ = w
-							ev := &k.log[evs[j]]
-							if ev.t > u-int64(win) {
-								ev.n -= rs[j].Units()
-							} else {
-								ref.rep.UnadmitMissed++
-							}
+							ref.unadmit("k", evs[j], rs[j].Units())
 						}
 						d := e.AllowAt("k", 1, now)
 						ref.observe("k", 1, now, d)
-						hist = append(hist, fmt.Sprintf("AllowAt(1,%v) -> %+v", now.Sub(advT0), d))
+						hist = append(hist, fmt.Sprintf("AllowAt(1,%v) -> %+v", now.Sub(t0), d))
 					}
 					got := e.Audit()
 					e.Close()
@@ -620,7 +607,7 @@ func TestAuditSameInstantCancelsInEveryOrder(t *testing.T) {
 						bad++
 						if bad <= 2 {
 							t.Errorf("perm %d %v: got  %+v\n want %+v", pi, perm, g, want)
-							if os.Getenv("ADV5_TRACE") != "" {
+							if os.Getenv("RINGLIMIT_AUDIT_TRACE") != "" {
 								for _, h := range hist {
 									t.Log(h)
 								}
@@ -648,10 +635,10 @@ func TestAuditSingleKeyFarBack(t *testing.T) {
 		for seed := int64(1); seed <= scaled[int64](25, 200); seed++ {
 			t.Run(fmt.Sprint(alg, "/", seed), func(t *testing.T) {
 				rng := rand.New(rand.NewSource(seed))
-				clk := engine.NewManualClock(advT0)
+				clk := engine.NewManualClock(t0)
 				win := time.Second
-				e := advNew(t, engine.Config{Limit: 5, Window: win, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
-				newest := advT0
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: win, SubWindows: 4, Algorithm: alg, Audit: 1, DisableEviction: true, Clock: clk})
+				newest := t0
 				var held []*engine.Reservation
 				for i := 0; i < 300; i++ {
 					var now time.Time
@@ -684,7 +671,7 @@ func TestAuditSingleKeyFarBack(t *testing.T) {
 					}
 				}
 				r := e.Audit()
-				advConsistent(t, r)
+				checkReportConsistent(t, r)
 				if r.Unjudged != 0 {
 					t.Errorf("unjudged on one timeline: %+v", r)
 				}
@@ -706,8 +693,8 @@ func TestAuditUnadmitsMatchCancels(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		for _, mode := range []string{"reserve", "allowall", "emulated"} {
 			t.Run(fmt.Sprint(alg, "/", mode), func(t *testing.T) {
-				clk := engine.NewManualClock(advT0)
-				e := advNew(t, engine.Config{Limit: 30, Window: 50 * time.Millisecond, SubWindows: 5, Algorithm: alg,
+				clk := engine.NewManualClock(t0)
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 30, Window: 50 * time.Millisecond, SubWindows: 5, Algorithm: alg,
 					Audit: 1, Clock: clk, DisableEviction: true, AuditBuffer: 1 << 16})
 				var cancels, allowAllCancels, failedCancels atomic.Int64
 				var wg sync.WaitGroup

@@ -290,7 +290,7 @@ func closed(ch <-chan struct{}) bool {
 }
 
 func TestManualClockAfter(t *testing.T) {
-	clk := engine.NewManualClock(t13)
+	clk := engine.NewManualClock(t0)
 	ch0, stop0 := clk.After(0)
 	if !closed(ch0) || clk.Waits() != 0 {
 		t.Fatal("After(0)")
@@ -308,7 +308,7 @@ func TestManualClockAfter(t *testing.T) {
 	if closed(ch) {
 		t.Fatal("early")
 	}
-	clk.Set(t13) // backwards
+	clk.Set(t0) // backwards
 	clk.Advance(time.Second - 1)
 	if closed(ch) {
 		t.Fatal("early after set back")
@@ -341,7 +341,7 @@ func TestManualClockAfter(t *testing.T) {
 }
 
 func TestManualClockConcurrent(t *testing.T) {
-	clk := engine.NewManualClock(t13)
+	clk := engine.NewManualClock(t0)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
@@ -383,7 +383,7 @@ func TestManualClockConcurrent(t *testing.T) {
 // AllowN, AllowAll refusals, SetLimit: Strict/log never show a false admit.
 func TestCoarseClockSequentialNoFalseAdmit(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog} {
-		e := advNew(t, engine.Config{Limit: 4, Window: 20 * time.Millisecond, SubWindows: 4, Algorithm: alg, Audit: 1, CoarseClock: 100 * time.Microsecond, PerKeyLimits: true})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: 20 * time.Millisecond, SubWindows: 4, Algorithm: alg, Audit: 1, CoarseClock: 100 * time.Microsecond, PerKeyLimits: true})
 		rng := randv1.New(randv1.NewSource(1))
 		var held []*engine.Reservation
 		var cancels int64
@@ -422,7 +422,7 @@ func TestCoarseClockSequentialNoFalseAdmit(t *testing.T) {
 		}
 		rep := e.Audit()
 		t.Logf("%v %+v", alg, rep)
-		advConsistent(t, rep)
+		checkReportConsistent(t, rep)
 		if rep.FalseAdmits != 0 {
 			t.Errorf("%v: FalseAdmits %d (Dropped %d)", alg, rep.FalseAdmits, rep.Dropped)
 		}

@@ -54,11 +54,12 @@ func fillAt(e *engine.Engine, key string, t time.Time) int64 {
 // requireExactlyFull checks, with the reference estimate, that the key's
 // admitted log is within the limit at t and that not one more unit fits:
 // no count was lost and none was left behind by a failed attempt.
-func requireExactlyFull(t *testing.T, ref *refLimiter, k *refKey, at time.Time, msg string) {
+func requireExactlyFull(t *testing.T, ref *model, k *modelKey, at time.Time, msg string) {
 	t.Helper()
-	est := ref.estimate(k, at.UnixNano())
-	require.LessOrEqual(t, est.Cmp(big.NewRat(ref.limit, 1)), 0, "%s: admitted beyond the limit (estimate %s)", msg, est.FloatString(3))
-	require.False(t, ref.fits(k, at.UnixNano(), 1), "%s: capacity left unused (estimate %s)", msg, est.FloatString(3))
+	num, den := ref.estimate(k, at.UnixNano())
+	est := new(big.Rat).SetFrac(num, den).FloatString(3)
+	require.True(t, ref.fits(k, at.UnixNano(), 0, ref.limit), "%s: admitted beyond the limit (estimate %s)", msg, est)
+	require.False(t, ref.fits(k, at.UnixNano(), 1, ref.limit), "%s: capacity left unused (estimate %s)", msg, est)
 }
 
 func TestConcurrentBurstAtOneInstant(t *testing.T) {
@@ -66,12 +67,12 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 1000, Window: time.Second, Algorithm: alg, DisableEviction: true}
 			e := newEngine(t, cfg)
-			ref := newRef(cfg)
-			k := &refKey{}
+			ref := newModel(cfg)
+			k := &modelKey{}
 			// Earlier traffic, so that the weighted oldest slot matters.
 			pre := t0.Add(-time.Second + 50*time.Millisecond)
 			require.True(t, e.AllowAt("k", 300, pre).Allowed)
-			k.log = append(k.log, refEvent{pre.UnixNano(), 300})
+			k.log = append(k.log, modelEvent{pre.UnixNano(), 300})
 			at := t0.Add(30 * time.Millisecond)
 			var admitted atomic.Int64
 			burst(t, func(g int) error {
@@ -88,7 +89,7 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 				return nil
 			})
 			seq := fillAt(e, "k", at)
-			k.log = append(k.log, refEvent{at.UnixNano(), admitted.Load() + seq})
+			k.log = append(k.log, modelEvent{at.UnixNano(), admitted.Load() + seq})
 			requireExactlyFull(t, ref, k, at, "after the burst and a sequential fill")
 			require.Zero(t, e.AllowAt("k", 0, at).Remaining)
 		})
@@ -103,11 +104,11 @@ func TestConcurrentPhasesWithTimeMoving(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			cfg := engine.Config{Limit: 200, Window: time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true}
 			e := newEngine(t, cfg)
-			ref := newRef(cfg)
+			ref := newModel(cfg)
 			keys := []string{"a", "b", "c"}
-			logs := map[string]*refKey{}
+			logs := map[string]*modelKey{}
 			for _, k := range keys {
-				logs[k] = &refKey{}
+				logs[k] = &modelKey{}
 			}
 			rng := rand.New(rand.NewPCG(7, uint64(alg)))
 			at := t0
@@ -127,7 +128,7 @@ func TestConcurrentPhasesWithTimeMoving(t *testing.T) {
 				})
 				for j, k := range keys {
 					got := admitted[j].Load() + fillAt(e, k, at)
-					logs[k].log = append(logs[k].log, refEvent{at.UnixNano(), got})
+					logs[k].log = append(logs[k].log, modelEvent{at.UnixNano(), got})
 					requireExactlyFull(t, ref, logs[k], at, fmt.Sprintf("phase %d key %s", phase, k))
 				}
 			}
@@ -228,7 +229,7 @@ func testEvictionRacingWriters(t *testing.T, alg engine.Algorithm) {
 	require.Greater(t, swept.Load(), int64(0), "the sweeper never reclaimed anything")
 }
 
-type advAdm struct {
+type admission struct {
 	key string
 	eff int64
 	n   int64
@@ -246,12 +247,12 @@ func TestRacingWritersStayWithinBounds(t *testing.T) {
 			if (alg == engine.FixedWindow || alg == engine.SlidingLog) && N != 1 {
 				continue
 			}
-			t.Run(fmt.Sprintf("%v/N=%d", alg, N), func(t *testing.T) { advRaceBounds(t, alg, N) })
+			t.Run(fmt.Sprintf("%v/N=%d", alg, N), func(t *testing.T) { runRacingWritersBounds(t, alg, N) })
 		}
 	}
 }
 
-func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
+func runRacingWritersBounds(t *testing.T, alg engine.Algorithm, N int) {
 	const L = 4
 	W := 30 * time.Millisecond
 	cfg := engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 2,
@@ -274,7 +275,7 @@ func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
 	}
 	keys := []string{"a", "b", "c"}
 	const G = 4
-	recs := make([][]advAdm, G)
+	recs := make([][]admission, G)
 	now := base.UnixNano()
 	for phase := 0; phase < 300; phase++ {
 		var wg sync.WaitGroup
@@ -312,7 +313,7 @@ func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
 					n := 1 + rng.Int64N(2)
 					d, eff := e.AllowAtTrace(k, n, time.Unix(0, at))
 					if d.Allowed {
-						recs[g] = append(recs[g], advAdm{k, eff, n})
+						recs[g] = append(recs[g], admission{k, eff, n})
 					}
 				}
 			}()
@@ -325,7 +326,7 @@ func advRaceBounds(t *testing.T, alg engine.Algorithm, N int) {
 		clk.Set(time.Unix(0, now))
 	}
 	// Check.
-	by := map[string][]advAdm{}
+	by := map[string][]admission{}
 	for _, r := range recs {
 		for _, a := range r {
 			by[a.key] = append(by[a.key], a)
@@ -379,21 +380,21 @@ func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
 					require.NoError(t, err)
 					base := int64(1<<40) / w * w
 					var mu sync.Mutex
-					var adm []advAdm
+					var adm []admission
 					var wg sync.WaitGroup
 					for g := 0; g < 4; g++ {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
 							rng := rand.New(rand.NewPCG(uint64(g), uint64(round)))
-							var mine []advAdm
+							var mine []admission
 							for i := 0; i < 60; i++ {
 								// times around the boundaries of 3 consecutive sub-windows
 								at := base + int64(rng.IntN(3))*w + []int64{0, w - 1, 1, w / 2}[rng.IntN(4)]
 								n := 1 + rng.Int64N(3)
 								d, eff := e.AllowAtTrace("k", n, time.Unix(0, at))
 								if d.Allowed {
-									mine = append(mine, advAdm{"k", eff, n})
+									mine = append(mine, admission{"k", eff, n})
 								}
 							}
 							mu.Lock()
@@ -406,18 +407,15 @@ func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
 					for _, a := range adm {
 						newest = max(newest, a.eff)
 					}
-					span := int64(N) // Strict and weighted at offset 0 both count e−N … e in full
-					if alg == engine.FixedWindow {
-						span = 0
-					}
-					var used int64
+					// The peek below is clamped to the start of the newest
+					// sub-window, where the model recounts the admissions.
+					ref := newModel(cfg)
+					k := &modelKey{}
 					for _, a := range adm {
-						if a.eff >= newest-span {
-							used += a.n
-						}
+						k.log = append(k.log, modelEvent{a.eff * w, a.n})
 					}
 					d := e.AllowAt("k", 0, time.Unix(0, 0)) // clamped to (newest, 0)
-					require.Equal(t, max(0, L-used), d.Remaining, "round %d: Remaining after the burst", round)
+					require.Equal(t, ref.remaining(k, newest*w, L), d.Remaining, "round %d: Remaining after the burst", round)
 					fill := int64(0)
 					for e.AllowAt("k", 1, time.Unix(0, 0)).Allowed {
 						fill++
@@ -463,9 +461,9 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 	if alg == engine.FixedWindow || alg == engine.SlidingLog {
 		W = 3000
 	}
-	base := t13.UnixNano()
+	base := t0.UnixNano()
 	clk := engine.NewManualClock(time.Unix(0, base))
-	e := new13(t, engine.Config{Limit: L, Window: time.Duration(W), SubWindows: N, Algorithm: alg, Clock: clk, SweepInterval: time.Millisecond, PerKeyLimits: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: time.Duration(W), SubWindows: N, Algorithm: alg, Clock: clk, SweepInterval: time.Millisecond, PerKeyLimits: true})
 	var now atomic.Int64
 	now.Store(base)
 	var mu sync.Mutex
@@ -582,44 +580,13 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 	// Exact accounting at the final time: no lost or doubled cancel, no
 	// residue of failed attempts.
 	T := now.Load()
-	eT := T
-	if alg == engine.SlidingWindowStrict || alg == engine.SlidingWindow {
-		eT = T / w
-	} else if alg == engine.FixedWindow {
-		eT = T / W
+	ref := newModel(engine.Config{Limit: lim, Window: time.Duration(W), SubWindows: N, Algorithm: alg})
+	k := &modelKey{}
+	for x, n := range live { // live is per epoch (SlidingLog: per ns)
+		k.log = append(k.log, modelEvent{x * ref.w, n})
 	}
-	var inWin, old int64
-	for x, n := range live {
-		switch alg {
-		case engine.SlidingWindow:
-			if x > eT-int64(N) && x <= eT {
-				inWin += n
-			} else if x == eT-int64(N) {
-				old += n
-			}
-		case engine.SlidingLog:
-			if x > T-W && x <= T {
-				inWin += n
-			}
-		case engine.FixedWindow:
-			if x == eT {
-				inWin += n
-			}
-		default:
-			if x >= eT-int64(N) && x <= eT {
-				inWin += n
-			}
-		}
-	}
-	want := max(0, lim-inWin)
-	if alg == engine.SlidingWindow {
-		off := T % w
-		room := lim*w - inWin*w - old*(w-off)
-		want = max(0, room/w)
-		if room < 0 {
-			want = 0
-		}
-	}
+	inWin := ref.count(k, T)
+	want := ref.remaining(k, T, lim)
 	if rem := e.AllowAt("k", 0, time.Unix(0, T)).Remaining; rem != want {
 		t.Fatalf("%v N=%d seed=%d: final Remaining %d, live units in window %d (limit %d)", alg, N, seed, rem, inWin, lim)
 	}
@@ -634,7 +601,7 @@ func TestRealClockStormWithSweeper(t *testing.T) {
 		const L = 5
 		N := 2
 		W := 2 * time.Millisecond
-		e := new13(t, engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 1})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: W, SubWindows: N, Algorithm: alg, SweepInterval: time.Millisecond, Shards: 1})
 		type ent struct {
 			r  engine.Reservation
 			ok bool

@@ -404,3 +404,22 @@ func TestBadConfigNeverPanics(t *testing.T) {
 		}()
 	}
 }
+
+// An Algorithm or Reason outside the defined ones prints as a value, not
+// as one of the names (a log line must not mislabel a corrupt value).
+func TestUndefinedEnumValuesPrintAsValues(t *testing.T) {
+	require.Equal(t, "Algorithm(9)", engine.Algorithm(9).String())
+	require.Equal(t, "Algorithm(-1)", engine.Algorithm(-1).String())
+	require.Equal(t, "unknown", engine.Reason(200).String())
+}
+
+// Shards 0 is the smallest power of two ≥ 8·GOMAXPROCS, at least 16, as
+// Config.Shards documents.
+func TestDefaultShardsFollowGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct{ procs, want int }{{1, 16}, {2, 16}, {3, 32}, {4, 32}, {16, 128}, {17, 256}} {
+		runtime.GOMAXPROCS(c.procs)
+		e := newEngine(t, engine.Config{Limit: 1, Window: time.Second})
+		require.Equal(t, c.want, e.Config().Shards, "GOMAXPROCS %d", c.procs)
+	}
+}

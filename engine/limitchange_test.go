@@ -383,9 +383,9 @@ func TestSetLimitFarMoveDoesNotAlias(t *testing.T) {
 				if alg == engine.FixedWindow {
 					w = int64(W)
 				}
-				e := new13(t, engine.Config{Limit: 5, Window: W, SubWindows: N, Algorithm: alg, PerKeyLimits: true, DisableEviction: true})
-				r := e.ReserveAt("k", 5, t13)
-				far := t13.Add(time.Duration(gap * w))
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: W, SubWindows: N, Algorithm: alg, PerKeyLimits: true, DisableEviction: true})
+				r := e.ReserveAt("k", 5, t0)
+				far := t0.Add(time.Duration(gap * w))
 				if err := e.SetLimitAt("k", 5, far); err != nil {
 					t.Fatal(err)
 				}
@@ -497,20 +497,20 @@ func TestKeyLimitReentrant(t *testing.T) {
 	for _, alg := range allAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			var e atomic.Pointer[engine.Engine]
-			eng := advNew(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: alg, DisableEviction: true, Shards: 1, KeyLimit: func(key string) int64 {
+			eng := newEngineNoCloseCheck(t, engine.Config{Limit: 10, Window: time.Second, Algorithm: alg, DisableEviction: true, Shards: 1, KeyLimit: func(key string) int64 {
 				if len(key) > 0 && key[0] == 'k' {
-					e.Load().AllowAt("base"+key, 1, adv5T0)
-					e.Load().AllowAt("base", 0, adv5T0)
+					e.Load().AllowAt("base"+key, 1, t0)
+					e.Load().AllowAt("base", 0, t0)
 				}
 				return 0
 			}})
 			e.Store(eng)
-			eng.AllowAt("base", 1, adv5T0)
+			eng.AllowAt("base", 1, t0)
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
 				for i := 0; i < 500; i++ {
-					engine.AllowAll(adv5T0, engine.Request{Engine: eng, Key: fmt.Sprint("k", i), N: 1}, engine.Request{Engine: eng, Key: "base", N: 0})
+					engine.AllowAll(t0, engine.Request{Engine: eng, Key: fmt.Sprint("k", i), N: 1}, engine.Request{Engine: eng, Key: "base", N: 0})
 				}
 			}()
 			select {

@@ -16,11 +16,11 @@ import (
 // Wait: "n == 0 is admitted at once (it records nothing)" — also for a new
 // key when MaxKeys keys are held? And AllowAt(n=0) there.
 func TestPeekAtMaxKeys(t *testing.T) {
-	clk := engine.NewManualClock(t13)
-	e := new13(t, engine.Config{Limit: 2, Window: time.Second, Clock: clk, MaxKeys: 1})
+	clk := engine.NewManualClock(t0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, Clock: clk, MaxKeys: 1})
 	e.Allow("a")
-	d0 := e.AllowAt("b", 0, t13)
-	r := e.ReserveAt("b", 0, t13)
+	d0 := e.AllowAt("b", 0, t0)
+	r := e.ReserveAt("b", 0, t0)
 	d, err := e.Wait(context.Background(), "b", 0)
 	t.Logf("AllowAt n=0: %+v %v; Reserve n=0: %+v; Wait n=0: %+v %v", d0, d0.Reason(), r.Decision(), d, err)
 	if err != nil || !d.Allowed {
@@ -32,9 +32,9 @@ func TestPeekAtMaxKeys(t *testing.T) {
 // with Sweep reclaiming: Len never above the cap, and no admitted
 // reservation for a key beyond the cap.
 func TestMaxKeysReserveStorm(t *testing.T) {
-	clk := engine.NewManualClock(t13)
+	clk := engine.NewManualClock(t0)
 	const cap = 16
-	e := new13(t, engine.Config{Limit: 3, Window: time.Millisecond, SubWindows: 1, Clock: clk, MaxKeys: cap, SweepInterval: time.Hour})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: time.Millisecond, SubWindows: 1, Clock: clk, MaxKeys: cap, SweepInterval: time.Hour})
 	var over atomic.Int64
 	stop := make(chan struct{})
 	var mon sync.WaitGroup

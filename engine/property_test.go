@@ -3,7 +3,6 @@ package engine_test
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -31,19 +30,19 @@ func runScript(t testing.TB, cfg engine.Config, ops []op) {
 	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	defer e.Close()
-	ref := newRef(cfg)
+	ref := newModel(cfg)
 	now := t0
 	for i, o := range ops {
 		now = now.Add(o.dt)
 		got := e.AllowAt(o.key, o.n, now)
-		want := ref.decide(o.key, o.n, now)
+		want := ref.decideAt(o.key, o.n, now)
 		if got != want {
 			t.Fatalf("step %d: AllowAt(%q, %d, t0%+v)\n got %+v\nwant %+v\ncfg %+v", i, o.key, o.n, now.Sub(t0), got, want, cfg)
 		}
 	}
 	// Bounds on the true count in any window, from the exact log.
 	for key, k := range ref.keys {
-		worst := maxInWindow(k.log, ref.win)
+		worst := ref.maxInWindow(k)
 		switch cfg.Algorithm {
 		case engine.SlidingWindowStrict:
 			require.LessOrEqual(t, worst, cfg.Limit, "strict exceeded the limit for %q", key)
@@ -182,160 +181,8 @@ func TestAllowMatchesAllowN(t *testing.T) {
 	}
 }
 
-// advRef is an independent exact model (written separately, sharing
-// nothing with reference_test.go): a log of (effective time, n) per key,
-// estimates in big.Int cross-multiplied form, RetryAfter by bisection.
-type advRef struct {
-	alg  engine.Algorithm
-	L    int64
-	W, w int64
-	N    int64
-	keys map[string]*advKey
-}
-
-type advKey struct {
-	ev     [][2]int64 // effective time, n
-	newest int64      // newest epoch (log: time)
-	live   bool
-}
-
-func newAdvRef(c engine.Config) *advRef {
-	r := &advRef{alg: c.Algorithm, L: c.Limit, W: int64(c.Window), keys: map[string]*advKey{}}
-	switch c.Algorithm {
-	case engine.FixedWindow:
-		r.w, r.N = r.W, 0
-	case engine.SlidingLog:
-		r.w, r.N = 1, 0
-	default:
-		r.N = int64(c.SubWindows)
-		if r.N == 0 {
-			r.N = 10
-		}
-		r.w = r.W / r.N
-	}
-	return r
-}
-
-// est returns the estimate at t as num/den (den = w for weighted, else 1).
-func (r *advRef) est(k *advKey, t int64) (num *big.Int, den *big.Int) {
-	e, off := t/r.w, t%r.w
-	switch r.alg {
-	case engine.SlidingLog:
-		var s int64
-		for _, ev := range k.ev {
-			if ev[0] > t-r.W && ev[0] <= t {
-				s += ev[1]
-			}
-		}
-		return big.NewInt(s), big.NewInt(1)
-	}
-	// One pass over the events: each lands in the current window's full
-	// part, its weighted oldest sub-window, or neither (Fixed: N = 0, one
-	// sub-window; Strict: every overlapping sub-window in full).
-	var full, old int64
-	for _, ev := range k.ev {
-		x := ev[0] / r.w
-		switch {
-		case r.alg == engine.FixedWindow:
-			if x == e {
-				full += ev[1]
-			}
-		case r.alg == engine.SlidingWindowStrict:
-			if x >= e-r.N && x <= e {
-				full += ev[1]
-			}
-		case x == e-r.N:
-			old += ev[1]
-		case x > e-r.N && x <= e:
-			full += ev[1]
-		}
-	}
-	if r.alg != engine.SlidingWindow {
-		return big.NewInt(full), big.NewInt(1)
-	}
-	num = new(big.Int).Mul(big.NewInt(full), big.NewInt(r.w))
-	num.Add(num, new(big.Int).Mul(big.NewInt(old), big.NewInt(r.w-off)))
-	return num, big.NewInt(r.w)
-}
-
-func (r *advRef) fits(k *advKey, t, n int64) bool {
-	num, den := r.est(k, t)
-	num.Add(num, new(big.Int).Mul(big.NewInt(n), den))
-	return num.Cmp(new(big.Int).Mul(big.NewInt(r.L), den)) <= 0
-}
-
-func (r *advRef) remaining(k *advKey, t int64) int64 {
-	num, den := r.est(k, t)
-	room := new(big.Int).Sub(new(big.Int).Mul(big.NewInt(r.L), den), num)
-	if room.Sign() <= 0 {
-		return 0
-	}
-	return new(big.Int).Quo(room, den).Int64()
-}
-
-func (r *advRef) epoch(t int64) int64 {
-	if r.alg == engine.SlidingLog {
-		return t
-	}
-	return t / r.w
-}
-
-// decide returns the decision and the least wait from the caller's own t
-// (not the effective time) after which the same request fits.
-func (r *advRef) decide(key string, n, t int64) (engine.Decision, int64) {
-	k := r.keys[key]
-	if k == nil {
-		k = &advKey{}
-	}
-	te := t
-	if k.live && r.epoch(t) < k.newest {
-		if r.alg == engine.SlidingLog {
-			te = k.newest
-		} else {
-			te = k.newest * r.w
-		}
-	}
-	d := engine.Decision{Limit: r.L}
-	if n <= 0 || n > r.L {
-		d.Remaining = r.remaining(k, te)
-		if n == 0 {
-			d.Allowed = true
-		} else {
-			d.RetryAfter = engine.Never
-		}
-		return d, 0
-	}
-	r.keys[key] = k
-	k.live = true
-	k.newest = max(k.newest, r.epoch(t))
-	if r.fits(k, te, n) {
-		k.ev = append(k.ev, [2]int64{te, n})
-		d.Allowed = true
-		d.Remaining = r.remaining(k, te)
-		return d, 0
-	}
-	d.Remaining = r.remaining(k, te)
-	search := func(from int64) int64 {
-		lo, hi := int64(1), r.W+r.w+(te-from)+1
-		for lo < hi {
-			mid := lo + (hi-lo)/2
-			at := from + mid
-			if at < te { // a retry before the effective time is clamped to it
-				at = te
-			}
-			if r.fits(k, at, n) && from+mid >= te || r.fits(k, at, n) && at == te {
-				hi = mid
-			} else {
-				lo = mid + 1
-			}
-		}
-		return lo
-	}
-	d.RetryAfter = time.Duration(search(t)) // counted from the caller's t, as the engine does
-	return d, search(t)
-}
-
-type advCase struct {
+// extremeCase is one configuration of TestMatchesReferenceAtExtremes.
+type extremeCase struct {
 	L   int64
 	N   int
 	w   int64
@@ -361,10 +208,10 @@ func TestMatchesReferenceAtExtremes(t *testing.T) {
 					if (alg == engine.FixedWindow || alg == engine.SlidingLog) && N != 1 {
 						continue
 					}
-					c := advCase{L, N, w, alg}
+					c := extremeCase{L, N, w, alg}
 					name := fmt.Sprintf("%v/L=%d/N=%d/w=%d", alg, L, N, w)
 					for seed := 0; seed < scaled(1, 3); seed++ {
-						if err := runAdvScript(c, rng); err != nil {
+						if err := runExtremeScript(c, rng); err != nil {
 							t.Errorf("%s: %v", name, err)
 							break
 						}
@@ -377,7 +224,7 @@ func TestMatchesReferenceAtExtremes(t *testing.T) {
 	t.Logf("%d scripts", seen)
 }
 
-func runAdvScript(c advCase, rng *rand.Rand) error {
+func runExtremeScript(c extremeCase, rng *rand.Rand) error {
 	cfg := engine.Config{Limit: c.L, Window: time.Duration(c.w * int64(c.N)), SubWindows: c.N, Algorithm: c.alg, DisableEviction: true}
 	if c.alg == engine.FixedWindow || c.alg == engine.SlidingLog {
 		cfg.SubWindows = 0
@@ -387,7 +234,7 @@ func runAdvScript(c advCase, rng *rand.Rand) error {
 		return err
 	}
 	defer e.Close()
-	ref := newAdvRef(cfg)
+	ref := newModel(cfg)
 	W := int64(cfg.Window)
 	w := W / int64(max(c.N, 1))
 	if c.alg == engine.FixedWindow || c.alg == engine.SlidingLog {
@@ -451,7 +298,7 @@ func runAdvScript(c advCase, rng *rand.Rand) error {
 		}
 		key := keys[rng.IntN(2)]
 		got := e.AllowAt(key, n, time.Unix(0, now))
-		want, _ := ref.decide(key, n, now)
+		want := ref.decide(key, n, now)
 		if got != want {
 			return fmt.Errorf("step %d: AllowAt(%q, %d, %d)\n got %+v\nwant %+v", i, key, n, now, got, want)
 		}
@@ -471,7 +318,7 @@ func TestMatchesReferenceAcrossTagJumps(t *testing.T) {
 			}
 			for _, w := range []int64{1, 7, 1000} {
 				for seed := 0; seed < 6; seed++ {
-					if err := runAdvJumps(alg, N, w, rng); err != nil {
+					if err := runTagJumpScript(alg, N, w, rng); err != nil {
 						t.Fatalf("%v N=%d w=%d: %v", alg, N, w, err)
 					}
 				}
@@ -480,7 +327,7 @@ func TestMatchesReferenceAcrossTagJumps(t *testing.T) {
 	}
 }
 
-func runAdvJumps(alg engine.Algorithm, N int, w int64, rng *rand.Rand) error {
+func runTagJumpScript(alg engine.Algorithm, N int, w int64, rng *rand.Rand) error {
 	cfg := engine.Config{Limit: 3, Window: time.Duration(w * int64(N)), SubWindows: N, Algorithm: alg, DisableEviction: true}
 	if alg == engine.FixedWindow {
 		cfg.SubWindows = 0
@@ -491,7 +338,7 @@ func runAdvJumps(alg engine.Algorithm, N int, w int64, rng *rand.Rand) error {
 		return err
 	}
 	defer e.Close()
-	ref := newAdvRef(cfg)
+	ref := newModel(cfg)
 	slots := int64(N) + 1
 	if alg == engine.FixedWindow {
 		slots = 1
@@ -511,7 +358,7 @@ func runAdvJumps(alg engine.Algorithm, N int, w int64, rng *rand.Rand) error {
 		now = max(now, 0)
 		n := []int64{0, 1, 1, 2, 3, 4}[rng.IntN(6)]
 		got := e.AllowAt("k", n, time.Unix(0, now))
-		want, _ := ref.decide("k", n, now)
+		want := ref.decide("k", n, now)
 		if got != want {
 			return fmt.Errorf("step %d: AllowAt(%d, %d)\n got %+v\nwant %+v", i, n, now, got, want)
 		}
@@ -526,7 +373,7 @@ func TestMatchesReferenceWithSetLimit(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
 		for _, N := range []int{1, 2, 5} {
 			for seed := 0; seed < 20; seed++ {
-				if err := runAdvSetLimit(alg, N, rng); err != nil {
+				if err := runSetLimitScript(alg, N, rng); err != nil {
 					t.Fatalf("%v N=%d: %v", alg, N, err)
 				}
 			}
@@ -534,7 +381,7 @@ func TestMatchesReferenceWithSetLimit(t *testing.T) {
 	}
 }
 
-func runAdvSetLimit(alg engine.Algorithm, N int, rng *rand.Rand) error {
+func runSetLimitScript(alg engine.Algorithm, N int, rng *rand.Rand) error {
 	base := int64(1_700_000_000_000_000_000)
 	clk := engine.NewManualClock(time.Unix(0, base))
 	cfg := engine.Config{Limit: 6, Window: time.Duration(N) * 100 * time.Millisecond, SubWindows: N, Algorithm: alg, DisableEviction: true, Clock: clk, PerKeyLimits: true, MaxLogLimit: 64}
@@ -546,13 +393,7 @@ func runAdvSetLimit(alg engine.Algorithm, N int, rng *rand.Rand) error {
 		return err
 	}
 	defer e.Close()
-	refs := map[string]*advRef{} // one reference per key: limits differ
-	ref := func(k string) *advRef {
-		if refs[k] == nil {
-			refs[k] = newAdvRef(cfg)
-		}
-		return refs[k]
-	}
+	ref := newModel(cfg) // per-key limits: the model keeps each key's own
 	w := int64(cfg.Window) / int64(max(N, 1))
 	if alg == engine.FixedWindow || alg == engine.SlidingLog {
 		w = int64(cfg.Window)
@@ -569,29 +410,20 @@ func runAdvSetLimit(alg engine.Algorithm, N int, rng *rand.Rand) error {
 		}
 		clk.Set(time.Unix(0, now))
 		key := []string{"a", "b"}[rng.IntN(2)]
-		r := ref(key)
 		if rng.IntN(6) == 0 {
 			l := 1 + rng.Int64N(40)
 			if err := e.SetLimit(key, l); err != nil {
 				return err
 			}
-			r.L = l
-			k := r.keys[key]
-			if k == nil {
-				k = &advKey{}
-				r.keys[key] = k
-			}
 			// SetLimit is activity at the clock's time: it creates the key
 			// there, or moves its time there (never backwards).
-			if !k.live || r.epoch(now) > k.newest {
-				k.live = true
-				k.newest = r.epoch(now)
-			}
+			ref.setLimit(key, l, now)
 			continue
 		}
-		n := []int64{0, 1, 1, 2, 3, r.L, r.L + 1, -1}[rng.IntN(8)]
+		l := ref.lim(ref.key(key))
+		n := []int64{0, 1, 1, 2, 3, l, l + 1, -1}[rng.IntN(8)]
 		got := e.AllowAt(key, n, time.Unix(0, now))
-		want, _ := r.decide(key, n, now)
+		want := ref.decide(key, n, now)
 		if got != want {
 			return fmt.Errorf("step %d: AllowAt(%q, %d, base%+d)\n got %+v\nwant %+v", i, key, n, now-base, got, want)
 		}
@@ -607,7 +439,7 @@ func TestReferenceTagJumpsAtWideN(t *testing.T) {
 		for _, N := range []int{1, 999, 1000} {
 			for _, w := range []int64{1, 13} {
 				for seed := 0; seed < scaled(1, 4); seed++ {
-					if err := runAdvJumps(alg, N, w, rng); err != nil {
+					if err := runTagJumpScript(alg, N, w, rng); err != nil {
 						t.Fatalf("%v N=%d w=%d: %v", alg, N, w, err)
 					}
 				}

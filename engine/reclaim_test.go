@@ -281,9 +281,9 @@ func TestIdleKeptThenCancel(t *testing.T) {
 			case engine.SlidingLog:
 				keep = W
 			}
-			at := t13.Add(off)
+			at := t0.Add(off)
 			clk := engine.NewManualClock(at)
-			e := new13(t, engine.Config{Limit: 3, Window: W, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 3, Window: W, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour})
 			r := e.Reserve("k", 2)
 			if !r.Decision().Allowed {
 				t.Fatal("denied")
@@ -309,23 +309,23 @@ func TestIdleKeptThenCancel(t *testing.T) {
 // not touch the new keys' units (state memory reused for another key).
 func TestCancelAfterReclaimNoCrossKey(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		clk := engine.NewManualClock(t13)
-		e := new13(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour})
+		clk := engine.NewManualClock(t0)
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 5, Window: time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour})
 		const K = 2000
 		rs := make([]engine.Reservation, K)
 		for i := range rs {
-			rs[i] = e.ReserveAt(fmt.Sprintf("a%04d", i), 3, t13)
+			rs[i] = e.ReserveAt(fmt.Sprintf("a%04d", i), 3, t0)
 		}
-		clk.Set(t13.Add(time.Hour))
+		clk.Set(t0.Add(time.Hour))
 		if n := e.Sweep(); n != K {
 			t.Fatalf("swept %d", n)
 		}
 		runtime.GC()
 		for i := 0; i < K; i++ {
-			if !e.AllowAt(fmt.Sprintf("b%04d", i), 5, t13).Allowed {
+			if !e.AllowAt(fmt.Sprintf("b%04d", i), 5, t0).Allowed {
 				t.Fatal("b denied")
 			}
-			if !e.AllowAt(fmt.Sprintf("a%04d", i), 5, t13).Allowed {
+			if !e.AllowAt(fmt.Sprintf("a%04d", i), 5, t0).Allowed {
 				t.Fatal("a denied")
 			}
 		}
@@ -337,7 +337,7 @@ func TestCancelAfterReclaimNoCrossKey(t *testing.T) {
 		}
 		for i := 0; i < K; i++ {
 			for _, k := range []string{"a", "b"} {
-				if rem := e.AllowAt(fmt.Sprintf("%s%04d", k, i), 0, t13).Remaining; rem != 0 {
+				if rem := e.AllowAt(fmt.Sprintf("%s%04d", k, i), 0, t0).Remaining; rem != 0 {
 					t.Fatalf("%v: key %s%04d remaining %d after old cancels", alg, k, i, rem)
 				}
 			}
@@ -351,27 +351,27 @@ func TestCancelAfterReclaimNoCrossKey(t *testing.T) {
 // state's units.
 func TestLogGrowReclaimRecreateSameInstant(t *testing.T) {
 	for _, back := range []bool{false, true} {
-		clk := engine.NewManualClock(t13)
+		clk := engine.NewManualClock(t0)
 		W := time.Second
-		e := new13(t, engine.Config{Limit: 2, Window: W, Algorithm: engine.SlidingLog, Clock: clk, PerKeyLimits: true, SweepInterval: time.Hour})
-		r := e.ReserveAt("k", 2, t13)
-		if err := e.SetLimitAt("k", 40, t13); err != nil {
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: W, Algorithm: engine.SlidingLog, Clock: clk, PerKeyLimits: true, SweepInterval: time.Hour})
+		r := e.ReserveAt("k", 2, t0)
+		if err := e.SetLimitAt("k", 40, t0); err != nil {
 			t.Fatal(err)
 		}
-		clk.Set(t13.Add(5 * W))
+		clk.Set(t0.Add(5 * W))
 		if n := e.Sweep(); n != 1 {
 			t.Fatalf("swept %d", n)
 		}
 		if back {
-			clk.Set(t13)
+			clk.Set(t0)
 		}
-		r2 := e.ReserveAt("k", 2, t13)
+		r2 := e.ReserveAt("k", 2, t0)
 		if !r2.Decision().Allowed {
 			t.Fatal("denied")
 		}
 		got := r.Cancel()
 		rem := e.AllowAt("k", 0, r2.At()).Remaining
-		t.Logf("back=%v: new at %v, old Cancel=%v, remaining %d", back, r2.At().Sub(t13), got, rem)
+		t.Logf("back=%v: new at %v, old Cancel=%v, remaining %d", back, r2.At().Sub(t0), got, rem)
 		if got || rem != 0 {
 			t.Errorf("back=%v: old reservation's Cancel after reclamation returned %v, new key remaining %d (want false, 0)", back, got, rem)
 		}
@@ -383,30 +383,30 @@ func TestLogGrowReclaimRecreateSameInstant(t *testing.T) {
 func TestLogGrowReclaimSetLimitRecreate(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
 		for _, back := range []bool{false, true} {
-			clk := engine.NewManualClock(t13)
+			clk := engine.NewManualClock(t0)
 			W := time.Second
-			e := new13(t, engine.Config{Limit: 2, Window: W, SubWindows: 4, Algorithm: alg, Clock: clk, PerKeyLimits: true, SweepInterval: time.Hour})
-			r := e.ReserveAt("k", 2, t13)
-			if err := e.SetLimitAt("k", 40, t13); err != nil {
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: W, SubWindows: 4, Algorithm: alg, Clock: clk, PerKeyLimits: true, SweepInterval: time.Hour})
+			r := e.ReserveAt("k", 2, t0)
+			if err := e.SetLimitAt("k", 40, t0); err != nil {
 				t.Fatal(err)
 			}
-			clk.Set(t13.Add(5 * W))
+			clk.Set(t0.Add(5 * W))
 			if n := e.Sweep(); n != 1 {
 				t.Fatalf("swept %d", n)
 			}
 			if back {
-				clk.Set(t13)
+				clk.Set(t0)
 			}
-			if err := e.SetLimitAt("k", 40, t13); err != nil {
+			if err := e.SetLimitAt("k", 40, t0); err != nil {
 				t.Fatal(err)
 			}
-			r2 := e.ReserveAt("k", 2, t13)
+			r2 := e.ReserveAt("k", 2, t0)
 			if !r2.Decision().Allowed {
 				t.Fatal("denied")
 			}
 			got := r.Cancel()
 			rem := e.AllowAt("k", 0, r2.At()).Remaining
-			t.Logf("%v back=%v: new at %v, old Cancel=%v, remaining %d", alg, back, r2.At().Sub(t13), got, rem)
+			t.Logf("%v back=%v: new at %v, old Cancel=%v, remaining %d", alg, back, r2.At().Sub(t0), got, rem)
 			if got || rem != 38 {
 				t.Errorf("%v back=%v: old reservation's Cancel after reclamation returned %v, new key remaining %d (want false, 38)", alg, back, got, rem)
 			}

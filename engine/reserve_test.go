@@ -181,47 +181,6 @@ func TestReserveDecidesAsAllowAt(t *testing.T) {
 	}
 }
 
-// refRes is one reservation of a reference script: its key and the index
-// of its event in the reference log (−1 when it recorded nothing).
-type refRes struct {
-	key string
-	ev  int
-}
-
-// cancel is Reservation.Cancel in the reference: the event's units go if
-// they were not cancelled before and its sub-window is still inside the
-// key's window at the key's newest time.
-func (r *refLimiter) cancel(rr refRes) bool {
-	k := r.keys[rr.key]
-	if rr.ev < 0 || k == nil || k.log[rr.ev].n == 0 {
-		return false
-	}
-	ev := &k.log[rr.ev]
-	inside := ev.t/r.w >= k.newest-r.n
-	if r.alg == engine.SlidingLog {
-		inside = ev.t > k.newest-r.win
-	}
-	if !inside {
-		return false
-	}
-	ev.n = 0
-	return true
-}
-
-// reserve is decide that also returns the reservation.
-func (r *refLimiter) reserve(key string, n int64, now time.Time) (engine.Decision, refRes) {
-	before := 0
-	if k := r.keys[key]; k != nil {
-		before = len(k.log)
-	}
-	d := r.decide(key, n, now)
-	rr := refRes{key: key, ev: -1}
-	if k := r.keys[key]; k != nil && len(k.log) > before {
-		rr.ev = before
-	}
-	return d, rr
-}
-
 // rop is a step of a reserve/cancel script: cancel > 0 cancels reservation
 // cancel−1 (modulo the count so far); otherwise, with all set, it is
 // AllowAll of n of key and 1 of all; otherwise it reserves n of key.
@@ -229,27 +188,6 @@ type rop struct {
 	op
 	cancel int
 	all    string
-}
-
-// allowAll is AllowAll in the reference: reserve in order, and on a denial
-// cancel the earlier ones; the least Remaining when all are admitted.
-func (r *refLimiter) allowAll(now time.Time, keys []string, ns []int64) (int, engine.Decision) {
-	var held []refRes
-	best := engine.Decision{Allowed: true, Remaining: -1}
-	for i, k := range keys {
-		d, rr := r.reserve(k, ns[i], now)
-		if !d.Allowed {
-			for _, h := range held {
-				r.cancel(h)
-			}
-			return i, d
-		}
-		held = append(held, rr)
-		if best.Remaining < 0 || d.Remaining < best.Remaining {
-			best = d
-		}
-	}
-	return -1, best
 }
 
 // runReserveScript replays ops through ReserveAt/Cancel and the reference,
@@ -261,10 +199,10 @@ func runReserveScript(t testing.TB, cfg engine.Config, ops []rop) {
 	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	defer e.Close()
-	ref := newRef(cfg)
+	ref := newModel(cfg)
 	now := t0
 	var got []engine.Reservation
-	var want []refRes
+	var want []modelRes
 	for i, o := range ops {
 		now = now.Add(o.dt)
 		if o.cancel > 0 && len(got) > 0 {
@@ -284,14 +222,14 @@ func runReserveScript(t testing.TB, cfg engine.Config, ops []rop) {
 			continue
 		}
 		got = append(got, e.ReserveAt(o.key, o.n, now))
-		wd, wr := ref.reserve(o.key, o.n, now)
+		wd, wr := ref.reserveAt(o.key, o.n, now)
 		want = append(want, wr)
 		if d := got[len(got)-1].Decision(); d != wd {
 			t.Fatalf("step %d: ReserveAt(%q, %d, t0%+v)\n got %+v\nwant %+v\ncfg %+v", i, o.key, o.n, now.Sub(t0), d, wd, cfg)
 		}
 	}
 	for key, k := range ref.keys {
-		worst := maxInWindow(k.log, ref.win)
+		worst := ref.maxInWindow(k)
 		switch cfg.Algorithm {
 		case engine.SlidingWindowStrict, engine.SlidingLog:
 			require.LessOrEqual(t, worst, cfg.Limit, "%v exceeded the limit for %q", cfg.Algorithm, key)
@@ -651,18 +589,6 @@ func TestReservationSize(t *testing.T) {
 // ManualClock is a WaitClock.
 var _ engine.WaitClock = (*engine.ManualClock)(nil)
 
-var t13 = time.Unix(1_700_000_000, 0)
-
-func new13(t *testing.T, c engine.Config) *engine.Engine {
-	t.Helper()
-	e, err := engine.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
-
 func TestZeroReservation(t *testing.T) {
 	var r engine.Reservation
 	if r.Cancel() {
@@ -687,8 +613,8 @@ func TestCancelAtWindowEndBoundary(t *testing.T) {
 				later int // sub-windows after the reservation's
 				want  bool
 			}{{4, true}, {5, false}} {
-				e := new13(t, engine.Config{Limit: 4, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
-				r := e.ReserveAt("k", 2, t13)
+				e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+				r := e.ReserveAt("k", 2, t0)
 				if !r.Decision().Allowed {
 					t.Fatal("denied")
 				}
@@ -707,11 +633,11 @@ func TestCancelAtWindowEndBoundary(t *testing.T) {
 
 func TestReserveBadInput(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		e := new13(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: alg, DisableEviction: true, MaxKeys: 1})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: time.Second, Algorithm: alg, DisableEviction: true, MaxKeys: 1})
 		for _, c := range []struct {
 			n   int64
 			now time.Time
-		}{{-1, t13}, {5, t13}, {math.MaxInt64, t13}, {math.MinInt64, t13}, {1, time.Unix(-1, 0)}, {1, time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Time{}}} {
+		}{{-1, t0}, {5, t0}, {math.MaxInt64, t0}, {math.MinInt64, t0}, {1, time.Unix(-1, 0)}, {1, time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}, {1, time.Time{}}} {
 			r := e.ReserveAt("k", c.n, c.now)
 			d := r.Decision()
 			if d.Allowed || d.RetryAfter != engine.Never || d.Reason() != engine.ReasonNever {
@@ -725,12 +651,12 @@ func TestReserveBadInput(t *testing.T) {
 			}
 		}
 		// peek does not create
-		r := e.ReserveAt("k", 0, t13)
+		r := e.ReserveAt("k", 0, t0)
 		if !r.Decision().Allowed || r.Cancel() || e.Len() != 0 {
 			t.Errorf("%v: peek", alg)
 		}
-		r1 := e.ReserveAt("a", 1, t13)
-		r2 := e.ReserveAt("b", 1, t13)
+		r1 := e.ReserveAt("a", 1, t0)
+		r2 := e.ReserveAt("b", 1, t0)
 		if !r1.Decision().Allowed || r2.Decision().Reason() != engine.ReasonKeysFull || r2.Cancel() {
 			t.Errorf("%v: keys full %+v", alg, r2.Decision())
 		}
@@ -743,7 +669,7 @@ func TestReserveBadInput(t *testing.T) {
 func TestCancelBoundariesExact(t *testing.T) {
 	W := 4 * time.Second
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		at := t13.Add(1500 * time.Millisecond) // mid sub-window
+		at := t0.Add(1500 * time.Millisecond) // mid sub-window
 		var lastTrue, firstFalse time.Time
 		switch alg {
 		case engine.FixedWindow:
@@ -759,7 +685,7 @@ func TestCancelBoundariesExact(t *testing.T) {
 			when time.Time
 			want bool
 		}{{lastTrue, true}, {firstFalse, false}} {
-			e := new13(t, engine.Config{Limit: 4, Window: W, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+			e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: W, SubWindows: 4, Algorithm: alg, DisableEviction: true})
 			r := e.ReserveAt("k", 2, at)
 			e.AllowAt("k", 1, c.when)
 			if got := r.Cancel(); got != c.want {
@@ -844,19 +770,19 @@ func TestExtremeReserveCancel(t *testing.T) {
 
 // UpdateLimits growing a SlidingLog key, then Cancel.
 func TestCancelAfterUpdateLimitsGrowth(t *testing.T) {
-	e := new13(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, PerKeyLimits: true, DisableEviction: true})
-	r := e.ReserveAt("k", 2, t13)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, Algorithm: engine.SlidingLog, PerKeyLimits: true, DisableEviction: true})
+	r := e.ReserveAt("k", 2, t0)
 	if err := e.UpdateLimits(func(string, int64) int64 { return 50 }); err != nil {
 		t.Fatal(err)
 	}
-	r2 := e.ReserveAt("k", 40, t13)
+	r2 := e.ReserveAt("k", 40, t0)
 	if err := e.UpdateLimits(func(string, int64) int64 { return 500 }); err != nil {
 		t.Fatal(err)
 	}
 	if !r.Cancel() || !r2.Cancel() {
 		t.Fatal("cancel after growth false")
 	}
-	if rem := e.AllowAt("k", 0, t13).Remaining; rem != 500 {
+	if rem := e.AllowAt("k", 0, t0).Remaining; rem != 500 {
 		t.Fatalf("remaining %d", rem)
 	}
 }

@@ -130,6 +130,7 @@ type stressRun struct {
 		limitChanges, lowered, belowWindows                                          int64
 	}
 	decided atomic.Int64
+	model   *model // recounts Remaining at the quiescent checks
 }
 
 func (s *stressRun) fail(format string, args ...any) {
@@ -196,6 +197,7 @@ func runStress(t *testing.T, alg engine.Algorithm, d time.Duration) {
 		},
 	})
 	s.e, s.width, s.span = e, e.Width(), int64(e.Span())
+	s.model = newModel(engine.Config{Limit: stressLimit, Window: 100 * time.Millisecond, SubWindows: 4, Algorithm: alg})
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
 	for round := 0; time.Since(start) < d || round < 4; round++ {
@@ -603,37 +605,34 @@ func (s *stressRun) checkRemaining(k int, rs []stressRec) {
 		s.fail("%s peek at %d: effective %d outside [%d, %d]", key, now, eff, lo, hi)
 		return
 	}
-	var full, old, unsure int64
-	inside := func(lo, hi int64) (bool, bool) { // (surely inside, maybe inside) the counted range
-		first := eff - s.span
-		if s.alg == engine.SlidingLog {
-			first = eff - s.window + 1
-		}
-		return lo >= first && hi <= eff, hi >= first && lo <= eff
+	// The model recounts the exact records (one epoch each) at the peek's
+	// effective time: now, or the start of the key's newest epoch. A record
+	// whose epoch is uncertain and may be inside the counted range widens
+	// the bound instead.
+	first := eff - s.span
+	if s.alg == engine.SlidingLog {
+		first = eff - s.window + 1
 	}
+	mk := &modelKey{}
+	var unsure int64
 	for _, r := range rs {
-		sure, maybe := inside(r.lo, r.hi)
 		switch {
-		case sure && r.lo == r.hi && s.alg == engine.SlidingWindow && r.lo == eff-s.span:
-			old += r.n
-		case sure && r.lo == r.hi:
-			full += r.n
-		case maybe:
+		case r.lo == r.hi:
+			mk.log = append(mk.log, modelEvent{r.lo * s.model.w, r.n})
+		case r.hi >= first && r.lo <= eff:
 			unsure += r.n
 		}
 	}
-	used := full
-	if old > 0 {
-		off := int64(0)
-		if now/s.width == eff {
-			off = now - eff*s.width
-		}
-		used += (old*(s.width-off) + s.width - 1) / s.width // ceil(old·(w−r)/w)
+	te := now
+	if s.epochOf(now) != eff {
+		te = eff * s.model.w
 	}
-	hiRem, loRem := max(0, d.Limit-used), max(0, d.Limit-used-unsure)
+	hiRem := s.model.remaining(mk, te, d.Limit)
+	loRem := max(0, hiRem-unsure)
 	if d.Remaining < loRem || d.Remaining > hiRem {
-		s.fail("%s at %d (effective %d): Remaining %d, recount says %d … %d (full %d, weighted %d, uncertain %d, limit %d)",
-			key, now, eff, d.Remaining, loRem, hiRem, full, old, unsure, d.Limit)
+		num, den := s.model.estimate(mk, te)
+		s.fail("%s at %d (effective %d): Remaining %d, recount says %d … %d (exact estimate %v/%v, uncertain %d, limit %d)",
+			key, now, eff, d.Remaining, loRem, hiRem, num, den, unsure, d.Limit)
 	}
 	if unsure == 0 {
 		s.stats.exactChecks++

@@ -113,6 +113,24 @@ func TestWaitManualClock(t *testing.T) {
 	}
 }
 
+// A wait of under 8 ns gets no jitter (an eighth of it is 0 ns): Wait
+// sleeps exactly RetryAfter, on nanosecond sub-windows.
+func TestWaitOfAFewNanosecondsSleepsExactly(t *testing.T) {
+	s := recordSleeps(t)
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 1, Window: 6, SubWindows: 6, Clock: clk, DisableEviction: true})
+	require.True(t, e.AllowN("k", 1).Allowed)
+	ra := e.AllowN("k", 1).RetryAfter
+	require.Less(t, ra, 8*time.Nanosecond)
+	ch := goWait(context.Background(), e, "k", 1)
+	untilWaits(t, clk, 1)
+	require.Equal(t, []time.Duration{ra}, s.get())
+	clk.Advance(ra)
+	r := recv(t, ch)
+	require.NoError(t, r.err)
+	require.True(t, r.d.Allowed)
+}
+
 // Two waiters for the one unit a window frees: one is admitted, the other
 // sleeps again, for its new RetryAfter; each retry follows a sleep.
 func TestWaitContention(t *testing.T) {
@@ -245,8 +263,8 @@ func TestWaitCountsFromTheDenial(t *testing.T) {
 }
 
 func TestWaitEdges(t *testing.T) {
-	clk := engine.NewManualClock(t13)
-	e := new13(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 2, Clock: clk, MaxKeys: 2})
+	clk := engine.NewManualClock(t0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 2, Clock: clk, MaxKeys: 2})
 	ctx := context.Background()
 	if _, err := e.Wait(ctx, "k", 3); !errors.Is(err, engine.ErrNeverAdmitted) {
 		t.Fatalf("n>limit: %v", err)
@@ -265,7 +283,7 @@ func TestWaitEdges(t *testing.T) {
 	if _, err := e.Wait(done, "k", 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("done ctx: %v", err)
 	}
-	if e.AllowAt("k", 0, t13).Remaining != 2 {
+	if e.AllowAt("k", 0, t0).Remaining != 2 {
 		t.Fatal("done ctx recorded")
 	}
 	e.Allow("a")
@@ -287,8 +305,8 @@ func TestWaitEdges(t *testing.T) {
 
 func TestWaitCtxCancelWhileAsleep(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		clk := engine.NewManualClock(t13)
-		e := new13(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, Clock: clk, DisableEviction: true})
+		clk := engine.NewManualClock(t0)
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: alg, Clock: clk, DisableEviction: true})
 		e.Allow("k")
 		ctx, cancel := context.WithCancel(context.Background())
 		type out struct {
@@ -323,9 +341,9 @@ func TestWaitCtxCancelWhileAsleep(t *testing.T) {
 // RetryAfter + 1ms must let the waiter in.
 func TestWaitFutureKey(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		clk := engine.NewManualClock(t13)
-		e := new13(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, DisableEviction: true})
-		e.AllowAt("k", 2, t13.Add(10*time.Second+300*time.Millisecond))
+		clk := engine.NewManualClock(t0)
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, DisableEviction: true})
+		e.AllowAt("k", 2, t0.Add(10*time.Second+300*time.Millisecond))
 		d0 := e.AllowN("k", 1)
 		if d0.Allowed {
 			t.Fatal("allowed")
@@ -354,7 +372,7 @@ func TestWaitFutureKey(t *testing.T) {
 
 func TestWaitClockBefore1970(t *testing.T) {
 	clk := engine.NewManualClock(time.Unix(-100, 0))
-	e := new13(t, engine.Config{Limit: 2, Window: time.Second, Clock: clk})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: time.Second, Clock: clk})
 	if _, err := e.Wait(context.Background(), "k", 1); !errors.Is(err, engine.ErrNeverAdmitted) {
 		t.Fatalf("%v", err)
 	}
@@ -400,9 +418,9 @@ var _ engine.WaitClock = (*stepClock)(nil)
 // sleep must be shortened by what already passed.
 func TestWaitSleepsFromTheDenial(t *testing.T) {
 	c := &stepClock{}
-	base := t13.UnixNano()
+	base := t0.UnixNano()
 	c.now.Store(base)
-	e := new13(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.FixedWindow, Clock: c, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.FixedWindow, Clock: c, DisableEviction: true})
 	if !e.AllowAt("k", 1, time.Unix(0, base)).Allowed {
 		t.Fatal("first denied")
 	}
@@ -447,9 +465,9 @@ func TestWaitSleepsFromTheDenial(t *testing.T) {
 // per window and K waiters, each advance of one window admits at most L
 // and nobody spins.
 func TestWaitManyWaiters(t *testing.T) {
-	clk := engine.NewManualClock(t13)
+	clk := engine.NewManualClock(t0)
 	const L, K = 3, 12
-	e := new13(t, engine.Config{Limit: L, Window: time.Second, Algorithm: engine.FixedWindow, Clock: clk, DisableEviction: true})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: L, Window: time.Second, Algorithm: engine.FixedWindow, Clock: clk, DisableEviction: true})
 	for i := 0; i < L; i++ {
 		e.Allow("k")
 	}
@@ -496,8 +514,8 @@ func TestWaitManyWaiters(t *testing.T) {
 // can never fit, so Wait must return ErrNeverAdmitted rather than sleep
 // forever.
 func TestWaitLimitLoweredWhileWaiting(t *testing.T) {
-	clk := engine.NewManualClock(t13)
-	e := new13(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2, Clock: clk, PerKeyLimits: true, DisableEviction: true})
+	clk := engine.NewManualClock(t0)
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 4, Window: time.Second, SubWindows: 2, Clock: clk, PerKeyLimits: true, DisableEviction: true})
 	e.AllowN("k", 4)
 	done := make(chan error, 1)
 	go func() {
@@ -526,7 +544,7 @@ func TestWaitLimitLoweredWhileWaiting(t *testing.T) {
 // most min(RetryAfter/8, 1ms), and RetryAfter > 0.
 func TestWaitContentionSleeps(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
-		e := new13(t, engine.Config{Limit: 2, Window: 4 * time.Millisecond, SubWindows: 4, Algorithm: alg})
+		e := newEngineNoCloseCheck(t, engine.Config{Limit: 2, Window: 4 * time.Millisecond, SubWindows: 4, Algorithm: alg})
 		var bad atomic.Int64
 		var sleeps atomic.Int64
 		var mu sync.Mutex
@@ -568,7 +586,7 @@ func TestWaitContentionSleeps(t *testing.T) {
 }
 
 func TestWaitRealClockNoLeak(t *testing.T) {
-	e := new13(t, engine.Config{Limit: 1, Window: 300 * time.Millisecond, Algorithm: engine.FixedWindow})
+	e := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: 300 * time.Millisecond, Algorithm: engine.FixedWindow})
 	e.Allow("k")
 	base := runtime.NumGoroutine()
 	var wg sync.WaitGroup
@@ -591,7 +609,7 @@ func TestWaitRealClockNoLeak(t *testing.T) {
 		t.Errorf("goroutines %d, base %d", n, base)
 	}
 	// a real wait: wakes after the room, not long after
-	e2 := new13(t, engine.Config{Limit: 1, Window: 100 * time.Millisecond, Algorithm: engine.FixedWindow})
+	e2 := newEngineNoCloseCheck(t, engine.Config{Limit: 1, Window: 100 * time.Millisecond, Algorithm: engine.FixedWindow})
 	d0 := e2.AllowN("k", 1)
 	_ = d0
 	st := time.Now()

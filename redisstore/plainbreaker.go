@@ -200,7 +200,7 @@ func (l *Limiter) sending() int64 {
 // (go-redis gave it up waiting for a connection or a dial): it may never
 // have reached Redis, so it says nothing of a stall. (Tiny deadlines after
 // an idle spell failed so, and a span they left open made the next burst
-// look stalled: the third review of the breaker.)
+// look stalled.)
 func (l *Limiter) notSent(span int64) {
 	if span != 0 {
 		l.pending.CompareAndSwap(span, 0)

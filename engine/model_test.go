@@ -1,0 +1,359 @@
+package engine_test
+
+import (
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
+)
+
+// model is the package's one reference: an exact sliding log per key,
+// sharing no code with the engine. Every count is derived from the log, the
+// estimates are exact (big.Int, the weighted one cross-multiplied by the
+// sub-window width), and RetryAfter is found by bisection. It serves every
+// model-based test: the step and property scripts (decide), reservations
+// and Cancel (reserve, cancel, allowAll), per-key limits (setLimit,
+// KeyLimit through keyLimit), and the audit (observe, judged by the exact
+// count in (t−W, t]).
+//
+// Time is an epoch: t/w, where w is the sub-window width W/N, W itself for
+// FixedWindow, and 1 ns for SlidingLog, whose clamp is to the exact newest
+// time. A request older than the key's newest epoch is clamped to that
+// epoch's start (its effective time).
+type model struct {
+	alg      engine.Algorithm
+	limit    int64 // Config.Limit
+	keyLimit int64 // what Config.KeyLimit answers for a new key; 0: Limit
+	win      int64 // W, ns
+	w        int64 // epoch width, ns
+	n        int64 // sub-windows before the current one that count; 0 for FixedWindow and SlidingLog
+	keys     map[string]*modelKey
+
+	// The audit's side: the report the engine must give, and every key
+	// that reached rep.WorstWindow.
+	rep   engine.AuditReport
+	worst map[string]bool
+}
+
+// modelEvent is units admitted at an effective time; a Cancel that gives
+// them back sets n to 0 (or lowers it, in the audit's log).
+type modelEvent struct{ t, n int64 }
+
+type modelKey struct {
+	log    []modelEvent
+	newest int64 // the newest epoch a recording request or SetLimit moved the key to
+	judged int64 // the audit: the newest time a decision of the key was judged at
+	live   bool
+	gen    int   // bumped when the key's state is retired or reclaimed: older reservations cancel nothing
+	limit  int64 // the key's own limit; 0: the model's
+}
+
+// retireGap is the epoch jump at which a counter key's state is retired
+// and replaced (its ring's tags cannot span it); every unit is outside the
+// window by then, so only the key's limit and its reservations notice.
+const retireGap = 1 << 21
+
+func newModel(cfg engine.Config) *model {
+	m := &model{alg: cfg.Algorithm, limit: cfg.Limit, win: int64(cfg.Window), keys: map[string]*modelKey{}, rep: engine.AuditReport{Share: cfg.Audit}}
+	switch cfg.Algorithm {
+	case engine.FixedWindow:
+		m.w = m.win
+	case engine.SlidingLog:
+		m.w = 1
+	default:
+		m.n = int64(cfg.SubWindows)
+		if m.n == 0 {
+			m.n = engine.DefaultSubWindows
+		}
+		m.w = m.win / m.n
+	}
+	return m
+}
+
+func (m *model) key(key string) *modelKey {
+	k := m.keys[key]
+	if k == nil {
+		k = &modelKey{}
+		m.keys[key] = k
+	}
+	return k
+}
+
+func (m *model) epoch(t int64) int64 { return t / m.w }
+
+// lim is the limit a decision of k uses.
+func (m *model) lim(k *modelKey) int64 {
+	switch {
+	case k.live && k.limit != 0:
+		return k.limit
+	case !k.live && m.keyLimit != 0:
+		return m.keyLimit
+	}
+	return m.limit
+}
+
+// effective is t clamped to the start of k's newest epoch.
+func (m *model) effective(k *modelKey, t int64) int64 {
+	if k.live && m.epoch(t) < k.newest {
+		return k.newest * m.w
+	}
+	return t
+}
+
+// touch is activity of k at t (a recording request, SetLimit): it creates
+// the key there, or moves its time there, never backwards.
+func (m *model) touch(k *modelKey, t int64) {
+	ep := m.epoch(t)
+	switch {
+	case !k.live:
+		k.live, k.newest, k.limit = true, ep, m.keyLimit
+	case m.alg != engine.SlidingLog && ep-k.newest >= retireGap:
+		k.gen++
+		k.log, k.limit = nil, m.keyLimit
+	}
+	k.newest = max(k.newest, ep)
+}
+
+// reclaim is the sweeper removing k.
+func (m *model) reclaim(k *modelKey) {
+	k.gen++
+	k.live, k.log, k.limit = false, nil, 0
+}
+
+// setLimit is SetLimitAt(key, l, t).
+func (m *model) setLimit(key string, l, t int64) {
+	k := m.key(key)
+	m.touch(k, t)
+	k.limit = l
+}
+
+// estimate is the algorithm's count of k at t, as num/den.
+func (m *model) estimate(k *modelKey, t int64) (num, den *big.Int) {
+	if m.alg == engine.SlidingLog {
+		return big.NewInt(m.count(k, t)), big.NewInt(1)
+	}
+	e, off := m.epoch(t), t%m.w
+	var full, old int64 // old: the weighted oldest sub-window
+	for _, ev := range k.log {
+		x := m.epoch(ev.t)
+		switch {
+		case m.alg == engine.SlidingWindow && x == e-m.n:
+			old += ev.n
+		case x >= e-m.n && x <= e && (m.alg != engine.SlidingWindow || x > e-m.n):
+			full += ev.n // Strict: the N+1 newest sub-windows; Fixed (n = 0): the current one
+		}
+	}
+	if m.alg != engine.SlidingWindow {
+		return big.NewInt(full), big.NewInt(1)
+	}
+	num = new(big.Int).Mul(big.NewInt(full), big.NewInt(m.w))
+	num.Add(num, new(big.Int).Mul(big.NewInt(old), big.NewInt(m.w-off)))
+	return num, big.NewInt(m.w)
+}
+
+// fits reports whether n more units fit k's estimate at t under limit.
+func (m *model) fits(k *modelKey, t, n, limit int64) bool {
+	num, den := m.estimate(k, t)
+	num.Add(num, new(big.Int).Mul(big.NewInt(n), den))
+	return num.Cmp(new(big.Int).Mul(big.NewInt(limit), den)) <= 0
+}
+
+// remaining is floor(limit − estimate), at least 0.
+func (m *model) remaining(k *modelKey, t, limit int64) int64 {
+	num, den := m.estimate(k, t)
+	room := new(big.Int).Sub(new(big.Int).Mul(big.NewInt(limit), den), num)
+	if room.Sign() <= 0 {
+		return 0
+	}
+	return new(big.Int).Quo(room, den).Int64()
+}
+
+// count is the exact number of units k's log holds in (t−W, t].
+func (m *model) count(k *modelKey, t int64) int64 {
+	var s int64
+	for _, ev := range k.log {
+		if ev.t > t-m.win && ev.t <= t {
+			s += ev.n
+		}
+	}
+	return s
+}
+
+// maxInWindow is the most units k's log holds in any window (t−W, t]: the
+// true count an exact sliding log would see.
+func (m *model) maxInWindow(k *modelKey) int64 {
+	var best int64
+	for _, end := range k.log {
+		best = max(best, m.count(k, end.t))
+	}
+	return best
+}
+
+// modelRes is a reservation in the model: its key, the index of its event
+// in the key's log (−1: it recorded nothing) and the key's generation.
+type modelRes struct {
+	key string
+	ev  int
+	gen int
+}
+
+// decide is AllowAt(key, n, t).
+func (m *model) decide(key string, n, t int64) engine.Decision {
+	d, _ := m.reserve(key, n, t)
+	return d
+}
+
+// decideAt is decide at a time.Time.
+func (m *model) decideAt(key string, n int64, now time.Time) engine.Decision {
+	return m.decide(key, n, now.UnixNano())
+}
+
+// reserve is ReserveAt(key, n, t).
+func (m *model) reserve(key string, n, t int64) (engine.Decision, modelRes) {
+	k := m.key(key)
+	res := modelRes{key: key, ev: -1}
+	lim := m.lim(k)
+	d := engine.Decision{Limit: lim}
+	if n <= 0 || n > lim {
+		d.Remaining = m.remaining(k, m.effective(k, t), lim)
+		if d.Allowed = n == 0; !d.Allowed {
+			d.RetryAfter = engine.Never
+		}
+		return d, res
+	}
+	m.touch(k, t)
+	te := m.effective(k, t)
+	lim = m.lim(k)
+	d.Limit = lim
+	if m.fits(k, te, n, lim) {
+		k.log = append(k.log, modelEvent{te, n})
+		res.ev, res.gen = len(k.log)-1, k.gen
+		d.Allowed = true
+		d.Remaining = m.remaining(k, te, lim)
+		return d, res
+	}
+	d.Remaining = m.remaining(k, te, lim)
+	// The estimate never grows without traffic, so the least fitting wait
+	// is found by bisection; within W + one epoch it always fits.
+	lo, hi := int64(0), m.win+m.w
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if m.fits(k, te+mid, n, lim) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	// Counted from t, not from the effective time: a retry at
+	// t + RetryAfter is a request at te + lo.
+	d.RetryAfter = time.Duration(te + lo - t)
+	return d, res
+}
+
+// reserveAt is reserve at a time.Time.
+func (m *model) reserveAt(key string, n int64, now time.Time) (engine.Decision, modelRes) {
+	return m.reserve(key, n, now.UnixNano())
+}
+
+// cancel is Reservation.Cancel: the units go back if they were not given
+// back before, the key was not retired or reclaimed since, and their epoch
+// is still inside the key's window at its newest epoch.
+func (m *model) cancel(r modelRes) bool {
+	k := m.keys[r.key]
+	if r.ev < 0 || k == nil || !k.live || r.gen != k.gen || k.log[r.ev].n == 0 {
+		return false
+	}
+	ev := &k.log[r.ev]
+	inside := m.epoch(ev.t) >= k.newest-m.n
+	if m.alg == engine.SlidingLog {
+		inside = ev.t > k.newest-m.win
+	}
+	if !inside {
+		return false
+	}
+	ev.n = 0
+	return true
+}
+
+// allowAll is AllowAll: reserve in order; on a denial cancel the earlier
+// ones and return its index; else −1 and the least Remaining.
+func (m *model) allowAll(now time.Time, keys []string, ns []int64) (int, engine.Decision) {
+	var held []modelRes
+	best := engine.Decision{Allowed: true, Remaining: -1}
+	for i, k := range keys {
+		d, r := m.reserveAt(k, ns[i], now)
+		if !d.Allowed {
+			for _, h := range held {
+				m.cancel(h)
+			}
+			return i, d
+		}
+		held = append(held, r)
+		if best.Remaining < 0 || d.Remaining < best.Remaining {
+			best = d
+		}
+	}
+	return -1, best
+}
+
+// observe feeds the audit's side one decision the engine made: the model
+// logs the admitted units at the time the audit judges them (the effective
+// time, or the key's newest judged time if that is later) and judges the
+// decision against the exact count there.
+func (m *model) observe(key string, n int64, now time.Time, d engine.Decision) {
+	if n < 1 || n > d.Limit {
+		return // not a window decision
+	}
+	k := m.key(key)
+	m.touch(k, now.UnixNano())
+	t := max(m.effective(k, now.UnixNano()), k.judged)
+	k.judged = t
+	c := m.count(k, t)
+	m.rep.Decisions++
+	m.rep.Judged++
+	if !d.Allowed {
+		m.rep.Denies++
+		if c+n <= d.Limit {
+			m.rep.FalseDenies++
+		}
+		return
+	}
+	m.rep.Admits++
+	if c+n > d.Limit {
+		m.rep.FalseAdmits++
+	}
+	k.log = append(k.log, modelEvent{t, n})
+	switch w := float64(c+n) / float64(d.Limit); {
+	case w > m.rep.WorstWindow:
+		m.rep.WorstWindow, m.rep.WorstKey = w, key
+		m.worst = map[string]bool{key: true}
+	case w == m.rep.WorstWindow:
+		m.worst[key] = true
+	}
+}
+
+// unadmit is the audit's side of a Cancel that gave units back: the units
+// leave event ev of key's log if it is still inside the window ending at
+// the key's newest judged time, else the cancel is an UnadmitMissed.
+func (m *model) unadmit(key string, ev int, units int64) {
+	k := m.keys[key]
+	m.rep.Unadmits++
+	if e := &k.log[ev]; e.t > k.judged-m.win {
+		e.n -= units
+	} else {
+		m.rep.UnadmitMissed++
+	}
+}
+
+// checkAudit compares got with the audit's side. Keys that tie for the
+// worst window may be named in either order (the audit replays keys by
+// time); what the logs hold now (Keys, Entries) is checked elsewhere.
+func (m *model) checkAudit(t *testing.T, got engine.AuditReport) {
+	t.Helper()
+	require.True(t, m.worst[got.WorstKey] || got.WorstKey == m.rep.WorstKey, "WorstKey %q, want one of %v", got.WorstKey, m.worst)
+	got.WorstKey = m.rep.WorstKey
+	got.Keys, got.Entries = 0, 0
+	require.Equal(t, m.rep, got)
+}

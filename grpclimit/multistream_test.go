@@ -1,0 +1,276 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// chat opens a stream, sends msgs messages and reads each echo; it
+// returns the first error (a refusal at the start shows on the first
+// read).
+func chat(t *testing.T, cc *grpc.ClientConn, msgs int) (grpc.ClientStream, error) {
+	t.Helper()
+	st, err := cc.NewStream(context.Background(), chatDesc, mChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range msgs {
+		if err := st.SendMsg(wrapperspb.String("m")); err != nil {
+			return st, st.RecvMsg(new(wrapperspb.StringValue))
+		}
+		if err := st.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+			return st, err
+		}
+	}
+	_ = st.CloseSend()
+	if err := st.RecvMsg(new(wrapperspb.StringValue)); !errors.Is(err, io.EOF) {
+		return st, err
+	}
+	return st, nil
+}
+
+// TestMultiStreamPerStream: NewMultiInterceptor on streams charges every
+// policy once per stream; the policy with the smaller limit refuses the
+// third stream before the handler runs, leaving the other uncharged, with
+// both policies' fields in the header.
+func TestMultiStreamPerStream(t *testing.T) {
+	wide, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.FixedWindow})
+	narrow, _ := newEngine(t, engine.Config{Limit: 2, Algorithm: engine.FixedWindow})
+	i, err := NewMultiInterceptor([]Policy{{Name: "wide", Limiter: wide}, {Name: "narrow", Limiter: narrow, Key: KeyByMethod()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, es := serve(t, grpc.StreamInterceptor(i.Stream()))
+	for s := range 2 {
+		if _, err := chat(t, cc, 3); err != nil {
+			t.Fatalf("stream %d: %v", s, err)
+		}
+	}
+	st, err := chat(t, cc, 1)
+	hdr, _ := st.Header()
+	if r := resultOf(err, hdr); r.code != codes.ResourceExhausted || r.retry != 10*time.Second {
+		t.Fatalf("third stream: %v retry %v, want ResourceExhausted retry 10s", r.code, r.retry)
+	}
+	if msg := adaptertest.CheckMembers(hdr.Get(MDPolicy), hdr.Get(MDRateLimit), []string{"wide", "narrow"}, []int64{5, 2}, []int64{3, 0}); msg != "" {
+		t.Error(msg)
+	}
+	if got := wide.AllowN("127.0.0.1", 0).Remaining; got != 3 {
+		t.Errorf("the refused stream charged the wide policy: remaining %d, want 3", got)
+	}
+	if es.count() != 6 {
+		t.Errorf("%d messages echoed, want 6", es.count())
+	}
+	if s := i.Stats(); s != (Stats{Allowed: 2, Denied: 1}) {
+		t.Errorf("Stats %+v", s)
+	}
+}
+
+// TestMultiStreamPerMessage: with WithPerMessage every message is charged
+// under every policy; the third message ends the stream with the fields
+// in the trailer.
+func TestMultiStreamPerMessage(t *testing.T) {
+	wide, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.FixedWindow})
+	narrow, _ := newEngine(t, engine.Config{Limit: 2, Algorithm: engine.FixedWindow})
+	i, err := NewMultiInterceptor([]Policy{{Name: "wide", Limiter: wide}, {Name: "narrow", Limiter: narrow}}, WithPerMessage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, es := serve(t, grpc.StreamInterceptor(i.Stream()))
+	st, err := chat(t, cc, 3)
+	if r := resultOf(err, nil); r.code != codes.ResourceExhausted {
+		t.Fatalf("third message: %v, want ResourceExhausted", r.code)
+	}
+	wantMD(t, st.Trailer(), MDRateLimit, `"wide";r=3;t=10`, `"narrow";r=0;t=10`)
+	if es.count() != 2 {
+		t.Errorf("%d messages echoed, want 2", es.count())
+	}
+	if s := i.Stats(); s != (Stats{Allowed: 2, Denied: 1}) {
+		t.Errorf("Stats %+v", s)
+	}
+}
+
+// TestStreamServerInterceptorAndDryRunOnStreams: the package-level
+// constructor serves streams as Interceptor.Stream does; under WithDryRun
+// a multi-policy stream whose key cannot be computed, or that a policy
+// refuses, still runs.
+func TestStreamServerInterceptorAndDryRunOnStreams(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 1, Algorithm: engine.FixedWindow})
+	cc, _ := serve(t, grpc.StreamInterceptor(StreamServerInterceptor(e)))
+	if _, err := chat(t, cc, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chat(t, cc, 1); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second stream: %v, want ResourceExhausted", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("StreamServerInterceptor(nil) did not panic")
+		}
+	}()
+	StreamServerInterceptor(nil)
+}
+
+func TestMultiDryRunStreams(t *testing.T) {
+	a, _ := newEngine(t, engine.Config{Limit: 1, Algorithm: engine.FixedWindow})
+	b, _ := newEngine(t, engine.Config{Limit: 1, Algorithm: engine.FixedWindow})
+	i, err := NewMultiInterceptor([]Policy{{Name: "a", Limiter: a}, {Name: "tenant", Limiter: b, Key: KeyByMetadata("x-tenant", MissingReject)}}, WithDryRun())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, es := serve(t, grpc.StreamInterceptor(i.Stream()))
+	if _, err := chat(t, cc, 2); err != nil { // no x-tenant: a key error, let through
+		t.Fatalf("dry run refused a stream: %v", err)
+	}
+	if es.count() != 2 || i.Stats() != (Stats{Rejected: 1}) {
+		t.Errorf("echoed %d, Stats %+v; want 2, one Rejected", es.count(), i.Stats())
+	}
+}
+
+// TestMultiOverFailingLimiters: a shared limiter that fails follows its
+// failure policy under NewMultiInterceptor: a fail-open admission goes on
+// (an Error, the call runs), a fail-closed refusal is Unavailable with its
+// RetryInfo (under WithDryRun an Error, and the call runs); a caller whose
+// context ended gets its context's status, counted as Canceled.
+func TestMultiOverFailingLimiters(t *testing.T) {
+	down := errors.New("redis down")
+	open := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+		return engine.Decision{Allowed: true, Limit: 3, Remaining: 3}, down
+	})
+	closed := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+		return engine.Decision{Limit: 3, RetryAfter: 2 * time.Second}, down
+	})
+	h := func(context.Context, any) (any, error) { return "ran", nil }
+	info := &grpc.UnaryServerInfo{FullMethod: mSay}
+	gone, cancel := context.WithCancel(callCtx(tcp("192.0.2.1:4711")))
+	cancel()
+	for _, c := range []struct {
+		name    string
+		l       any
+		opts    []Option
+		ctx     context.Context
+		code    codes.Code
+		retry   time.Duration
+		ran     bool
+		stats   Stats
+		without bool // no fields expected
+	}{
+		{"fail open", open, nil, nil, codes.OK, -1, true, Stats{Errors: 1}, false},
+		{"fail closed", closed, nil, nil, codes.Unavailable, 2 * time.Second, false, Stats{Errors: 1}, false},
+		{"fail closed, dry run", closed, []Option{WithDryRun()}, nil, codes.OK, -1, true, Stats{Errors: 1}, false},
+		{"caller gone", closed, nil, gone, codes.Canceled, -1, false, Stats{Canceled: 1}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, _ := newEngine(t, engine.Config{Limit: 5})
+			i, err := NewMultiInterceptor([]Policy{{Name: "local", Limiter: e}, {Name: "shared", Limiter: c.l}}, c.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := c.ctx
+			if ctx == nil {
+				ctx = callCtx(tcp("192.0.2.1:4711"))
+			}
+			out, err := i.Unary()(ctx, nil, info, h)
+			r := resultOf(err, nil)
+			if r.code != c.code || r.retry != c.retry || (out == "ran") != c.ran {
+				t.Errorf("%v retry %v ran %v; want %v retry %v ran %v", r.code, r.retry, out == "ran", c.code, c.retry, c.ran)
+			}
+			if s := i.Stats(); s != c.stats {
+				t.Errorf("Stats %+v, want %+v", s, c.stats)
+			}
+		})
+	}
+}
+
+// TestDryRunCountsEveryRefusal: under WithDryRun a cost above the limit
+// and a full MaxKeys table are would-denies, and a limit the engine
+// rejected is Rejected; every call runs.
+func TestDryRunCountsEveryRefusal(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 2, MaxKeys: 1})
+	h := func(context.Context, any) (any, error) { return "ran", nil }
+	costly := mustInterceptorT(t, e, WithDryRun(), WithCost(func(context.Context, string) int64 { return 3 }))
+	if out, err := costly.Unary()(callCtx(tcp("192.0.2.1:4711")), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h); err != nil || out != "ran" {
+		t.Fatalf("cost above the limit: %v %v", out, err)
+	}
+	full := mustInterceptorT(t, e, WithDryRun())
+	for _, ip := range []string{"192.0.2.1:1", "192.0.2.2:1"} { // the second is a new key beyond MaxKeys
+		if out, err := full.Unary()(callCtx(tcp(ip)), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h); err != nil || out != "ran" {
+			t.Fatalf("%s: %v %v", ip, out, err)
+		}
+	}
+	bad := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+		return engine.Decision{Limit: 5, RetryAfter: engine.Never}, nil // not a refusal: a limit it could not use
+	})
+	mis := mustInterceptorT(t, bad, WithDryRun(), WithPolicy("p", time.Second))
+	if out, err := mis.Unary()(callCtx(tcp("192.0.2.1:4711")), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h); err != nil || out != "ran" {
+		t.Fatalf("misconfigured: %v %v", out, err)
+	}
+	if costly.Stats() != (Stats{WouldDeny: 1}) || full.Stats() != (Stats{Allowed: 1, WouldDeny: 1}) || mis.Stats() != (Stats{Rejected: 1}) {
+		t.Errorf("Stats: cost %+v, full %+v, misconfigured %+v", costly.Stats(), full.Stats(), mis.Stats())
+	}
+	// Without the dry run, the misconfigured decision is Internal.
+	strict := mustInterceptorT(t, bad, WithPolicy("p", time.Second))
+	if _, err := strict.Unary()(callCtx(tcp("192.0.2.1:4711")), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h); status.Code(err) != codes.Internal {
+		t.Errorf("misconfigured: %v, want Internal", err)
+	}
+}
+
+// TestStreamClientInterceptorWaitsBeforeOpening: the package-level client
+// constructor charges a stream once, before it is opened, keyed by the
+// connection's target; a refusal leaves the stream unopened.
+func TestStreamClientInterceptorWaitsBeforeOpening(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 1})
+	opened := 0
+	streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		opened++
+		return nil, nil
+	}
+	si := StreamClientInterceptor(e, WithMaxWait(time.Millisecond))
+	if _, err := si(context.Background(), chatDesc, nil, mChat, streamer); err != nil || opened != 1 {
+		t.Fatalf("first stream: %v, opened %d", err, opened)
+	}
+	if _, err := si(context.Background(), chatDesc, nil, mChat, streamer); status.Code(err) != codes.ResourceExhausted || opened != 1 {
+		t.Fatalf("second stream: %v, opened %d; want ResourceExhausted, unopened", err, opened)
+	}
+	if got := e.AllowN("", 0).Remaining; got != 0 {
+		t.Errorf("a nil connection is keyed %q: remaining of \"\" is %d, want 0", "", got)
+	}
+	// A new key beyond MaxKeys is refused at once, not waited for.
+	full, _ := newEngine(t, engine.Config{Limit: 1, MaxKeys: 1})
+	keys := []string{"a", "b"}
+	c, err := NewClient(full, WithClientKey(func(context.Context, *grpc.ClientConn, string) string {
+		k := keys[0]
+		keys = keys[1:]
+		return k
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		if _, err := c.Stream()(context.Background(), chatDesc, nil, mChat, streamer); status.Code(err) != want {
+			t.Errorf("key %d: %v, want %v", n, err, want)
+		}
+	}
+	if s := c.Stats(); s.Admitted != 1 || s.Refused != 1 {
+		t.Errorf("Stats %+v, want one admitted, one refused", s)
+	}
+	if _, err := NewClient(e, WithClientCost(mSay, 1), WithClientCost(mSay, 1)); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("WithClientCost twice: %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("StreamClientInterceptor(nil) did not panic")
+		}
+	}()
+	StreamClientInterceptor(nil)
+}
