@@ -16,7 +16,8 @@ import (
 // limit in a sliding window. It is safe for concurrent use.
 //
 // The decision path for an existing key takes no lock and does not
-// allocate: one seeded hash of the key, a lock-free map load, the key
+// allocate: one seeded hash of the key, a lookup in its shard's hints
+// (one cache line; the lock-free xsync map load on a miss), the key
 // compared in its state, four atomic loads (the newest epoch, two words
 // caching the window's settled counts, the current slot) and one CAS, then
 // the newest epoch again; once per key per sub-window a walk of its N+1
