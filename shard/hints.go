@@ -65,23 +65,6 @@ func tagOf(h uint64) uintptr {
 // set returns h's set.
 func (c *hintTable) set(h uint64) *hintSet { return &c.sets[h&c.mask] }
 
-// hint returns the ring cached for key, if its set holds it and it is
-// live.
-func (t *Table) hint(s *shard, h uint64, key string) (ringslot.Ring, bool) {
-	set, tag := s.hints.Load().set(h), tagOf(h)
-	for i := range set {
-		p := atomic.LoadPointer(&set[i])
-		if uintptr(p)&(1<<tagBits-1) != tag {
-			continue // empty (nil has tag 0), or another key's
-		}
-		r := ringslot.RingAt(unsafe.Add(p, -int(tag)))
-		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
-			return r, !t.geo.Retired(r)
-		}
-	}
-	return ringslot.Ring{}, false
-}
-
 // remember caches r as h's ring, in the first empty cell of h's set. A
 // full set takes no more: its other keys stay in the map alone, and cost a
 // Load what they would without hints. Evicting a hint for another would

@@ -148,9 +148,29 @@ func (t *Table) shardOf(h uint64) *shard {
 // Load returns the key's ring, if present. It does not allocate.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	s := t.shardOf(h)
-	if r, ok := t.hint(s, h, key); ok {
-		return r, true
+	c := s.hints.Load()
+	set, tag := c.set(h), tagOf(h)
+	for i := range set {
+		// The hint's check (hints.go), written out: a call would spill
+		// every argument for the one iteration a hot key takes.
+		if p := atomic.LoadPointer(&set[i]); uintptr(p)&(1<<tagBits-1) == tag { // nil has tag 0, which no key's is
+			r := ringslot.RingAt(unsafe.Add(p, -int(tag)))
+			if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
+				if !t.geo.Retired(r) {
+					return r, true
+				}
+				break // retired: the map's answer
+			}
+		}
 	}
+	return t.loadMap(s, h, key)
+}
+
+// loadMap is Load's look in the maps, when the hints hold no live ring for
+// the key; it remembers the ring it finds.
+//
+//go:noinline
+func (t *Table) loadMap(s *shard, h uint64, key string) (ringslot.Ring, bool) {
 	if r, ok := s.m.Load(h); ok {
 		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
 			s.remember(h, r)
