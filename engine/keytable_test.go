@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/shard"
 )
 
 // These tests attack the engine's key table (the shard maps and the hints
@@ -74,6 +76,9 @@ type tableModel struct {
 	alg  engine.Algorithm
 	W, w int64
 	N    int64
+	// capped: Config.MaxKeys is set, so a key the engine may not hold can
+	// be refused (ReasonKeysFull); a key it surely holds never is.
+	capped bool
 }
 
 func (tm tableModel) sum(m *keyModel, t int64) int64 {
@@ -105,6 +110,18 @@ const (
 	fateReclaimed
 	fateEither
 )
+
+// held reports whether the engine surely holds m's key at t: it admitted
+// or set a limit recently enough that no sweep can have taken it.
+func (tm tableModel) held(m *keyModel, t int64) bool {
+	if m.lastSure == 0 {
+		return false
+	}
+	if tm.alg == engine.SlidingLog {
+		return t-m.lastSure <= tm.W
+	}
+	return t/tm.w-m.lastSure/tm.w <= tm.N+1
+}
 
 // fate classifies m at t; swept says a full Sweep ran at t before the
 // round. Only a key with an override can tell kept from reclaimed: every
@@ -139,7 +156,11 @@ func (tm tableModel) decide(e *engine.Engine, rng *rand.Rand, key string, m *key
 	switch op := rng.IntN(20); {
 	case op < 2: // a limit change: raised (a log grows) or lowered
 		l := 1 + rng.Int64N(3*m.base)
-		if err := e.SetLimitAt(key, l, now); err != nil {
+		err := e.SetLimitAt(key, l, now)
+		if tm.capped && errors.Is(err, shard.ErrFull) && !tm.held(m, t) {
+			return nil // a new key at MaxKeys: SetLimitAt stores nothing
+		}
+		if err != nil {
 			return fmt.Errorf("key %q: SetLimitAt(%d): %v", key, l, err)
 		}
 		m.limit, m.override = l, true
@@ -171,6 +192,12 @@ func (tm tableModel) decide(e *engine.Engine, rng *rand.Rand, key string, m *key
 // check compares d, the engine's answer to n units of key at t, with the
 // model, and records an admission in it.
 func (tm tableModel) check(key string, m *keyModel, t, n int64, d engine.Decision) error {
+	if tm.capped && d.Reason() == engine.ReasonKeysFull && !tm.held(m, t) {
+		if n <= m.limit && (d.Limit != m.base || d.Remaining != m.base || d.RetryAfter <= 0) {
+			return fmt.Errorf("key %q at MaxKeys: %d units gave %+v, want refused with its own full limit %d", trimKey(key), n, d, m.base)
+		}
+		return nil // nothing stored; the model's counts have left its window
+	}
 	m.lastMaybe = t
 	s := tm.sum(m, t)
 	want := engine.Decision{Limit: m.limit}
@@ -214,7 +241,7 @@ func trimKey(k string) string {
 // between most keys active, with short steps (the hints grow), and a few
 // keys active, with steps long enough that the rest go idle and are swept
 // (the hints shrink), so keys keep leaving and coming back.
-func churnTable(t *testing.T, alg engine.Algorithm, keys []string, rounds int) {
+func churnTable(t *testing.T, alg engine.Algorithm, keys []string, rounds int, maxKeys int64) {
 	const (
 		W      = time.Second
 		N      = 10
@@ -230,10 +257,10 @@ func churnTable(t *testing.T, alg engine.Algorithm, keys []string, rounds int) {
 	clk := engine.NewManualClock(t0)
 	e := newEngine(t, engine.Config{
 		Limit: 1, Window: W, SubWindows: N, Algorithm: alg, Clock: clk, Shards: 1,
-		SweepInterval: time.Hour,
-		KeyLimit:      func(k string) int64 { return limits[k] },
+		SweepInterval: time.Hour, MaxKeys: maxKeys,
+		KeyLimit: func(k string) int64 { return limits[k] },
 	})
-	tm := tableModel{alg: alg, W: int64(W), w: int64(w), N: N}
+	tm := tableModel{alg: alg, W: int64(W), w: int64(w), N: N, capped: maxKeys > 0}
 	rng := rand.New(rand.NewPCG(1, uint64(alg)))
 	now := t0.UnixNano()
 	reclaimed, revived := 0, 0
@@ -262,6 +289,10 @@ func churnTable(t *testing.T, alg engine.Algorithm, keys []string, rounds int) {
 				default:
 				}
 				e.Sweep()
+				if n := e.Len(); maxKeys > 0 && n > maxKeys {
+					errs <- fmt.Errorf("round %d: Len %d above MaxKeys %d", r, n, maxKeys)
+					return
+				}
 				if err := e.UpdateLimits(func(string, int64) int64 { return 0 }); err != nil {
 					errs <- err
 					return
@@ -309,8 +340,11 @@ func churnTable(t *testing.T, alg engine.Algorithm, keys []string, rounds int) {
 			revived += c
 		}
 	}
-	t.Logf("%d keys, %d rounds: %d reclaimed by the rounds' sweeps, %d overrides seen gone; %d keys held at the end",
-		len(keys), rounds, reclaimed, revived, e.Len())
+	t.Logf("%d keys, %d rounds: %d reclaimed by the rounds' sweeps, %d overrides seen gone; %d keys held at the end, %d refused by MaxKeys",
+		len(keys), rounds, reclaimed, revived, e.Len(), e.Stats().Refused)
+	if maxKeys > 0 && e.Stats().Refused == 0 {
+		t.Fatalf("no key was refused at MaxKeys %d: the test did not reach the cap", maxKeys)
+	}
 	if reclaimed == 0 || revived == 0 {
 		t.Fatalf("the rounds reclaimed %d keys and saw %d overrides go: the test did not churn", reclaimed, revived)
 	}
@@ -327,7 +361,7 @@ func TestReclaimedKeysComeBackEmptyUnderChurn(t *testing.T) {
 	if raceOn || testing.Short() {
 		rounds = 60
 	}
-	churnTable(t, engine.SlidingWindowStrict, tableKeys(1500), rounds)
+	churnTable(t, engine.SlidingWindowStrict, tableKeys(1500), rounds, 0)
 }
 
 // TestReclaimedLogKeysComeBackEmptyUnderChurn is the same churn for
@@ -338,5 +372,245 @@ func TestReclaimedLogKeysComeBackEmptyUnderChurn(t *testing.T) {
 	if raceOn || testing.Short() {
 		rounds = 60
 	}
-	churnTable(t, engine.SlidingLog, tableKeys(0), rounds)
+	churnTable(t, engine.SlidingLog, tableKeys(0), rounds, 0)
+}
+
+// TestKeysAtMaxKeysUnderChurn is the churn with MaxKeys far below the keys
+// in use: a key the engine may not hold can be refused (ReasonKeysFull,
+// with its own full limit), one it surely holds never is, Len never passes
+// the cap, and every other decision matches the key's exact model.
+func TestKeysAtMaxKeysUnderChurn(t *testing.T) {
+	rounds := 200
+	if raceOn || testing.Short() {
+		rounds = 60
+	}
+	churnTable(t, engine.SlidingWindowStrict, tableKeys(1500), rounds, 600)
+}
+
+// TestFarWriterRevivalKeepsKeysApart races, on keys of one shard, writers
+// at the present against writers 2^22 sub-windows later (far enough that
+// each retires the key's ring and replaces it, a revival), while sweeps run
+// and other keys of the shard are decided at the present. Each admission is
+// recorded at one of two instants, the present's sub-window or the far
+// one's (a present writer that meets the replacement is clamped forward to
+// it): each holds at most the key's own limit, and afterwards the key's
+// Remaining is its limit less exactly the units recorded far. The other
+// keys match their exact model throughout.
+func TestFarWriterRevivalKeepsKeysApart(t *testing.T) {
+	const (
+		W      = time.Second
+		N      = 10
+		w      = W / N
+		far    = (1 << 22) * w
+		nRace  = 64
+		nOther = 256
+	)
+	rounds := 8
+	if raceOn {
+		rounds = 3
+	}
+	for r := range rounds {
+		var race, other []string
+		limits := map[string]int64{}
+		for i := range nRace {
+			k := fmt.Sprintf("race-%d-%03d", r, i)
+			race, limits[k] = append(race, k), int64(3+i)
+		}
+		for i := range nOther {
+			k := fmt.Sprintf("other-%d-%03d", r, i)
+			other, limits[k] = append(other, k), int64(100+i)
+		}
+		present := t0.Add(time.Duration(r) * 3 * time.Hour)
+		clk := engine.NewManualClock(present)
+		e := newEngine(t, engine.Config{
+			Limit: 1, Window: W, SubWindows: N, Algorithm: engine.SlidingWindowStrict,
+			Clock: clk, Shards: 1, SweepInterval: time.Hour,
+			KeyLimit: func(k string) int64 { return limits[k] },
+		})
+		for _, k := range race { // each key holds one unit at the present
+			if d := e.AllowAt(k, 1, present); !d.Allowed {
+				t.Fatalf("%s: %+v", k, d)
+			}
+		}
+		type tally struct{ present, far []int64 }
+		tallies := make([]tally, 4)
+		errs := make(chan error, 8)
+		stop := make(chan struct{})
+		var wg, sweeper sync.WaitGroup
+		sweeper.Add(1)
+		go func() {
+			defer sweeper.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					e.Sweep()
+				}
+			}
+		}()
+		for g := range 4 {
+			tallies[g] = tally{make([]int64, nRace), make([]int64, nRace)}
+			at := present
+			if g%2 == 1 {
+				at = present.Add(far)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for pass := range 6 {
+					for i, k := range race {
+						res := e.ReserveAt(k, 1, at)
+						d := res.Decision()
+						if d.Limit != limits[k] {
+							errs <- fmt.Errorf("%s: pass %d at %v: limit %d, want its own %d", k, pass, at.Sub(present), d.Limit, limits[k])
+							return
+						}
+						if !d.Allowed {
+							continue
+						}
+						switch {
+						case res.At().Equal(present):
+							tallies[g].present[i]++
+						case res.At().Equal(present.Add(far)):
+							tallies[g].far[i]++
+						default:
+							errs <- fmt.Errorf("%s: recorded at %v, neither the present nor the far sub-window", k, res.At().Sub(present))
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() { // the shard's other keys, at the present, exact
+			defer wg.Done()
+			for _, k := range other {
+				for j := range 3 {
+					n := limits[k] / 4
+					d := e.AllowAt(k, n, present)
+					if want := (engine.Decision{Allowed: true, Limit: limits[k], Remaining: limits[k] - int64(j+1)*n}); d != want {
+						errs <- fmt.Errorf("%s: request %d gave %+v, want %+v", k, j, d, want)
+						return
+					}
+				}
+			}
+		}()
+		wg.Wait()
+		close(stop)
+		sweeper.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		revived := 0
+		for i, k := range race {
+			p, f := int64(1), int64(0) // the unit recorded before the race
+			for _, tl := range tallies {
+				p, f = p+tl.present[i], f+tl.far[i]
+			}
+			if p > limits[k] || f > limits[k] {
+				t.Fatalf("round %d: %s (limit %d): %d units at the present, %d far: more than the limit in one window", r, k, limits[k], p, f)
+			}
+			if f > 0 {
+				revived++
+			}
+			for _, at := range []time.Time{present, present.Add(far)} {
+				d := e.AllowAt(k, 0, at)
+				if want := (engine.Decision{Allowed: true, Limit: limits[k], Remaining: limits[k] - f}); d != want {
+					t.Fatalf("round %d: %s: peek at %v gave %+v, want %+v (%d units recorded far, %d at the present)", r, k, at.Sub(present), d, want, f, p)
+				}
+			}
+		}
+		if revived != nRace {
+			t.Fatalf("round %d: %d of %d keys were revived by the far writers", r, revived, nRace)
+		}
+	}
+}
+
+// TestLogGrowUnderDecisionsLosesNoUnit raises a SlidingLog key's limit
+// past its log's capacity again and again (each raise moves the log into a
+// larger ring, retiring the old one) while other goroutines admit units of
+// the key and reserve and cancel units of it, all at one instant, and
+// decide other keys of the shard. No unit is lost in a move and none is
+// counted twice: afterwards the key's Remaining is its final limit less
+// exactly the units admitted and not cancelled, and no Cancel of a unit
+// admitted at that instant fails.
+func TestLogGrowUnderDecisionsLosesNoUnit(t *testing.T) {
+	const W = time.Second
+	rounds := 6
+	if raceOn {
+		rounds = 2
+	}
+	for r := range rounds {
+		now := t0.Add(time.Duration(r) * time.Hour)
+		clk := engine.NewManualClock(now)
+		e := newEngine(t, engine.Config{
+			Limit: 10, Window: W, Algorithm: engine.SlidingLog, Clock: clk, Shards: 1,
+			SweepInterval: time.Hour, PerKeyLimits: true,
+		})
+		keys := []string{"grow", "grow2", "g", ""}
+		var admitted [4][4]int64 // [goroutine][key]
+		var limits [4]int64
+		errs := make(chan error, 16)
+		var wg sync.WaitGroup
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 2000 {
+					j := i % len(keys)
+					if g == 2 { // reserve and take back
+						res := e.ReserveAt(keys[j], 1, now)
+						if res.Decision().Allowed && !res.Cancel() {
+							errs <- fmt.Errorf("%q: Cancel at the key's instant failed", keys[j])
+							return
+						}
+						continue
+					}
+					if d := e.AllowAt(keys[j], 1, now); d.Allowed {
+						admitted[g][j]++
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j, k := range keys {
+				for l := int64(20); l <= 2560; l *= 2 {
+					if err := e.SetLimitAt(k, l, now); err != nil {
+						errs <- err
+						return
+					}
+					limits[j] = l
+				}
+			}
+		}()
+		wg.Add(1)
+		go func() { // other keys of the shard: fresh, each with its own count
+			defer wg.Done()
+			for i := range 300 {
+				k := fmt.Sprintf("other-%d", i)
+				for j := range 5 {
+					if d := e.AllowAt(k, 2, now); d != (engine.Decision{Allowed: true, Limit: 10, Remaining: 8 - 2*int64(j)}) {
+						errs <- fmt.Errorf("%s: request %d gave %+v", k, j, d)
+						return
+					}
+				}
+			}
+		}()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		for j, k := range keys {
+			a := admitted[0][j] + admitted[1][j]
+			d := e.AllowAt(k, 0, now)
+			if a > limits[j] || d != (engine.Decision{Allowed: true, Limit: limits[j], Remaining: limits[j] - a}) {
+				t.Fatalf("round %d: %q: %d units admitted, limit %d; peek gave %+v", r, k, a, limits[j], d)
+			}
+		}
+	}
 }
