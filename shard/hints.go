@@ -29,10 +29,13 @@ import (
 // So a ring read from a cell that holds key and is not retired when Load
 // checks it is in the maps at that moment, for that key: the hit is the
 // answer the map would give at that moment, and Load stays linearizable. A
-// cell that holds another key, or a retired ring, is a miss: Load asks the
-// map and stores what it finds. A retired ring left in a cell is only kept
-// from the collector until the cell is reused or cleared; remove clears the
-// cell of the ring it deletes.
+// cell that holds another key is a miss: Load asks the map and stores what
+// it finds in an empty cell. A cell that holds the key's ring retired is
+// freed by that Load. remove clears the cell of the ring it deletes; a Load
+// that read a ring from the map just before the delete can still remember
+// it after, and such a cell is freed by the key's next Load or by the
+// shard's next sweep (scrubHints), so no reclaimed state is kept from the
+// collector longer than that.
 type hintTable struct {
 	mask uint64 // len(sets) − 1
 	// Each cell is nil or a ring's state address plus its key's tag; cells
@@ -142,16 +145,41 @@ func (t *Table) rehint(s *shard, c *hintTable, sets int) {
 }
 
 // rehintCell puts cell p of an old table in its set of nc, if it has room.
+// A retired ring is left out: it is out of the maps, or soon will be.
 func (t *Table) rehintCell(nc *hintTable, p unsafe.Pointer) {
 	if p == nil {
 		return
 	}
 	r := ringslot.RingAt(unsafe.Add(p, -int(uintptr(p)&(1<<tagBits-1))))
+	if t.geo.Retired(r) {
+		return
+	}
 	set := nc.set(t.Hash(t.geo.Key(r)))
 	for j := range set {
 		if set[j] == nil {
 			set[j] = p // nc is not published yet
 			return
+		}
+	}
+}
+
+// scrubHints frees every cell of s that holds a retired ring: one left by
+// a Load that remembered a ring it read from the map just before a sweep
+// deleted it and cleared its cell. The sweep that runs it reclaims the
+// shard's idle keys too, so such a state is kept from the collector for at
+// most one sweep cycle, or until its key's next Load, which frees the cell
+// too (Table.Load).
+func (t *Table) scrubHints(s *shard) {
+	c := s.hints.Load()
+	for i := range c.sets {
+		for k := range c.sets[i] {
+			p := atomic.LoadPointer(&c.sets[i][k])
+			if p == nil {
+				continue
+			}
+			if t.geo.Retired(ringslot.RingAt(unsafe.Add(p, -int(uintptr(p)&(1<<tagBits-1))))) {
+				atomic.CompareAndSwapPointer(&c.sets[i][k], p, nil)
+			}
 		}
 	}
 }

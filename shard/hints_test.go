@@ -1,11 +1,13 @@
 package shard
 
 import (
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"unsafe"
+	"weak"
 
 	"github.com/stretchr/testify/require"
 
@@ -278,4 +280,90 @@ func TestHintsUnderChurn(t *testing.T) {
 		require.NoError(t, err)
 	}
 	requireLoadsMatchMap(t, tab, g, keys)
+}
+
+// rememberAfterSweep forces the one way a cell comes to hold a reclaimed
+// ring: a Load misses the hints and reads a from the map, a sweep then
+// retires and deletes a and clears its cell, and the Load remembers what it
+// read.
+func rememberAfterSweep(t *testing.T, tab *Table, h uint64, a ringslot.Ring, at int64) {
+	t.Helper()
+	s := tab.shardOf(h)
+	s.forget(h, a) // the hint is gone, so the Load reads the map ...
+	got, ok := s.m.Load(h)
+	require.True(t, ok)
+	require.True(t, got == a)
+	for i := range tab.shards { // ... the sweep deletes a ...
+		for _, r := range sweepShardNoScrub(tab, i, at) {
+			require.True(t, r == a)
+		}
+	}
+	s.remember(h, got) // ... and the Load remembers it
+	require.Equal(t, 1, cellsHolding(tab, a))
+}
+
+// sweepShardNoScrub is SweepShard without its scrub of the hints, so that
+// a test can put a reclaimed ring in a cell after the delete, as a racing
+// Load does. It returns the rings it deleted.
+func sweepShardNoScrub(tab *Table, i int, now int64) []ringslot.Ring {
+	s := &tab.shards[i]
+	var gone []ringslot.Ring
+	s.m.Range(func(h uint64, r ringslot.Ring) bool {
+		if tab.geo.Retire(r, now) && tab.remove(s, h, tab.geo.Key(r), r) {
+			gone = append(gone, r)
+		}
+		return true
+	})
+	return gone
+}
+
+// A cell that holds a reclaimed ring (a Load racing the sweep that deleted
+// it) gives way to the key's next ring: the key's next Load frees it and
+// finds the live ring, hinted. Before the fix, the retired ring in front
+// stopped every Load of the key at it (each went to the map), and nothing
+// ever cleared the cell, so the state, its key and a log's whole buffer
+// stayed reachable for the engine's lifetime.
+func TestStaleHintGivesWayToTheKeysNextRing(t *testing.T) {
+	tab, g := newTable(0)
+	h := tab.Hash("a")
+	a, err := tab.LoadOrCreate(h, "a", freshAt(g, t0))
+	require.NoError(t, err)
+	gone := weak.Make((*byte)(a.Pointer()))
+	rememberAfterSweep(t, tab, h, a, t0+10*sec)
+
+	b, err := tab.LoadOrCreate(h, "a", freshAt(g, t0+10*sec))
+	require.NoError(t, err)
+	require.True(t, b != a)
+	got, ok := tab.Load(h, "a")
+	require.True(t, ok)
+	require.True(t, got == b)
+	require.Equal(t, 0, cellsHolding(tab, a), "the reclaimed ring still holds a cell")
+	require.Equal(t, 1, cellsHolding(tab, b), "the live ring is not hinted")
+
+	a, got = ringslot.Ring{}, ringslot.Ring{}
+	runtime.GC()
+	runtime.GC()
+	require.Nil(t, gone.Value(), "the reclaimed state is still reachable")
+	runtime.KeepAlive(tab)
+}
+
+// A cell that holds a reclaimed ring whose key never comes back is freed
+// by the shard's next sweep, and the state is collected.
+func TestSweepScrubsStaleHints(t *testing.T) {
+	tab, g := newTable(0)
+	h := tab.Hash("a")
+	a, err := tab.LoadOrCreate(h, "a", freshAt(g, t0))
+	require.NoError(t, err)
+	gone := weak.Make((*byte)(a.Pointer()))
+	rememberAfterSweep(t, tab, h, a, t0+10*sec)
+	a = ringslot.Ring{}
+
+	for i := range tab.shards {
+		require.Equal(t, 0, tab.SweepShard(i, t0+20*sec))
+	}
+	require.Empty(t, hinted(tab), "no key is present, yet cells hold rings")
+	runtime.GC()
+	runtime.GC()
+	require.Nil(t, gone.Value(), "the reclaimed state is still reachable")
+	runtime.KeepAlive(tab)
 }

@@ -51,8 +51,8 @@ func hashU64(h, seed uint64) uint64 { return h ^ seed }
 //   - Deleting through m.Compute where the hash is absent answers "delete";
 //     any other answer would store an empty state for it.
 type shard struct {
-	m       *xsync.MapOf[uint64, ringslot.Ring]
-	fb      atomic.Pointer[xsync.MapOf[string, ringslot.Ring]] // nil until a collision
+	// The 64-bit words first: on 32-bit platforms they are 8-byte aligned
+	// with no gap before them.
 	evicted atomic.Int64
 	// floor is the latest retirement time (Unix ns) of a ring this shard
 	// deleted, raised under the key's bucket lock before the delete. Every
@@ -61,11 +61,13 @@ type shard struct {
 	// after, must not build the key anew below counts that are still
 	// inside its window (docs/design.md §5).
 	floor atomic.Int64
-	// hints is the shard's lookup cache (hints.go); keys counts the keys
-	// present in m and fb, which sizes it.
+	// keys counts the keys present in m and fb; it sizes the hints.
+	keys atomic.Int64
+	m    *xsync.MapOf[uint64, ringslot.Ring]
+	fb   atomic.Pointer[xsync.MapOf[string, ringslot.Ring]] // nil until a collision
+	// hints is the shard's lookup cache (hints.go).
 	hints atomic.Pointer[hintTable]
-	keys  atomic.Int64
-	_     [cacheLine - 3*ptrSize - 24]byte // m, fb and hints, then evicted, floor and keys
+	_     [cacheLine - 24 - 3*ptrSize]byte // evicted, floor and keys, then m, fb and hints
 }
 
 // ptrSize is the size of a pointer: 8 bytes, or 4 on 32-bit platforms.
@@ -159,7 +161,10 @@ func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 				if !t.geo.Retired(r) {
 					return r, true
 				}
-				break // retired: the map's answer
+				// Retired, so out of the maps or about to leave them
+				// for good: free the cell, and look on (a racing
+				// remember may have put the key's live ring after it).
+				atomic.CompareAndSwapPointer(&set[i], p, nil)
 			}
 		}
 	}
@@ -404,6 +409,7 @@ func (t *Table) SweepShard(i int, now int64) int {
 			return true
 		})
 	}
+	t.scrubHints(s)
 	return n
 }
 
