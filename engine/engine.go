@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -420,7 +421,8 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 // Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
 // belong in KeyLimit. Setting a limit is activity at now: the key's time
 // moves to now (never backwards). A now before 1970 or past 2262-04-11 is
-// an error, and changes nothing.
+// an error, and changes nothing. A key that is new while Config.MaxKeys
+// keys are held gets an error wrapping ErrKeysFull, and nothing is stored.
 //
 // With SlidingLog the limit must be at most Config.MaxLogLimit. A limit
 // above the one the key's log was allocated for moves the log into a larger
@@ -458,6 +460,9 @@ func (e *Engine) setLimit(what, key string, limit, t int64) error {
 		if r, ok = e.tab.Swap(h, key, old, grow); !ok {
 			r, err = e.tab.LoadOrCreate(h, key, fresh) // reclaimed meanwhile
 		}
+	}
+	if errors.Is(err, shard.ErrFull) {
+		return fmt.Errorf("ringlimit: %s(%q): %w (%w)", what, key, ErrKeysFull, err)
 	}
 	return fmt.Errorf("ringlimit: %s(%q): %w", what, key, err)
 }

@@ -140,3 +140,22 @@ func TestMaxKeysUnderChurn(t *testing.T) {
 		})
 	}
 }
+
+// SetLimit and SetLimitAt of a key that is new while MaxKeys keys are held
+// fail with an error that errors.Is reports as ErrKeysFull (it wrapped only
+// the key table's own error), store nothing, and succeed once the key fits.
+func TestSetLimitOfANewKeyAtMaxKeysIsErrKeysFull(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Clock: clk, MaxKeys: 1, PerKeyLimits: true})
+	require.NoError(t, e.SetLimit("a", 3))
+	err := e.SetLimit("b", 7)
+	require.ErrorIs(t, err, engine.ErrKeysFull)
+	require.ErrorIs(t, e.SetLimitAt("b", 7, t0), engine.ErrKeysFull)
+	require.EqualValues(t, 1, e.Len())
+	require.Equal(t, engine.ReasonKeysFull, e.AllowAt("b", 1, t0).Reason())
+
+	clk.Advance(10 * time.Second) // a is reclaimed: b fits, with its own limit
+	e.Sweep()
+	require.NoError(t, e.SetLimit("b", 7))
+	require.EqualValues(t, 7, e.AllowAt("b", 1, t0.Add(10*time.Second)).Limit)
+}
