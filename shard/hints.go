@@ -51,6 +51,11 @@ const (
 	tagBits  = 6  // a ring's state is 64-byte aligned: its pointer's low 6 bits are free
 	tagShift = 32 // the tag's bits of the hash: neither the shard's (top) nor the set's (low)
 	minHints = 2  // sets
+	// smallHints is the size (cells) up to which a shard keeps two cells
+	// per key rather than one: at one cell per key about one key in eight
+	// finds its set full and goes to the map, which costs a small table
+	// more than its memory (32 KiB a shard at most).
+	smallHints = 4096
 )
 
 // newHints returns an empty table of sets sets, a power of two.
@@ -108,7 +113,7 @@ func (s *shard) forget(h uint64, r ringslot.Ring) {
 }
 
 // added counts a key added to s, and doubles the hints when the keys
-// outnumber the cells: the new table gets every hint of the old one, each
+// outnumber the cells (half the cells, up to smallHints): the new table gets every hint of the old one, each
 // in its set under the new mask (found from the key the ring holds), as
 // far as the sets have room. Hints stored in the old table while the new
 // one is built are lost with it; their keys are remembered again on their
@@ -116,7 +121,7 @@ func (s *shard) forget(h uint64, r ringslot.Ring) {
 func (t *Table) added(s *shard) {
 	n := s.keys.Add(1)
 	c := s.hints.Load()
-	if n <= int64(len(c.sets)*hintWays) {
+	if cells := int64(len(c.sets) * hintWays); n <= cells && (cells > smallHints || 2*n <= cells) {
 		return
 	}
 	t.rehint(s, c, 2*len(c.sets))
