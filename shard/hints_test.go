@@ -19,6 +19,9 @@ func hinted(tab *Table) map[unsafe.Pointer]int {
 	n := map[unsafe.Pointer]int{}
 	for i := range tab.shards {
 		c := tab.shards[i].hints.Load()
+		if c == nil {
+			continue
+		}
 		for j := range c.sets {
 			for k := range c.sets[j] {
 				if p := atomic.LoadPointer(&c.sets[j][k]); p != nil {
@@ -75,7 +78,7 @@ func TestHintsGrowWithTheKeys(t *testing.T) {
 	}
 	for i := range tab.shards {
 		s := &tab.shards[i]
-		require.GreaterOrEqual(t, int64(len(s.hints.Load().sets)*hintWays), s.keys.Load(), "shard %d", i)
+		require.GreaterOrEqual(t, int64(numSets(s)*hintWays), s.keys.Load(), "shard %d", i)
 	}
 	requireLoadsMatchMap(t, tab, g, keys)
 	// Each grow moved the hints into their new sets: after one Load of
@@ -166,7 +169,7 @@ func TestHintsShrinkAfterReclamation(t *testing.T) {
 	}
 	var before int
 	for i := range tab.shards {
-		before += len(tab.shards[i].hints.Load().sets)
+		before += numSets(&tab.shards[i])
 	}
 	n := 0
 	for i := range tab.shards {
@@ -176,7 +179,7 @@ func TestHintsShrinkAfterReclamation(t *testing.T) {
 	var after int
 	for i := range tab.shards {
 		s := &tab.shards[i]
-		sets := len(s.hints.Load().sets)
+		sets := numSets(s)
 		after += sets
 		require.True(t, sets <= minHints || s.keys.Load() >= int64(sets*hintWays/4), "shard %d: %d keys in %d sets", i, s.keys.Load(), sets)
 	}
@@ -366,4 +369,53 @@ func TestSweepScrubsStaleHints(t *testing.T) {
 	runtime.GC()
 	require.Nil(t, gone.Value(), "the reclaimed state is still reachable")
 	runtime.KeepAlive(tab)
+}
+
+// numSets returns the sets of s's hints, 0 without hints.
+func numSets(s *shard) int {
+	if c := s.hints.Load(); c != nil {
+		return len(c.sets)
+	}
+	return 0
+}
+
+// A shard keeps no hints until it holds hintsFrom keys (the map alone is
+// faster while it stays in the caches), starts them then, and drops them
+// when its keys fall below half of that.
+func TestHintsStartAtHintsFromKeys(t *testing.T) {
+	g := ringslot.NewGeometry(sec/10, 10, true, false)
+	tab := New(g, 1, 0)
+	s := &tab.shards[0]
+	var keys []string
+	for i := range hintsFrom - 1 {
+		k := "s" + strconv.Itoa(i)
+		keys = append(keys, k)
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+	}
+	require.Nil(t, s.hints.Load(), "hints below hintsFrom keys")
+	requireLoadsMatchMap(t, tab, g, keys)
+	for i := hintsFrom - 1; i < 2*hintsFrom; i++ {
+		k := "s" + strconv.Itoa(i)
+		keys = append(keys, k)
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0+9*sec*int64(i%2))) // every other key stays live at the sweep below
+		require.NoError(t, err)
+	}
+	require.NotNil(t, s.hints.Load(), "no hints at %d keys", len(keys))
+	requireLoadsMatchMap(t, tab, g, keys)
+	require.NotEmpty(t, hinted(tab))
+
+	// The first hintsFrom−1 keys and the later ones of even i go; 513
+	// stay, one more than half of hintsFrom, so the hints stay too.
+	require.Equal(t, hintsFrom-1+hintsFrom/2, tab.SweepShard(0, t0+10*sec))
+	require.NotNil(t, s.hints.Load(), "hints dropped at %d keys", s.keys.Load())
+	var live []string
+	for i, k := range keys {
+		if i >= hintsFrom-1 && i%2 == 1 {
+			live = append(live, k)
+		}
+	}
+	requireLoadsMatchMap(t, tab, g, live)
+	require.Equal(t, len(live), tab.SweepShard(0, t0+30*sec))
+	require.Nil(t, s.hints.Load(), "hints kept with no key")
 }

@@ -104,10 +104,13 @@ type Table struct {
 	shift    uint   // 64 − log2(len(shards))
 	shards   []shard
 	maxKeys  int64 // 0: unlimited
-	_        [cacheLine]byte
-	live     atomic.Int64 // keys present, for MaxKeys and Len
-	refused  atomic.Int64 // keys refused by MaxKeys
-	_        [cacheLine - 16]byte
+	// hintsFrom is the keys a shard holds before it keeps hints
+	// (hints.go); the constant hintsFrom but in tests.
+	hintsFrom int64
+	_         [cacheLine]byte
+	live      atomic.Int64 // keys present, for MaxKeys and Len
+	refused   atomic.Int64 // keys refused by MaxKeys
+	_         [cacheLine - 16]byte
 }
 
 // New returns a table of nshards shards (a power of two ≥ 1) for rings of
@@ -115,16 +118,16 @@ type Table struct {
 // randomises shard and bucket placement. maxKeys ≤ 0 means unlimited.
 func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 	t := &Table{
-		geo:      geo,
-		seed:     keyhash.NewSeed(),
-		hashMask: ^uint64(0),
-		shift:    uint(64 - bits.TrailingZeros(uint(nshards))),
-		shards:   make([]shard, nshards),
-		maxKeys:  maxKeys,
+		geo:       geo,
+		seed:      keyhash.NewSeed(),
+		hashMask:  ^uint64(0),
+		shift:     uint(64 - bits.TrailingZeros(uint(nshards))),
+		shards:    make([]shard, nshards),
+		maxKeys:   maxKeys,
+		hintsFrom: hintsFrom,
 	}
 	for i := range t.shards {
 		t.shards[i].m = xsync.NewMapOfWithHasher[uint64, ringslot.Ring](hashU64)
-		t.shards[i].hints.Store(newHints(minHints))
 	}
 	return t
 }
@@ -150,35 +153,36 @@ func (t *Table) shardOf(h uint64) *shard {
 // Load returns the key's ring, if present. It does not allocate.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	s := t.shardOf(h)
-	c := s.hints.Load()
-	set, tag := c.set(h), tagOf(h)
-	// The hint's check (hints.go), written out: a call would spill every
-	// argument. Way 0 first, alone: a hot key sits there (the first key of
-	// its set), and pays one cell. Then a mask of the other cells whose tag
-	// is the key's, built without a branch per cell: which cell holds a key
-	// is as random as the key, and a mispredicted exit from a loop over the
-	// cells cost a 1,000-key table more than the whole scan.
-	m, rest := uint(1), true
-	for m != 0 {
-		i := bits.TrailingZeros(m)
-		m &= m - 1
-		if p := atomic.LoadPointer(&set[i]); uintptr(p)&(1<<tagBits-1) == tag { // nil has tag 0, which no key's is
-			r := ringslot.RingAt(unsafe.Add(p, -int(tag)))
-			if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
-				if !t.geo.Retired(r) {
-					return r, true
+	if c := s.hints.Load(); c != nil { // nil below hintsFrom keys
+		set, tag := c.set(h), tagOf(h)
+		// The hint's check (hints.go), written out: a call would spill every
+		// argument. Way 0 first, alone: a hot key sits there (the first key of
+		// its set), and pays one cell. Then a mask of the other cells whose tag
+		// is the key's, built without a branch per cell: which cell holds a key
+		// is as random as the key, and a mispredicted exit from a loop over the
+		// cells cost a 1,000-key table more than the whole scan.
+		m, rest := uint(1), true
+		for m != 0 {
+			i := bits.TrailingZeros(m)
+			m &= m - 1
+			if p := atomic.LoadPointer(&set[i]); uintptr(p)&(1<<tagBits-1) == tag { // nil has tag 0, which no key's is
+				r := ringslot.RingAt(unsafe.Add(p, -int(tag)))
+				if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
+					if !t.geo.Retired(r) {
+						return r, true
+					}
+					// Retired, so out of the maps or about to leave them
+					// for good: free the cell, and look on (a racing
+					// remember may have put the key's live ring after it).
+					atomic.CompareAndSwapPointer(&set[i], p, nil)
 				}
-				// Retired, so out of the maps or about to leave them
-				// for good: free the cell, and look on (a racing
-				// remember may have put the key's live ring after it).
-				atomic.CompareAndSwapPointer(&set[i], p, nil)
 			}
-		}
-		if m == 0 && rest {
-			rest = false
-			for k := 1; k < hintWays; k++ {
-				x := uintptr(atomic.LoadPointer(&set[k]))&(1<<tagBits-1) ^ tag // 0 iff the tags match
-				m |= uint((x-1)>>(8*ptrSize-1)) << k                           // x − 1 wraps, setting its top bit, iff x is 0
+			if m == 0 && rest {
+				rest = false
+				for k := 1; k < hintWays; k++ {
+					x := uintptr(atomic.LoadPointer(&set[k]))&(1<<tagBits-1) ^ tag // 0 iff the tags match
+					m |= uint((x-1)>>(8*ptrSize-1)) << k                           // x − 1 wraps, setting its top bit, iff x is 0
+				}
 			}
 		}
 	}
@@ -296,10 +300,10 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, 
 	if full {
 		return ringslot.Ring{}, ErrFull
 	}
-	s.remember(h, got)
 	if added {
-		t.added(s)
+		t.added(s) // first: it may start the hints
 	}
+	s.remember(h, got)
 	return got, nil
 }
 
@@ -357,10 +361,10 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 	if full {
 		return ringslot.Ring{}, ErrFull
 	}
-	s.replace(h, old, got)
 	if added {
-		t.added(s)
+		t.added(s) // first: it may start the hints
 	}
+	s.replace(h, old, got)
 	return got, nil
 }
 
