@@ -110,9 +110,12 @@ func (s *shard) replace(h uint64, old, r ringslot.Ring) {
 		return
 	}
 	set, tag := c.set(h), int(tagOf(h))
-	p := unsafe.Add(old.Pointer(), tag)
+	p, np := unsafe.Add(old.Pointer(), tag), unsafe.Add(r.Pointer(), tag)
+	if uintptr(r.Pointer())&(1<<tagBits-1) != 0 {
+		np = nil // r cannot be hinted (remember): free old's cell instead
+	}
 	for i := range set {
-		if atomic.CompareAndSwapPointer(&set[i], p, unsafe.Add(r.Pointer(), tag)) {
+		if atomic.CompareAndSwapPointer(&set[i], p, np) {
 			return
 		}
 	}
