@@ -17,8 +17,8 @@ import (
 // limit in a sliding window. It is safe for concurrent use.
 //
 // The decision path for an existing key takes no lock and does not
-// allocate: one seeded hash of the key, a lookup in its shard's hints
-// (one cache line; the lock-free xsync map load on a miss), the key
+// allocate: one seeded hash of the key, a lock-free map load (with
+// Config.LookupCache, a look in its shard's cache first), the key
 // compared in its state, four atomic loads (the newest epoch, two words
 // caching the window's settled counts, the current slot) and one CAS, then
 // the newest epoch again; once per key per sub-window a walk of its N+1
@@ -84,6 +84,9 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 		claims:   newClaims(nc.shards),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	if !nc.LookupCache {
+		e.tab.DisableHints()
 	}
 	if nc.Audit > 0 {
 		e.auditBelow = nc.auditBelow

@@ -258,7 +258,8 @@ func churnTable(t *testing.T, alg engine.Algorithm, keys []string, rounds int, m
 	e := newEngine(t, engine.Config{
 		Limit: 1, Window: W, SubWindows: N, Algorithm: alg, Clock: clk, Shards: 1,
 		SweepInterval: time.Hour, MaxKeys: maxKeys,
-		KeyLimit: func(k string) int64 { return limits[k] },
+		LookupCache: true, // the cache in front of the map is what churn attacks
+		KeyLimit:    func(k string) int64 { return limits[k] },
 	})
 	tm := tableModel{alg: alg, W: int64(W), w: int64(w), N: N, capped: maxKeys > 0}
 	rng := rand.New(rand.NewPCG(1, uint64(alg)))
@@ -424,7 +425,7 @@ func TestFarWriterRevivalKeepsKeysApart(t *testing.T) {
 		clk := engine.NewManualClock(present)
 		e := newEngine(t, engine.Config{
 			Limit: 1, Window: W, SubWindows: N, Algorithm: engine.SlidingWindowStrict,
-			Clock: clk, Shards: 1, SweepInterval: time.Hour,
+			Clock: clk, Shards: 1, SweepInterval: time.Hour, LookupCache: true,
 			KeyLimit: func(k string) int64 { return limits[k] },
 		})
 		for _, k := range race { // each key holds one unit at the present
@@ -547,7 +548,7 @@ func TestLogGrowUnderDecisionsLosesNoUnit(t *testing.T) {
 		clk := engine.NewManualClock(now)
 		e := newEngine(t, engine.Config{
 			Limit: 10, Window: W, Algorithm: engine.SlidingLog, Clock: clk, Shards: 1,
-			SweepInterval: time.Hour, PerKeyLimits: true,
+			SweepInterval: time.Hour, PerKeyLimits: true, LookupCache: true,
 		})
 		keys := []string{"grow", "grow2", "g", ""}
 		var admitted [4][4]int64 // [goroutine][key]
@@ -612,5 +613,42 @@ func TestLogGrowUnderDecisionsLosesNoUnit(t *testing.T) {
 				t.Fatalf("round %d: %q: %d units admitted, limit %d; peek gave %+v", r, k, a, limits[j], d)
 			}
 		}
+	}
+}
+
+// With the lookup cache on, an engine decides exactly as with it off: two
+// engines, one of each, given the same script over thousands of keys of
+// one shard (enough for the cache to start), with sweeps that reclaim and
+// keys that come back, return the same Decision every time.
+func TestLookupCacheChangesNoDecision(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	cfg := engine.Config{Limit: 7, Window: time.Second, Shards: 1, Clock: clk, SweepInterval: time.Hour}
+	off := newEngine(t, cfg)
+	cfg.LookupCache = true
+	on := newEngine(t, cfg)
+	if !on.Config().LookupCache || off.Config().LookupCache {
+		t.Fatalf("Config() does not report LookupCache: on %v, off %v", on.Config().LookupCache, off.Config().LookupCache)
+	}
+	keys := tableKeys(3000)
+	rng := rand.New(rand.NewPCG(7, 11))
+	now := t0
+	for step := range 60_000 {
+		if step%5_000 == 4_999 { // an idle stretch: most keys are reclaimed
+			now = now.Add(3 * time.Second)
+			clk.Set(now)
+			if a, b := on.Sweep(), off.Sweep(); a != b {
+				t.Fatalf("step %d: Sweep reclaimed %d keys with the cache, %d without", step, a, b)
+			}
+		}
+		now = now.Add(time.Duration(rng.IntN(int(time.Millisecond))))
+		clk.Set(now)
+		k := keys[rng.IntN(len(keys))]
+		n := int64(rng.IntN(3))
+		if a, b := on.AllowAt(k, n, now), off.AllowAt(k, n, now); a != b {
+			t.Fatalf("step %d: AllowAt(%q, %d) = %+v with the cache, %+v without", step, k, n, a, b)
+		}
+	}
+	if on.Len() != off.Len() {
+		t.Fatalf("Len %d with the cache, %d without", on.Len(), off.Len())
 	}
 }

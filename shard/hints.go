@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"math"
 	"sync/atomic"
 	"unsafe"
 
@@ -65,6 +66,10 @@ const (
 	// more than its memory (32 KiB a shard at most).
 	smallHints = 4096
 )
+
+// DisableHints stops every shard of t from keeping hints; call it before
+// t is used.
+func (t *Table) DisableHints() { t.hintsFrom = math.MaxInt64 }
 
 // newHints returns an empty table of sets sets, a power of two.
 func newHints(sets int) *hintTable {

@@ -419,3 +419,20 @@ func TestHintsStartAtHintsFromKeys(t *testing.T) {
 	require.Equal(t, len(live), tab.SweepShard(0, t0+30*sec))
 	require.Nil(t, s.hints.Load(), "hints kept with no key")
 }
+
+// A table whose hints are disabled keeps none at any size, and finds every
+// key through the map.
+func TestDisabledHintsStayOff(t *testing.T) {
+	g := ringslot.NewGeometry(sec/10, 10, true, false)
+	tab := New(g, 1, 0)
+	tab.DisableHints()
+	var keys []string
+	for i := range 3 * hintsFrom {
+		k := "d" + strconv.Itoa(i)
+		keys = append(keys, k)
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+	}
+	requireLoadsMatchMap(t, tab, g, keys)
+	require.Nil(t, tab.shards[0].hints.Load())
+}

@@ -53,8 +53,10 @@ var Peers = []Peer{
 	{"ringlimit-sliding", "sliding window counter, 10 sub-windows, lock-free", ringlimitPeer(engine.SlidingWindow, 0), false},
 	{"ringlimit-sliding-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindow, time.Millisecond), false},
 	{"ringlimit-sliding-at", "same, AllowAt with the caller's time, reading Remaining", ringlimitAtPeer(engine.SlidingWindow), true},
+	{"ringlimit-sliding-cache", "same, default clock, Config.LookupCache", ringlimitCachePeer(engine.SlidingWindow), false},
 	{"ringlimit-strict", "strict sliding window, 10 sub-windows", ringlimitPeer(engine.SlidingWindowStrict, 0), false},
 	{"ringlimit-strict-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindowStrict, time.Millisecond), false},
+	{"ringlimit-strict-cache", "same, default clock, Config.LookupCache", ringlimitCachePeer(engine.SlidingWindowStrict), false},
 	{"ringlimit-fixed", "fixed window", ringlimitPeer(engine.FixedWindow, 0), false},
 	{"ringlimit-fixed-coarse", "same, 1ms cached clock", ringlimitPeer(engine.FixedWindow, time.Millisecond), false},
 	{"xrate-syncmap", "token bucket (golang.org/x/time/rate), per-key limiter in sync.Map", newXRateSyncMap, false},
@@ -75,6 +77,15 @@ func (l ringlimitLimiter) Close()                { l.e.Close() }
 func ringlimitPeer(alg engine.Algorithm, coarse time.Duration) func(int64, time.Duration) Limiter {
 	return func(limit int64, window time.Duration) Limiter {
 		e, err := engine.New(engine.Config{Limit: limit, Window: window, Algorithm: alg, CoarseClock: coarse})
+		must(err)
+		return ringlimitLimiter{e}
+	}
+}
+
+// ringlimitCachePeer is the default configuration with Config.LookupCache.
+func ringlimitCachePeer(alg engine.Algorithm) func(int64, time.Duration) Limiter {
+	return func(limit int64, window time.Duration) Limiter {
+		e, err := engine.New(engine.Config{Limit: limit, Window: window, Algorithm: alg, LookupCache: true})
 		must(err)
 		return ringlimitLimiter{e}
 	}
