@@ -153,44 +153,58 @@ func (t *Table) shardOf(h uint64) *shard {
 // Load returns the key's ring, if present. It does not allocate.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	s := t.shardOf(h)
-	if c := s.hints.Load(); c != nil { // nil below hintsFrom keys
-		set, tag := c.set(h), tagOf(h)
-		// The hint's check (hints.go), written out: a call would spill every
-		// argument. Way 0 first, alone: a hot key sits there (the first key of
-		// its set), and pays one cell. Then a mask of the other cells whose tag
-		// is the key's, built without a branch per cell: which cell holds a key
-		// is as random as the key, and a mispredicted exit from a loop over the
-		// cells cost a 1,000-key table more than the whole scan.
-		m, rest := uint(1), true
-		for m != 0 {
-			i := bits.TrailingZeros(m)
-			m &= m - 1
-			if p := atomic.LoadPointer(&set[i]); uintptr(p)&(1<<tagBits-1) == tag { // nil has tag 0, which no key's is
-				r := ringslot.RingAt(unsafe.Add(p, -int(tag)))
-				if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
-					if !t.geo.Retired(r) {
-						return r, true
-					}
-					// Retired, so out of the maps or about to leave them
-					// for good: free the cell, and look on (a racing
-					// remember may have put the key's live ring after it).
-					atomic.CompareAndSwapPointer(&set[i], p, nil)
+	if c := s.hints.Load(); c != nil { // Config.LookupCache, from hintsFrom keys
+		return t.loadHinted(s, c, h, key)
+	}
+	if r, ok := s.m.Load(h); ok {
+		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
+			return r, true
+		}
+	}
+	if fb := s.fb.Load(); fb != nil {
+		return fb.Load(key)
+	}
+	return ringslot.Ring{}, false
+}
+
+// loadHinted is Load through the shard's hints c (hints.go): the key's
+// live ring from its set, or else from the maps, remembered.
+func (t *Table) loadHinted(s *shard, c *hintTable, h uint64, key string) (ringslot.Ring, bool) {
+	set, tag := c.set(h), tagOf(h)
+	// Way 0 first, alone: a hot key sits there (the first key of its
+	// set), and pays one cell. Then a mask of the other cells whose tag
+	// is the key's, built without a branch per cell: which cell holds a key
+	// is as random as the key, and a mispredicted exit from a loop over the
+	// cells cost a 1,000-key table more than the whole scan.
+	m, rest := uint(1), true
+	for m != 0 {
+		i := bits.TrailingZeros(m)
+		m &= m - 1
+		if p := atomic.LoadPointer(&set[i]); uintptr(p)&(1<<tagBits-1) == tag { // nil has tag 0, which no key's is
+			r := ringslot.RingAt(unsafe.Add(p, -int(tag)))
+			if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
+				if !t.geo.Retired(r) {
+					return r, true
 				}
+				// Retired, so out of the maps or about to leave them
+				// for good: free the cell, and look on (a racing
+				// remember may have put the key's live ring after it).
+				atomic.CompareAndSwapPointer(&set[i], p, nil)
 			}
-			if m == 0 && rest {
-				rest = false
-				for k := 1; k < hintWays; k++ {
-					x := uintptr(atomic.LoadPointer(&set[k]))&(1<<tagBits-1) ^ tag // 0 iff the tags match
-					m |= uint((x-1)>>(8*ptrSize-1)) << k                           // x − 1 wraps, setting its top bit, iff x is 0
-				}
+		}
+		if m == 0 && rest {
+			rest = false
+			for k := 1; k < hintWays; k++ {
+				x := uintptr(atomic.LoadPointer(&set[k]))&(1<<tagBits-1) ^ tag // 0 iff the tags match
+				m |= uint((x-1)>>(8*ptrSize-1)) << k                           // x − 1 wraps, setting its top bit, iff x is 0
 			}
 		}
 	}
 	return t.loadMap(s, h, key)
 }
 
-// loadMap is Load's look in the maps, when the hints hold no live ring for
-// the key; it remembers the ring it finds.
+// loadMap is loadHinted's look in the maps, when the hints hold no live
+// ring for the key; it remembers the ring it finds.
 //
 //go:noinline
 func (t *Table) loadMap(s *shard, h uint64, key string) (ringslot.Ring, bool) {
