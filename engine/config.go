@@ -200,9 +200,9 @@ type Config struct {
 	// LookupCache turns on the key table's lookup cache (docs/design.md §5,
 	// "Hints"): a shard that holds 1,024 keys or more keeps one or two
 	// cells (8 bytes each) per key in front of its map, so that a decision
-	// at a million keys skips the map's two dependent cache misses (about a
-	// quarter of a decision there; docs/benchmarks.md). It is off by
-	// default because the cells are pointers that the garbage collector
+	// at a million keys skips the map's two dependent cache misses for most
+	// keys (measured there, a decision took about a tenth less;
+	// docs/benchmarks.md). It is off by default because the cells are pointers that the garbage collector
 	// follows: measured at 1M keys, a forced GC took half as long again,
 	// and under a load that allocated 256 bytes per request the collector's
 	// share of CPU doubled (8% → 17%) and each request took longer
