@@ -30,12 +30,19 @@ vet:
 race:
 	$(GO) test -race -count=1 ./...
 
-# Each module's vet and tests under -race, one module after another.
+# Each module's vet and tests under -race. The root module runs beside the
+# others (its log is printed after theirs): the root's engine tests keep a
+# core busy while the others mostly wait on redis-server and the network,
+# which takes make test from about 7 minutes to under 5 on a 2-core machine.
 modules:
-	@set -e; for m in $(MODULES); do \
+	@set -e; log=$$(mktemp); \
+	(echo "== .: go vet, go test -race"; $(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...) > $$log 2>&1 & root=$$!; \
+	rest=0; for m in $(filter-out .,$(MODULES)); do \
 		echo "== $$m: go vet, go test -race"; \
-		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...); \
-	done
+		(cd $$m && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...) || { rest=1; break; }; \
+	done; \
+	wait $$root && ok=0 || ok=1; cat $$log; rm -f $$log; \
+	test $$rest = 0 && test $$ok = 0
 
 peers-short:
 	@echo "== bench/peers: go vet, go test -short"
