@@ -83,6 +83,11 @@ func tagOf(h uint64) uintptr {
 	return t | (t-1)>>(8*ptrSize-1) // t − 1 has its top bit set only when t is 0
 }
 
+// ringOfCell returns the ring a non-nil cell p names: p less its tag.
+func ringOfCell(p unsafe.Pointer) ringslot.Ring {
+	return ringslot.RingAt(unsafe.Add(p, -int(uintptr(p)&(1<<tagBits-1))))
+}
+
 // set returns h's set.
 func (c *hintTable) set(h uint64) *hintSet { return &c.sets[h&c.mask] }
 
@@ -204,7 +209,7 @@ func (t *Table) rehintCell(nc *hintTable, p unsafe.Pointer) {
 	if p == nil {
 		return
 	}
-	r := ringslot.RingAt(unsafe.Add(p, -int(uintptr(p)&(1<<tagBits-1))))
+	r := ringOfCell(p)
 	if t.geo.Retired(r) {
 		return
 	}
@@ -234,7 +239,7 @@ func (t *Table) scrubHints(s *shard) {
 			if p == nil {
 				continue
 			}
-			if t.geo.Retired(ringslot.RingAt(unsafe.Add(p, -int(uintptr(p)&(1<<tagBits-1))))) {
+			if t.geo.Retired(ringOfCell(p)) {
 				atomic.CompareAndSwapPointer(&c.sets[i][k], p, nil)
 			}
 		}
