@@ -276,7 +276,11 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 		if n >= 1 && n <= limit {
 			res = e.geo.Acquire(r, t, n, limit)
 		} else {
-			res = e.geo.Peek(r, t, n, limit)
+			// n outside 1 … limit records nothing: the ring is asked for
+			// Remaining only (n = 0), and the verdict is set below, so
+			// that no comparison ever sees such an n (a cost near
+			// math.MaxInt64 once wrapped one and was admitted).
+			res = e.geo.Peek(r, t, 0, limit)
 		}
 		if res.Stale {
 			// The key's limit was lowered under the decision, which
@@ -299,9 +303,9 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 		switch {
 		case n == 0: // even where a clamped time puts the estimate over the limit
 			d.Allowed, d.RetryAfter = true, 0
-		case n < 0:
+		case n < 0 || n > limit: // never a refund; never more than the limit
 			d.Allowed, d.RetryAfter = false, Never
-		case n <= limit && e.sampled(h):
+		case e.sampled(h):
 			aid = e.audit.record(key, e.effective(t, res.Epoch), n, limit, d.Allowed)
 		}
 		return d, r, res.Epoch, aid

@@ -407,13 +407,20 @@ func oldest(i, slots int) int {
 
 const tagMask = 1<<pack.TagBits - 1
 
-// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w).
-// Unweighted geometries have old = 0.
+// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w),
+// for any n (a negative n never fits). Unweighted geometries have old = 0.
+//
+// n is never added to a count nor subtracted from a difference: a caller's
+// n near math.MaxInt64 would wrap (once a lowered limit left limit − full
+// negative, limit − full − n wrapped to a large room and admitted it). The
+// counts are at most (N+1)·(2^40 − 1) < 2^50 and limit ≤ 2^40 − 1, so
+// limit − full cannot wrap, and n is compared with it.
 func (g *Geometry) fits(full, old, n, limit, r int64) bool {
-	room := limit - full - n
-	if room < 0 {
+	room := limit - full
+	if room < 0 || n < 0 || n > room {
 		return false
 	}
+	room -= n // 0 ≤ room − n ≤ room
 	if old <= room {
 		return true // old·(w−r)/w ≤ old
 	}
@@ -682,8 +689,10 @@ func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
 	}
 }
 
-// Peek reports what Acquire would decide for n units at t (n may exceed
-// limit), without recording anything. With n = 0 it reports Remaining.
+// Peek reports what Acquire would decide for n units at t, without
+// recording anything. With n = 0 it reports Remaining. Any n is allowed: a
+// negative n, or one above limit, is refused with RetryAfter Never, and no
+// n is ever added to a count (fits).
 func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 	if g.log {
 		return g.logPeek(r, t, n, limit)
@@ -726,7 +735,7 @@ func fromCaller(wait, eff, t int64) int64 {
 // from view v; i is e's slot. Its RetryAfter counts from t.
 func (g *Geometry) deny(r Ring, t, e int64, i int, off int64, v view, n, limit int64) Result {
 	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never, Epoch: e}
-	if n <= limit {
+	if n >= 0 && n <= limit { // else it never fits, and retryAfter's room would wrap
 		res.RetryAfter = fromCaller(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off, t)
 	}
 	return res
@@ -759,7 +768,7 @@ func (g *Geometry) retryAfter(r Ring, e int64, i int, off int64, v view, n, limi
 				x++
 			}
 		}
-		room := limit - full - n
+		room := limit - full - n // no wrap: 1 ≤ n ≤ limit (deny), and |full| < 2^50
 		if room < 0 {
 			continue
 		}
