@@ -285,7 +285,10 @@ func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: the call's deadline comes before the limiter would admit it (retry after "+wait.String()+")", wait)
 		}
-		if c.cfg.maxWait > 0 && waited+wait > c.cfg.maxWait {
+		// waited ≤ maxWait (a wait is taken only when it fits), so the
+		// room left cannot wrap; waited + wait could, for a RetryAfter near
+		// math.MaxInt64 that a remote limiter answers.
+		if c.cfg.maxWait > 0 && wait > c.cfg.maxWait-waited {
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: waiting "+wait.String()+" more would pass WithMaxWait "+c.cfg.maxWait.String(), wait)
 		}
