@@ -378,10 +378,7 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 // keyOf computes the call's key with k; an error is the call's status,
 // and the call is counted Rejected.
 func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, error) {
-	key, err := k.fn(ctx, method)
-	if err == nil && len(key) > MaxKeyBytes {
-		err = status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: ", len(key)))
-	}
+	key, err := k.of(ctx, method) // an empty key and one above MaxKeyBytes are errors
 	if err != nil {
 		i.counts.Rejected.Add(1)
 		if i.cfg.dryRun {
