@@ -250,9 +250,9 @@ func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 	for {
 		d, err := c.limiter.AllowN(ctx, key, cost)
 		if err != nil {
-			if adapter.CallerGone(ctx, err) {
+			if gone := adapter.CallerGone(ctx, err); gone != nil {
 				c.canceled.Add(1)
-				return status.FromContextError(ctx.Err()).Err()
+				return status.FromContextError(gone).Err()
 			}
 			c.errs.Add(1)
 			if d.Allowed {

@@ -415,9 +415,9 @@ func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) 
 func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
 	d, err := i.limiter.AllowN(ctx, key, cost)
 	if err != nil {
-		if adapter.CallerGone(ctx, err) {
+		if gone := adapter.CallerGone(ctx, err); gone != nil {
 			i.counts.Canceled.Add(1)
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(gone).Err()
 		}
 		i.counts.Errors.Add(1)
 		if d.Allowed || i.cfg.dryRun {

@@ -186,7 +186,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
-		if adapter.CallerGone(r.Context(), err) {
+		if adapter.CallerGone(r.Context(), err) != nil {
 			m.callerGone(w)
 			return
 		}
