@@ -276,10 +276,8 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 		if n >= 1 && n <= limit {
 			res = e.geo.Acquire(r, t, n, limit)
 		} else {
-			// n outside 1 … limit records nothing: the ring is asked for
-			// Remaining only (n = 0), and the verdict is set below, so
-			// that no comparison ever sees such an n (a cost near
-			// math.MaxInt64 once wrapped one and was admitted).
+			// n outside 1 … limit: the ring is asked for Remaining only,
+			// and the verdict is set below (docs/design.md §1).
 			res = e.geo.Peek(r, t, 0, limit)
 		}
 		if res.Stale {

@@ -409,14 +409,9 @@ const tagMask = 1<<pack.TagBits - 1
 
 // fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w),
 // for any n (a negative n never fits). Unweighted geometries have old = 0.
-//
-// n is never added to a count nor subtracted from a difference: a caller's
-// n near math.MaxInt64 would wrap (once a lowered limit left limit − full
-// negative, limit − full − n wrapped to a large room and admitted it). The
-// counts are at most (N+1)·(2^40 − 1) < 2^50 and limit ≤ 2^40 − 1, so
-// limit − full cannot wrap, and n is compared with it.
+// n is compared with the room, never added: docs/design.md §1.
 func (g *Geometry) fits(full, old, n, limit, r int64) bool {
-	room := limit - full
+	room := limit - full // full < 2^50, limit < 2^40: no wrap
 	if room < 0 || n < 0 || n > room {
 		return false
 	}
