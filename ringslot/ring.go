@@ -412,7 +412,7 @@ const tagMask = 1<<pack.TagBits - 1
 // n is compared with the room, never added: docs/design.md §1.
 func (g *Geometry) fits(full, old, n, limit, r int64) bool {
 	room := limit - full // full < 2^50, limit < 2^40: no wrap
-	if room < 0 || n < 0 || n > room {
+	if room < 0 || uint64(n) > uint64(room) { // a negative n reads as above 2^63
 		return false
 	}
 	room -= n // 0 ≤ room − n ≤ room
