@@ -411,8 +411,10 @@ const tagMask = 1<<pack.TagBits - 1
 // for any n (a negative n never fits). Unweighted geometries have old = 0.
 // n is compared with the room, never added: docs/design.md §1.
 func (g *Geometry) fits(full, old, n, limit, r int64) bool {
-	room := limit - full // full < 2^50, limit < 2^40: no wrap
-	if room < 0 || uint64(n) > uint64(room) { // a negative n reads as above 2^63
+	// No wrap: full < 2^50 and limit < 2^40. A negative n reads as above
+	// 2^63 in the unsigned compare, so it never fits either.
+	room := limit - full
+	if room < 0 || uint64(n) > uint64(room) {
 		return false
 	}
 	room -= n // 0 ≤ room − n ≤ room
