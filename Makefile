@@ -101,6 +101,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPack$$' -fuzztime $(FUZZTIME) ./internal/pack/
 	$(GO) test -run '^$$' -fuzz '^FuzzOperations$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzReserveCancel$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzCostEdges$$' -fuzztime $(FUZZTIME) ./engine/
 
 # The scenario table (bench/): medians of COUNT runs, one column per
 # algorithm, via benchstat; then the layout and memory figures.

@@ -276,7 +276,9 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 		if n >= 1 && n <= limit {
 			res = e.geo.Acquire(r, t, n, limit)
 		} else {
-			res = e.geo.Peek(r, t, n, limit)
+			// n outside 1 … limit: the ring is asked for Remaining only,
+			// and the verdict is set below (docs/design.md §1).
+			res = e.geo.Peek(r, t, 0, limit)
 		}
 		if res.Stale {
 			// The key's limit was lowered under the decision, which
@@ -299,9 +301,9 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 		switch {
 		case n == 0: // even where a clamped time puts the estimate over the limit
 			d.Allowed, d.RetryAfter = true, 0
-		case n < 0:
+		case n < 0 || n > limit: // never a refund; never more than the limit
 			d.Allowed, d.RetryAfter = false, Never
-		case n <= limit && e.sampled(h):
+		case e.sampled(h):
 			aid = e.audit.record(key, e.effective(t, res.Epoch), n, limit, d.Allowed)
 		}
 		return d, r, res.Epoch, aid

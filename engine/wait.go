@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/ringlimit/ringlimit/internal/callergone"
 )
 
 // WaitClock is a Clock that can also wait on its own time. When the
@@ -57,9 +59,13 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // attempt, and a nil error exactly when that Decision is Allowed.
 //
 //   - n == 0 is admitted at once (it records nothing).
-//   - If ctx is done when Wait is called, it returns ctx.Err() and records
-//     nothing. If ctx is done while it sleeps, it returns ctx.Err() at once,
-//     with the last denial, and releases its timer.
+//   - If ctx is done when Wait is called, or its deadline has passed (even
+//     before ctx's timer fired and set ctx.Err()), it returns ctx's error
+//     (context.DeadlineExceeded for a deadline) and records nothing. If ctx
+//     is done while it sleeps, it returns ctx.Err() at once, with the last
+//     denial, and releases its timer; if its deadline passed during the
+//     sleep, it returns DeadlineExceeded on waking, with the last denial,
+//     and records nothing.
 //   - It returns at once, with an error wrapping ErrNeverAdmitted or
 //     ErrKeysFull, when n can never fit (see the errors), and with
 //     ErrWaitExceedsDeadline when ctx has a deadline that comes before the
@@ -82,9 +88,6 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // resolution plus the refresher's scheduling delay), so a wake may find
 // the room not yet there and sleep once more, for about that lag.
 func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return Decision{}, err
-	}
 	waiter, _ := e.clk.(WaitClock)
 	var timer *time.Timer
 	defer func() {
@@ -92,7 +95,15 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 			timer.Stop()
 		}
 	}()
+	var last Decision // the last denial, returned when the caller has gone
 	for {
+		// A caller who has gone (ctx done, or its deadline passed before
+		// its timer fired) is asked nothing: an admission would charge
+		// units nobody uses. Checked before every attempt, so also when
+		// the deadline passed during the sleep.
+		if err := callergone.Err(ctx); err != nil {
+			return last, err
+		}
 		// AllowN, keeping its time t: the sleep ends RetryAfter after t,
 		// however long the decision and the rest took.
 		t := e.now()
@@ -112,6 +123,7 @@ func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error
 		case ReasonKeyTooLong: // the key is not quoted: it is long, and may be anyone's
 			return d, fmt.Errorf("ringlimit: Wait: %w: the key is %d bytes, longer than Config.MaxKeyBytes = %d", ErrNeverAdmitted, len(key), e.cfg.maxKey)
 		}
+		last = d
 		wait := max(d.RetryAfter, 1) // a limited denial's is > 0; never a zero sleep, which would spin
 		if dl, ok := ctx.Deadline(); ok {
 			left := time.Until(dl)

@@ -28,7 +28,8 @@ type clientConfig struct {
 // WithClientKey sets the key of an outgoing call. The default is the
 // connection's target (cc.Target()), so that all calls to one API share
 // its egress budget. f must be safe for concurrent use and return a
-// bounded set of keys; it must not be nil.
+// bounded set of keys; it must not be nil. An empty key (or one of only
+// white space) is a key error: the call fails with codes.InvalidArgument.
 func WithClientKey(f func(ctx context.Context, cc *grpc.ClientConn, fullMethod string) string) ClientOption {
 	return func(c *clientConfig) error {
 		if f == nil {
@@ -108,10 +109,10 @@ func (realTimers) After(d time.Duration) (<-chan time.Time, func() bool) {
 //     codes.DeadlineExceeded (counted Canceled), whatever Decision the
 //     limiter returned with its error;
 //   - a cost that can never fit, and a new key refused by MaxKeys, fail
-//     at once with codes.ResourceExhausted (counted Refused); a key above
-//     MaxKeyBytes (or the engine's Config.MaxKeyBytes) fails with
-//     codes.InvalidArgument (counted Refused), and the limiter never sees
-//     it;
+//     at once with codes.ResourceExhausted (counted Refused); an empty
+//     key, or one above MaxKeyBytes (or the engine's Config.MaxKeyBytes),
+//     fails with codes.InvalidArgument (counted Refused), and the limiter
+//     never sees it;
 //   - a ContextLimiter that fails otherwise is followed as on the server:
 //     the call is sent if its Decision is Allowed, else fails with
 //     codes.Unavailable (counted Errors).
@@ -241,17 +242,17 @@ func (c *Client) cost(method string) int64 {
 // Client). The interceptors call it; it is exported for calls made by
 // other means.
 func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
-	if len(key) > MaxKeyBytes {
+	if err := adapter.CheckKey("grpclimit: client-side limit: ", key); err != nil { // empty, or above MaxKeyBytes
 		c.refused.Add(1)
-		return status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: client-side limit: ", len(key)))
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	var waited time.Duration
 	for {
 		d, err := c.limiter.AllowN(ctx, key, cost)
 		if err != nil {
-			if adapter.CallerGone(ctx, err) {
+			if gone := adapter.CallerGone(ctx, err); gone != nil {
 				c.canceled.Add(1)
-				return status.FromContextError(ctx.Err()).Err()
+				return status.FromContextError(gone).Err()
 			}
 			c.errs.Add(1)
 			if d.Allowed {
@@ -285,7 +286,10 @@ func (c *Client) Wait(ctx context.Context, key string, cost int64) error {
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: the call's deadline comes before the limiter would admit it (retry after "+wait.String()+")", wait)
 		}
-		if c.cfg.maxWait > 0 && waited+wait > c.cfg.maxWait {
+		// waited ≤ maxWait (a wait is taken only when it fits), so the
+		// room left cannot wrap; waited + wait could, for a RetryAfter near
+		// math.MaxInt64 that a remote limiter answers.
+		if c.cfg.maxWait > 0 && wait > c.cfg.maxWait-waited {
 			c.refused.Add(1)
 			return withRetry(codes.ResourceExhausted, "grpclimit: client-side limit: waiting "+wait.String()+" more would pass WithMaxWait "+c.cfg.maxWait.String(), wait)
 		}

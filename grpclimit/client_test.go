@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -254,6 +255,39 @@ func TestClientZeroRetryAfterDoesNotSpin(t *testing.T) {
 		t.Errorf("waits %v, want three of 1ms", w)
 	}
 	if s := c.Stats(); s.Delayed != 1 {
+		t.Errorf("Stats %+v", s)
+	}
+}
+
+// TestClientMaxWaitHoldsForHugeRetryAfter: WithMaxWait bounds the total
+// wait whatever RetryAfter a remote limiter answers. Before, the total was
+// waited + wait, which wrapped for a RetryAfter near math.MaxInt64 after a
+// first wait, and the call slept for it.
+func TestClientMaxWaitHoldsForHugeRetryAfter(t *testing.T) {
+	var mu sync.Mutex
+	asks := 0
+	f := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asks++
+		switch asks {
+		case 1:
+			return engine.Decision{Limit: 5, RetryAfter: time.Second}, nil
+		case 2:
+			return engine.Decision{Limit: 5, RetryAfter: engine.Never - 1}, nil // limited, not Never
+		}
+		return engine.Decision{Allowed: true, Limit: 5, Remaining: 4}, nil
+	})
+	ft := &fakeTimers{clk: engine.NewManualClock(t0)}
+	_, c, _ := clientTo(t, f, ft, WithMaxWait(time.Minute))
+	// No deadline: WithMaxWait alone bounds the wait.
+	if err := c.Wait(context.Background(), "api", 1); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Wait = %v, want ResourceExhausted", err)
+	}
+	if w := ft.recorded(); len(w) != 1 || w[0] != time.Second {
+		t.Errorf("waits %v, want one of 1s", w)
+	}
+	if s := c.Stats(); s.Refused != 1 {
 		t.Errorf("Stats %+v", s)
 	}
 }

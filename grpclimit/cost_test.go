@@ -2,10 +2,12 @@ package grpclimit
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -44,5 +46,36 @@ func TestMethodCost(t *testing.T) {
 	ic := mustInterceptorT(t, e, WithCost(func(_ context.Context, m string) int64 { return -1 }))
 	if r := say(t, serveUnary(t, ic), nil, mSay); r.code != codes.Internal {
 		t.Errorf("negative cost: %v", r.code)
+	}
+}
+
+// A cost function that passes a caller's number through can ask for
+// math.MaxInt64: it is FailedPrecondition, never admitted, on a SlidingLog
+// key holding a unit and on a key whose limit SetLimit lowered below what
+// it holds. Before, the engine's comparison wrapped and the handler ran.
+func TestCostNearMaxInt64IsFailedPrecondition(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		for _, lowered := range []bool{false, true} {
+			e, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: alg, PerKeyLimits: true})
+			cost := int64(4)
+			i := mustInterceptorT(t, e, WithKey(KeyByMethod()), WithCost(func(context.Context, string) int64 { return cost }))
+			cc, es := serve(t, grpc.UnaryInterceptor(i.Unary()))
+			if r := say(t, cc, nil, mSay); r.code != codes.OK {
+				t.Fatalf("%v: cost 4: %v", alg, r.code)
+			}
+			if lowered {
+				if err := e.SetLimit(mSay, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, cost = range []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 3} {
+				if r := say(t, cc, nil, mSay); r.code != codes.FailedPrecondition {
+					t.Errorf("%v lowered=%v cost %d: %v %q, want FailedPrecondition", alg, lowered, cost, r.code, r.msg)
+				}
+			}
+			if runs := es.count(); runs != 1 {
+				t.Errorf("%v lowered=%v: the handler ran %d times, want 1", alg, lowered, runs)
+			}
+		}
 	}
 }

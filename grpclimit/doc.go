@@ -35,7 +35,9 @@
 //     give it (missing metadata, a forged forwarding chain), unless a
 //     KeyFunc returned its own status; or gives one longer than
 //     MaxKeyBytes (256 bytes, the one cap of every key, as in httplimit;
-//     never truncated).
+//     never truncated); or a key function returned an empty key (or only
+//     white space; a Compose part or a MissingFallback's key included). A
+//     key error never falls back silently to a shared key.
 //   - Internal: a bug or a deployment the construction could not see: a
 //     negative cost from WithCost, a limit the engine rejected, a peer
 //     that is not an IP address (a Unix socket) under KeyByIP.

@@ -378,10 +378,7 @@ func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64
 // keyOf computes the call's key with k; an error is the call's status,
 // and the call is counted Rejected.
 func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, error) {
-	key, err := k.fn(ctx, method)
-	if err == nil && len(key) > MaxKeyBytes {
-		err = status.Error(codes.InvalidArgument, adapter.KeyTooLong("grpclimit: ", len(key)))
-	}
+	key, err := k.of(ctx, method) // an empty key and one above MaxKeyBytes are errors
 	if err != nil {
 		i.counts.Rejected.Add(1)
 		if i.cfg.dryRun {
@@ -418,9 +415,9 @@ func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) 
 func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
 	d, err := i.limiter.AllowN(ctx, key, cost)
 	if err != nil {
-		if adapter.CallerGone(ctx, err) {
+		if gone := adapter.CallerGone(ctx, err); gone != nil {
 			i.counts.Canceled.Add(1)
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, status.FromContextError(gone).Err()
 		}
 		i.counts.Errors.Add(1)
 		if d.Allowed || i.cfg.dryRun {

@@ -28,8 +28,12 @@ import (
 // it with its gRPC status if it carries one (see KeyFunc), else
 // codes.InvalidArgument, and never falls back to a shared key.
 //
-// Whatever a Key returns, a key longer than MaxKeyBytes is refused by the
-// interceptor before the limiter sees it.
+// Whatever a Key's function returns, an empty key (or one of only white
+// space) and a key longer than MaxKeyBytes are key errors
+// (codes.InvalidArgument), never passed to the limiter: this holds for
+// every function a Key is built from, so a KeyFunc that returns "" inside
+// Compose or MissingFallback refuses the call too, rather than sharing one
+// bucket among every client it returns "" for.
 //
 // A Key is a small value; copy it freely. It is safe for concurrent use if
 // its function is.
@@ -45,7 +49,8 @@ var errZeroKey = errors.New("grpclimit: the zero Key (build one with KeyByIP, Ke
 // returns the key, or an error to refuse the call: an error made by the
 // status package (status.Error(codes.Unauthenticated, …)) is answered with
 // that status, any other with codes.InvalidArgument. f must be safe for
-// concurrent use.
+// concurrent use. An empty key (or one of only white space) is refused
+// with codes.InvalidArgument.
 func KeyFunc(f func(ctx context.Context, fullMethod string) (string, error)) Key {
 	if f == nil {
 		return Key{err: errors.New("grpclimit: KeyFunc(nil)")}
@@ -62,13 +67,29 @@ func (k Key) Err() error {
 	return k.err
 }
 
-// Of returns the key of a call to fullMethod with context ctx. On a Key
-// whose Err is not nil it returns that error.
+// Of returns the key of a call to fullMethod with context ctx, as the
+// interceptor computes it: the error of the Key's function, or a key error
+// for an empty key or one above MaxKeyBytes. On a Key whose Err is not nil
+// it returns that error.
 func (k Key) Of(ctx context.Context, fullMethod string) (string, error) {
 	if k.fn == nil {
 		return "", k.Err()
 	}
-	return k.fn(ctx, fullMethod)
+	return k.of(ctx, fullMethod)
+}
+
+// of is Of for a usable Key: every call of a Key's function goes through
+// it, so that adapter.CheckKey sees every key a function returns, the
+// parts of a composite included.
+func (k Key) of(ctx context.Context, fullMethod string) (string, error) {
+	key, err := k.fn(ctx, fullMethod)
+	if err != nil {
+		return "", err
+	}
+	if err := adapter.CheckKey("grpclimit: ", key); err != nil {
+		return "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	return key, nil
 }
 
 func keyError(err error) Key { return Key{err: err} }
@@ -204,7 +225,7 @@ func KeyByMetadata(name string, missing MissingPolicy) Key {
 			}
 		}
 		if missing.hasFallback {
-			return missing.fallback.fn(ctx, method)
+			return missing.fallback.of(ctx, method)
 		}
 		return "", errMissing
 	}}
@@ -240,7 +261,8 @@ func KeyByMethod() Key {
 }
 
 // Compose keys a call by every part's key, joined by "\x00" in order, as
-// httplimit.Compose does. The first error is returned. Compose needs at
+// httplimit.Compose does. The first error is returned; a part's empty key
+// is one. Compose needs at
 // least one part, and a part with an error makes Compose's Key hold it.
 func Compose(parts ...Key) Key {
 	if len(parts) == 0 {
@@ -253,7 +275,7 @@ func Compose(parts ...Key) Key {
 	}
 	parts = append([]Key(nil), parts...)
 	return Key{fn: func(ctx context.Context, method string) (string, error) {
-		return adapter.JoinKeys(len(parts), func(i int) (string, error) { return parts[i].fn(ctx, method) })
+		return adapter.JoinKeys(len(parts), func(i int) (string, error) { return parts[i].of(ctx, method) })
 	}}
 }
 

@@ -101,9 +101,9 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, cost int64
 	var ds [MaxPolicies]engine.Decision
 	var have [MaxPolicies]bool
 	v := p.m.Decide(ctx, keys, cost, i.cfg.style != 0, ds[:n], have[:n])
-	if v.Gone {
+	if v.Gone != nil {
 		i.counts.Canceled.Add(1)
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, status.FromContextError(v.Gone).Err()
 	}
 	var md metadata.MD
 	for j := range n {

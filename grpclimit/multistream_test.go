@@ -12,6 +12,7 @@ import (
 	"github.com/ringlimit/ringlimit/internal/adaptertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -236,14 +237,23 @@ func TestStreamClientInterceptorWaitsBeforeOpening(t *testing.T) {
 		return nil, nil
 	}
 	si := StreamClientInterceptor(e, WithMaxWait(time.Millisecond))
-	if _, err := si(context.Background(), chatDesc, nil, mChat, streamer); err != nil || opened != 1 {
+	cc, err := grpc.NewClient("passthrough:///api.example", grpc.WithTransportCredentials(insecure.NewCredentials())) // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := si(context.Background(), chatDesc, cc, mChat, streamer); err != nil || opened != 1 {
 		t.Fatalf("first stream: %v, opened %d", err, opened)
 	}
-	if _, err := si(context.Background(), chatDesc, nil, mChat, streamer); status.Code(err) != codes.ResourceExhausted || opened != 1 {
+	if _, err := si(context.Background(), chatDesc, cc, mChat, streamer); status.Code(err) != codes.ResourceExhausted || opened != 1 {
 		t.Fatalf("second stream: %v, opened %d; want ResourceExhausted, unopened", err, opened)
 	}
-	if got := e.AllowN("", 0).Remaining; got != 0 {
-		t.Errorf("a nil connection is keyed %q: remaining of \"\" is %d, want 0", "", got)
+	if got := e.AllowN(cc.Target(), 0).Remaining; got != 0 {
+		t.Errorf("the stream is keyed %q: its remaining is %d, want 0", cc.Target(), got)
+	}
+	// No connection, no target: an empty key, refused.
+	if _, err := si(context.Background(), chatDesc, nil, mChat, streamer); status.Code(err) != codes.InvalidArgument || opened != 1 {
+		t.Fatalf("a stream with no connection: %v, opened %d; want InvalidArgument, unopened", err, opened)
 	}
 	// A new key beyond MaxKeys is refused at once, not waited for.
 	full, _ := newEngine(t, engine.Config{Limit: 1, MaxKeys: 1})

@@ -34,6 +34,41 @@ func TestCallerGoneRunsNoHandler(t *testing.T) {
 	}
 }
 
+// TestDeadlinePassedIsCallerGoneNotAnError: a request whose deadline (set
+// upstream) has passed, on a timer that has not fired (ctx.Err() still
+// nil), is answered by redisstore as a caller who has gone: nothing
+// admitted, an error wrapping context.DeadlineExceeded. The middleware
+// judges it the same way: 503 "request ended before the rate limiter
+// answered", counted Canceled. Before, it checked ctx.Err() alone and
+// answered 503 "rate limiter unavailable", counted Errors.
+func TestDeadlinePassedIsCallerGoneNotAnError(t *testing.T) {
+	asRedis := adaptertest.LimiterFunc(func(ctx context.Context, _ string, _ int64) (engine.Decision, error) {
+		if err := ctx.Err(); err != nil {
+			return engine.Decision{}, err
+		}
+		return engine.Decision{Limit: 5}, fmt.Errorf("redisstore: nothing admitted, the caller's context ended before Redis answered: %w", context.DeadlineExceeded)
+	})
+	multi, err := NewMulti([]Policy{{Name: "a", Limiter: asRedis}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int
+	for name, m := range map[string]*Middleware{"NewMiddleware": mustMiddleware(t, asRedis), "NewMulti": multi} {
+		h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs++ }))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(adaptertest.LateTimer(context.Background())))
+		if w.Code != http.StatusServiceUnavailable || w.Body.String() != "request ended before the rate limiter answered\n" {
+			t.Errorf("%s: %d %q, want 503 naming the request's end", name, w.Code, w.Body.String())
+		}
+		if s := m.Stats(); s != (Stats{Canceled: 1}) {
+			t.Errorf("%s: Stats %+v, want Canceled 1", name, s)
+		}
+	}
+	if runs != 0 {
+		t.Errorf("the handler ran %d times", runs)
+	}
+}
+
 // TestOwnTimeoutFollowsPolicy: a limiter's own round-trip timeout ends a
 // context derived from the request's, which stays live: that is a backend
 // failure, and the failure policy's admission is followed (counted Errors).

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"math"
 	"net/http"
 	"testing"
 
@@ -41,5 +42,44 @@ func TestCost(t *testing.T) {
 	}
 	if s := m.Stats(); s != (Stats{Allowed: 2, Denied: 1, Rejected: 2}) {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A cost function that passes a caller's number through (a header, a body
+// size) can ask for math.MaxInt64: it is 413, never admitted, on a
+// SlidingLog key holding a unit and on keys whose limit SetLimit lowered
+// below what they hold, through NewMiddleware and NewMulti (AllowAll).
+// Before, the engine's comparison wrapped and the handler ran (200).
+func TestCostNearMaxInt64IsTooLarge(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		for _, lowered := range []bool{false, true} {
+			e, _ := newEngine(t, engine.Config{Algorithm: alg, PerKeyLimits: true})
+			var cost int64 = 4
+			costFn := WithCost(func(*http.Request) int64 { return cost })
+			single := mustMiddleware(t, e, costFn).Handler(okHandler)
+			multi, err := NewMulti([]Policy{{Name: "ip", Limiter: e}}, costFn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := do(single, "192.0.2.1:1", nil); w.Code != 200 {
+				t.Fatalf("%v: cost 4: %d", alg, w.Code)
+			}
+			limit := "5"
+			if lowered {
+				if err := e.SetLimit("192.0.2.1", 2); err != nil {
+					t.Fatal(err)
+				}
+				limit = "2"
+			}
+			for _, cost = range []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 3} {
+				for name, h := range map[string]http.Handler{"NewMiddleware": single, "NewMulti": multi.Handler(okHandler)} {
+					w := do(h, "192.0.2.1:1", nil)
+					want := "request cost " + itoa(cost) + " exceeds the limit " + limit + " per window\n"
+					if w.Code != http.StatusRequestEntityTooLarge || w.Body.String() != want {
+						t.Errorf("%v lowered=%v %s cost %d: %d %q, want 413 %q", alg, lowered, name, cost, w.Code, w.Body.String(), want)
+					}
+				}
+			}
+		}
 	}
 }

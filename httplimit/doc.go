@@ -41,8 +41,10 @@
 //   - 400: the key depends on the request and the request does not give
 //     it (a missing header, a forged or unparsable forwarding chain), or
 //     gives one longer than MaxKeyBytes (256 bytes, the one cap of every
-//     key; never truncated). A key error never falls back silently to a
-//     shared key.
+//     key; never truncated), or a key function returned an empty key (or
+//     only white space; a Compose part, a KeyByRoute inner key, a
+//     MissingFallback's key included). A key error never falls back
+//     silently to a shared key.
 //   - 500: a bug the server's code showed at run time and construction
 //     could not see: a cost function returned a negative cost, or an
 //     engine Config.KeyLimit function returned a limit out of range.

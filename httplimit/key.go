@@ -22,8 +22,12 @@ import (
 // (a missing header, a forged chain): the middleware answers it with 400
 // (see WithKeyErrorHandler), never with a shared key.
 //
-// Whatever a Key returns, a key longer than MaxKeyBytes is refused by the
-// middleware before the limiter sees it.
+// Whatever a Key's function returns, an empty key (or one of only white
+// space) and a key longer than MaxKeyBytes are key errors (400), never
+// passed to the limiter: this holds for every function a Key is built
+// from, so a KeyFunc that returns "" inside Compose, KeyByRoute or
+// MissingFallback refuses the request too, rather than sharing one bucket
+// among every client it returns "" for.
 //
 // A Key is a small value; copy it freely. It is safe for concurrent use if
 // its function is.
@@ -35,8 +39,8 @@ type Key struct {
 var errZeroKey = errors.New("httplimit: the zero Key (build one with KeyByIP, KeyByHeader, … or KeyFunc)")
 
 // KeyFunc returns a Key that calls f. f returns the request's key, or an
-// error to refuse the request (400 by default). f must be safe for
-// concurrent use.
+// error to refuse the request (400 by default); an empty key (or one of
+// only white space) refuses it too. f must be safe for concurrent use.
 func KeyFunc(f func(r *http.Request) (string, error)) Key {
 	if f == nil {
 		return Key{err: errors.New("httplimit: KeyFunc(nil)")}
@@ -53,12 +57,28 @@ func (k Key) Err() error {
 	return k.err
 }
 
-// Of returns r's key. On a Key whose Err is not nil it returns that error.
+// Of returns r's key, as the middleware computes it: the error of the
+// Key's function, or a key error for an empty key or one above
+// MaxKeyBytes. On a Key whose Err is not nil it returns that error.
 func (k Key) Of(r *http.Request) (string, error) {
 	if k.fn == nil {
 		return "", k.Err()
 	}
-	return k.fn(r)
+	return k.of(r)
+}
+
+// of is Of for a usable Key: every call of a Key's function goes through
+// it, so that adapter.CheckKey sees every key a function returns, the
+// parts of a composite included.
+func (k Key) of(r *http.Request) (string, error) {
+	key, err := k.fn(r)
+	if err != nil {
+		return "", err
+	}
+	if err := adapter.CheckKey("httplimit: ", key); err != nil {
+		return "", err
+	}
+	return key, nil
 }
 
 // keyError returns a Key holding err.
@@ -138,7 +158,7 @@ func KeyByHeader(name string, missing MissingPolicy) Key {
 			}
 		}
 		if missing.hasFallback {
-			return missing.fallback.fn(r)
+			return missing.fallback.of(r)
 		}
 		return "", errMissing
 	}}
@@ -174,8 +194,9 @@ func RoutePattern(r *http.Request) string { return r.Pattern }
 // key. Pass RoutePattern to use the ServeMux pattern; the middleware must
 // then run inside the mux's handlers, not around the mux. An empty route is
 // a route like any other (requests with no route share one window per
-// client), never an error. A nil routeFunc, or an inner Key with an error,
-// is a configuration error.
+// client), never an error; an empty key from inner is a key error, as
+// everywhere. A nil routeFunc, or an inner Key with an error, is a
+// configuration error.
 func KeyByRoute(routeFunc func(*http.Request) string, inner Key) Key {
 	if routeFunc == nil {
 		return keyError(errors.New("httplimit: KeyByRoute routeFunc is nil (pass httplimit.RoutePattern for the ServeMux pattern)"))
@@ -184,7 +205,7 @@ func KeyByRoute(routeFunc func(*http.Request) string, inner Key) Key {
 		return keyError(wrapConfig("KeyByRoute inner", err))
 	}
 	return Key{fn: func(r *http.Request) (string, error) {
-		k, err := inner.fn(r)
+		k, err := inner.of(r)
 		if err != nil {
 			return "", err
 		}
@@ -193,7 +214,7 @@ func KeyByRoute(routeFunc func(*http.Request) string, inner Key) Key {
 }
 
 // Compose keys a request by every part's key, joined by "\x00" in order.
-// The first error is returned. Put the tenant (or tier) first to use the
+// The first error is returned; a part's empty key is one. Put the tenant (or tier) first to use the
 // key with Policies. Compose needs at least one part, and a part with an
 // error makes Compose's Key hold it.
 func Compose(parts ...Key) Key {
@@ -207,6 +228,6 @@ func Compose(parts ...Key) Key {
 	}
 	parts = append([]Key(nil), parts...)
 	return Key{fn: func(r *http.Request) (string, error) {
-		return adapter.JoinKeys(len(parts), func(i int) (string, error) { return parts[i].fn(r) })
+		return adapter.JoinKeys(len(parts), func(i int) (string, error) { return parts[i].of(r) })
 	}}
 }

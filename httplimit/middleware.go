@@ -186,7 +186,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
-		if adapter.CallerGone(r.Context(), err) {
+		if adapter.CallerGone(r.Context(), err) != nil {
 			m.callerGone(w)
 			return
 		}
@@ -202,14 +202,11 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	m.refuse(w, r, next, d, cost, m.fields)
 }
 
-// key computes r's key with k; on an error (or a key above MaxKeyBytes)
-// it answers the request (under WithDryRun: passes it to next) and
-// returns false.
+// key computes r's key with k; on an error (an empty key and a key above
+// MaxKeyBytes included) it answers the request (under WithDryRun: passes
+// it to next) and returns false.
 func (m *Middleware) key(w http.ResponseWriter, r *http.Request, next http.Handler, k Key) (string, bool) {
-	key, err := k.fn(r)
-	if err == nil && len(key) > MaxKeyBytes {
-		err = errors.New(adapter.KeyTooLong("httplimit: ", len(key)))
-	}
+	key, err := k.of(r)
 	if err != nil {
 		m.counts.Rejected.Add(1)
 		if m.cfg.dryRun {

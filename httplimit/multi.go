@@ -110,7 +110,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	var ds [MaxPolicies]engine.Decision
 	var have [MaxPolicies]bool
 	v := p.m.Decide(r.Context(), keys[:n], cost, m.cfg.style != 0, ds[:n], have[:n])
-	if v.Gone {
+	if v.Gone != nil {
 		m.callerGone(w)
 		return
 	}

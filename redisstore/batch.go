@@ -82,12 +82,12 @@ func (j *judgedError) Error() string { return j.err.Error() }
 func (j *judgedError) Unwrap() error { return j.err }
 
 // mayHaveCounted marks the error of a round trip given up because its
-// context ended (the caller's, or a batch's latest deadline) with
-// errNotAnswered: the call may have reached Redis and been counted. An
-// error reply is left alone: Redis answered.
+// context ended (the caller's, or a batch's latest deadline; ctxDone's
+// judgement) with errNotAnswered: the call may have reached Redis and been
+// counted. An error reply is left alone: Redis answered.
 func mayHaveCounted(ctx context.Context, err error) error {
 	var reply redis.Error
-	if ctx.Err() == nil || errors.Is(err, errNotAnswered) || errors.As(err, &reply) {
+	if ctxDone(ctx) == nil || errors.Is(err, errNotAnswered) || errors.As(err, &reply) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", errNotAnswered, err)

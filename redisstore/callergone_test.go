@@ -205,3 +205,25 @@ func TestCallerGoneAndBackendFailureApart(t *testing.T) {
 		t.Fatalf("stats %+v, OnError %d", st, hook.n.Load())
 	}
 }
+
+// A round trip that failed once its caller's deadline had passed, its
+// timer not yet fired, is marked as one Redis may have counted
+// (errNotAnswered), as one whose context had ended is: ctxDone's
+// judgement, not ctx.Err() alone. A live caller's failure is its own.
+func TestMayHaveCountedJudgesAPassedDeadline(t *testing.T) {
+	cut := errors.New("read tcp: i/o timeout")
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"live caller", ctx, cut, false},
+		{"deadline passed, timer not fired", staleDeadline{ctx}, cut, true},
+	} {
+		got := mayHaveCounted(c.ctx, c.err)
+		if errors.Is(got, errNotAnswered) != c.want || !errors.Is(got, c.err) {
+			t.Errorf("%s: %v; want errNotAnswered %v, wrapping %v", c.name, got, c.want, c.err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,9 +34,9 @@ func TestNeverIsLocal(t *testing.T) {
 			n     int64
 			limit int64
 		}
-		steps := []step{{"k", -1, 10}, {"k", 11, 10}, {"k", 1 << 62, 10}}
+		steps := []step{{"k", -1, 10}, {"k", 11, 10}, {"k", 1 << 62, 10}, {"k", math.MaxInt64, 10}, {"k", math.MaxInt64 - 1, 10}, {"k", math.MinInt64, 10}}
 		if !hybrid {
-			steps = append(steps, step{"small", 4, 3}, step{"bad", 1, -1}, step{"huge", 1, engine.MaxLimit + 1})
+			steps = append(steps, step{"small", 4, 3}, step{"small", math.MaxInt64, 3}, step{"bad", 1, -1}, step{"huge", 1, engine.MaxLimit + 1})
 		}
 		for _, s := range steps {
 			d, err := l.AllowN(ctx, s.key, s.n)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/callergone"
 )
 
 // MaxExact is 2^53: every integer the script computes must stay below it,
@@ -663,18 +664,12 @@ func (l *Limiter) limitOf(key string) (int64, bool) {
 	return v, v >= 1 && v <= l.maxLimit
 }
 
-// ctxDone is ctx.Err(), and DeadlineExceeded once the deadline has passed
-// even if the context's timer has not fired yet (ctx.Err() stays nil until
-// it has).
-func ctxDone(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
+// ctxDone is the judgement of a caller who has gone (callergone.Err):
+// ctx.Err(), and DeadlineExceeded once the deadline has passed even if the
+// context's timer has not fired yet (ctx.Err() stays nil until it has).
+// httplimit and grpclimit make the same one, so that a call redisstore
+// counts as CallerGone they count as Canceled, never as an error.
+func ctxDone(ctx context.Context) error { return callergone.Err(ctx) }
 
 // eval runs the script for one decision on the caller's goroutine and
 // returns its decision and the Redis time it used. reserve is the units

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -125,5 +126,58 @@ func TestScriptFlush(t *testing.T) {
 	}
 	if st := l.Stats(); st.NoScript != 2 || st.Failures != 0 || st.RedisDecisions != 5 {
 		t.Fatalf("stats %+v, want two NOSCRIPTs (the first call, and after the flush) and no failure", st)
+	}
+}
+
+// The script never admits a cost above the key's limit, whatever double it
+// becomes. Lua's numbers are doubles, exact below 2^53: go-redis sends n as
+// its decimal digits, and an n above 2^53 rounds, but never down to a
+// limit (at most 2^40 − 1) or below, and a negative n stays negative, so
+// every comparison the script makes with n keeps its sign; nothing wraps.
+// AllowN refuses such an n before sending (TestNeverIsLocal); this drives
+// the script directly, as another client might, on a key holding 5 units
+// and on the same key once KeyLimit lowered its limit to 2, and at the
+// largest limit each algorithm allows, where n equal to it fits an empty
+// key exactly.
+func TestScriptRefusesCostsAtTheInt64Edges(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	edges := []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 10, 1<<53 + 1, 1 << 53, 1<<53 - 1, 1 << 40,
+		math.MinInt64, math.MinInt64 + 1, -(1 << 53) - 1, -1}
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			var limit atomic.Int64
+			limit.Store(10)
+			cfg := engine.Config{Limit: 10, Window: time.Hour, Algorithm: alg, KeyLimit: func(string) int64 { return limit.Load() }}
+			l := mustNew(t, c, cfg, WithPrefix("edges:"+alg.String()+":"))
+			if d, _, err := l.eval(ctx, "k", 5, 0); err != nil || !d.Allowed {
+				t.Fatalf("5 units: %+v %v", d, err)
+			}
+			for _, lim := range []int64{10, 2} {
+				limit.Store(lim)
+				want := engine.Decision{Limit: lim, Remaining: max(0, lim-5), RetryAfter: engine.Never}
+				for _, n := range append(edges, lim+1) {
+					if d, _, err := l.eval(ctx, "k", n, 0); err != nil || d != want {
+						t.Errorf("limit %d, n %d: %+v %v, want %+v", lim, n, d, err, want)
+					}
+				}
+			}
+			if got := storedUnits(t, c, l, "k"); got != 5 {
+				t.Errorf("the key holds %d units, want the 5 admitted", got)
+			}
+			top := l.maxLimit
+			limit.Store(top)
+			for _, n := range []int64{top + 1, math.MaxInt64} {
+				if d, _, err := l.eval(ctx, "top", n, 0); err != nil || d != (engine.Decision{Limit: top, Remaining: top, RetryAfter: engine.Never}) {
+					t.Errorf("limit %d, n %d on an empty key: %+v %v", top, n, d, err)
+				}
+			}
+			if d, _, err := l.eval(ctx, "top", top, 0); err != nil || d != (engine.Decision{Allowed: true, Limit: top}) {
+				t.Errorf("limit %d, n = the limit on an empty key: %+v %v", top, d, err)
+			}
+			if d, _, err := l.eval(ctx, "top", 1, 0); err != nil || d.Allowed || d.RetryAfter == engine.Never {
+				t.Errorf("limit %d, one unit more: %+v %v, want limited", top, d, err)
+			}
+		})
 	}
 }

@@ -182,7 +182,7 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 		start, size = wrap(start+k, capacity), size-k
 		*r.at(logStart), *r.at(logSize) = start, size
 	}
-	if size+n <= limit {
+	if n <= limit-size { // not size+n ≤ limit, which a caller's n near math.MaxInt64 would wrap
 		for i, p := int64(0), wrap(start+size, capacity); i < n; i++ {
 			*r.at(logHdr + p) = t
 			if p++; p == capacity {
@@ -208,7 +208,10 @@ func (g *Geometry) logAcquire(r Ring, t, n, limit int64, detail bool) Result {
 // nothing else ever leaves sooner. The wait counts from asked.
 func (g *Geometry) logDeny(r Ring, asked, t, capacity, start, size, n, limit int64) Result {
 	res := Result{Remaining: max(0, limit-size), RetryAfter: Never, Epoch: t}
-	if k := size + n - limit; n <= limit && k >= 1 {
+	if n < 0 || n > limit {
+		return res // it never fits; and size + n could wrap
+	}
+	if k := size + n - limit; k >= 1 {
 		s := *r.at(logHdr + wrap(start+k-1, capacity)) // k ≤ size as n ≤ limit
 		// s + W − t > 0: the unit is inside at t. s + W may wrap near
 		// 2262; the difference, at most W, does not.
@@ -232,7 +235,7 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 	k := expired(r, capacity, start, size, t-g.width)
 	start, size = wrap(start+k, capacity), size-k
 	res := Result{Verdict: Verdict{Allowed: true}, Remaining: max(0, limit-size), Epoch: t}
-	if size+n > limit {
+	if n < 0 || n > limit-size { // as logAcquire: n is compared, never added
 		res = g.logDeny(r, asked, t, capacity, start, size, n, limit)
 	}
 	r.unlock()

@@ -43,7 +43,7 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 	}
 	in := m.live(t)
 	used := int64(len(in))
-	if used+n <= limit {
+	if n >= 0 && used+n <= limit { // a negative n (a refund) never fits
 		if record {
 			for i := int64(0); i < n; i++ {
 				m.times = append(m.times, t)
@@ -53,7 +53,7 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 		return Result{Verdict: Verdict{Allowed: true}, Remaining: max(0, limit-used), Epoch: t}
 	}
 	res := Result{Remaining: max(0, limit-used), RetryAfter: Never, Epoch: t}
-	if n <= limit {
+	if n >= 0 && n <= limit {
 		res.RetryAfter = in[used+n-limit-1] + m.win - asked // from the caller's t, not the clamped one
 	}
 	return res

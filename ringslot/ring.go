@@ -407,13 +407,17 @@ func oldest(i, slots int) int {
 
 const tagMask = 1<<pack.TagBits - 1
 
-// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w).
-// Unweighted geometries have old = 0.
+// fits reports whether full + n + old·(w−r)/w ≤ limit, exactly (0 ≤ r < w),
+// for any n (a negative n never fits). Unweighted geometries have old = 0.
+// n is compared with the room, never added: docs/design.md §1.
 func (g *Geometry) fits(full, old, n, limit, r int64) bool {
-	room := limit - full - n
-	if room < 0 {
+	// No wrap: full < 2^50 and limit < 2^40. A negative n reads as above
+	// 2^63 in the unsigned compare, so it never fits either.
+	room := limit - full
+	if room < 0 || uint64(n) > uint64(room) {
 		return false
 	}
+	room -= n // 0 ≤ room − n ≤ room
 	if old <= room {
 		return true // old·(w−r)/w ≤ old
 	}
@@ -682,8 +686,10 @@ func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
 	}
 }
 
-// Peek reports what Acquire would decide for n units at t (n may exceed
-// limit), without recording anything. With n = 0 it reports Remaining.
+// Peek reports what Acquire would decide for n units at t, without
+// recording anything. With n = 0 it reports Remaining. Any n is allowed: a
+// negative n, or one above limit, is refused with RetryAfter Never, and no
+// n is ever added to a count (fits).
 func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
 	if g.log {
 		return g.logPeek(r, t, n, limit)
@@ -726,7 +732,7 @@ func fromCaller(wait, eff, t int64) int64 {
 // from view v; i is e's slot. Its RetryAfter counts from t.
 func (g *Geometry) deny(r Ring, t, e int64, i int, off int64, v view, n, limit int64) Result {
 	res := Result{Remaining: g.remaining(v.cur+v.full, v.old, limit, off), RetryAfter: Never, Epoch: e}
-	if n <= limit {
+	if n >= 0 && n <= limit { // else it never fits, and retryAfter's room would wrap
 		res.RetryAfter = fromCaller(g.retryAfter(r, e, i, off, v, n, limit), e*g.width+off, t)
 	}
 	return res
@@ -759,7 +765,7 @@ func (g *Geometry) retryAfter(r Ring, e int64, i int, off int64, v view, n, limi
 				x++
 			}
 		}
-		room := limit - full - n
+		room := limit - full - n // no wrap: 1 ≤ n ≤ limit (deny), and |full| < 2^50
 		if room < 0 {
 			continue
 		}

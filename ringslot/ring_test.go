@@ -1,6 +1,7 @@
 package ringslot
 
 import (
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"sync"
@@ -66,6 +67,45 @@ func TestFitsIsExact(t *testing.T) {
 			got := g.fits(fn-1, old, 1, limit, r)
 			require.Equal(t, ratFits(fn-1, old, 1, limit, w, r), got, "full+n=%d old=%d limit=%d w=%d r=%d", fn, old, limit, w, r)
 		}
+	}
+}
+
+// fits never wraps a caller's n: with full above the limit (a lowered
+// limit) or at it, and n near either edge of int64, it refuses, as exact
+// big-integer arithmetic does. Before, limit − full − n wrapped for
+// n = math.MaxInt64 and math.MaxInt64 − 1 once full exceeded limit, and
+// fits admitted them.
+func TestFitsNeverWrapsACallersN(t *testing.T) {
+	ns := []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 7, math.MinInt64, math.MinInt64 + 1, -1, 1 << 62}
+	for _, weighted := range []bool{true, false} {
+		g := NewGeometry(sec/10, 10, weighted, false)
+		for _, c := range []struct{ full, old, limit int64 }{{5, 0, 2}, {5, 3, 2}, {2, 0, 2}, {0, 0, 1}, {pack.MaxCount, 0, pack.MaxCount}, {10 * pack.MaxCount, pack.MaxCount, 1}} {
+			for _, n := range ns {
+				want := n >= 0 && new(big.Int).Add(big.NewInt(c.full+c.old), big.NewInt(n)).Cmp(big.NewInt(c.limit)) <= 0
+				require.Equal(t, want, g.fits(c.full, c.old, n, c.limit, 0), "weighted=%v %+v n=%d", weighted, c, n)
+			}
+		}
+	}
+}
+
+// Peek of a cost near math.MaxInt64 refuses it with Never on every
+// algorithm, on a key holding one unit and on a key whose limit was lowered
+// below what it holds. Before, the log's size + n wrapped on the first, and
+// every counter ring's limit − full − n on the second: Peek said Allowed.
+func TestPeekRefusesCostsNearTheInt64Edge(t *testing.T) {
+	for name, c := range limitGeometries() {
+		t.Run(name, func(t *testing.T) {
+			g := c.g
+			one := g.New(t0, 10, "one")
+			require.True(t, g.Acquire(one, t0, 1, 10).Allowed)
+			over := g.New(t0, 10, "over")
+			require.True(t, g.Acquire(over, t0, 5, 10).Allowed)
+			require.True(t, g.SetLimit(over, 2))
+			for _, n := range []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 9} {
+				require.Equal(t, Result{Remaining: 9, RetryAfter: Never, Epoch: g.EpochOf(t0)}, g.Peek(one, t0, n, 10), "holding 1, n=%d", n)
+				require.Equal(t, Result{Remaining: 0, RetryAfter: Never, Epoch: g.EpochOf(t0)}, g.Peek(over, t0, n, 2), "lowered, n=%d", n)
+			}
+		})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
 
 // remoteStub is a ContextLimiter that answers d and err.
@@ -64,16 +65,23 @@ func TestNewBackendAcceptsBothShapesAndNamesAnythingElse(t *testing.T) {
 	}
 }
 
+// CallerGone judges a failed decision by callergone: a context that ended,
+// or whose deadline passed before its timer fired (Err still nil), is a
+// caller who has gone; a live context, or no failure, is not.
 func TestCallerGoneOnlyForAFailureAfterTheContextEnded(t *testing.T) {
 	live := context.Background()
 	done, cancel := context.WithCancel(live)
 	cancel()
+	late := adaptertest.LateTimer(live)
 	fail := errors.New("backend down")
 	for _, c := range []struct {
 		ctx  context.Context
 		err  error
-		want bool
-	}{{live, nil, false}, {live, fail, false}, {done, nil, false}, {done, fail, true}} {
+		want error
+	}{
+		{live, nil, nil}, {live, fail, nil}, {done, nil, nil}, {done, fail, context.Canceled},
+		{late, nil, nil}, {late, fail, context.DeadlineExceeded},
+	} {
 		if got := CallerGone(c.ctx, c.err); got != c.want {
 			t.Errorf("CallerGone(ctx err %v, %v) = %v, want %v", c.ctx.Err(), c.err, got, c.want)
 		}

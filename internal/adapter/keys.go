@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,30 @@ import (
 // Sep joins the parts of a composite key; httplimit.Policies reads the part
 // before the first Sep as the tenant.
 const Sep = "\x00"
+
+// CheckKey returns the error of key, a key function's result, after prefix
+// ("httplimit: ", "grpclimit: "), or nil if the adapter may pass it to a
+// limiter. Both adapters run every key function's result through it: the
+// key of a request, and each part a Compose, KeyByRoute or MissingFallback
+// builds it from. A key error never falls back to a shared key:
+//   - a blank key (empty, or only white space, which KeyByHeader reads as
+//     an absent header) would put every client it is returned for in one
+//     bucket, where one of them could exhaust everybody's limit;
+//   - a key above MaxKeyBytes is refused, never cut (see MaxKeyBytes).
+//
+// It allocates only to refuse.
+func CheckKey(prefix, key string) error {
+	if len(key) > MaxKeyBytes {
+		return errors.New(KeyTooLong(prefix, len(key)))
+	}
+	if strings.TrimSpace(key) == "" {
+		return errors.New(prefix + emptyKey)
+	}
+	return nil
+}
+
+// emptyKey is the message of a blank key, after the adapter's prefix.
+const emptyKey = "the key is empty (a key function returned \"\" or only white space); refused: an empty key would be one bucket shared by every client it is returned for"
 
 // JoinKeys returns the n keys part(0) … part(n−1) joined by Sep, or the
 // first error. part does not escape, so a caller's closure stays on its

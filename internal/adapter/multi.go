@@ -47,7 +47,10 @@ type Verdict struct {
 	At      int  // −1: every policy admitted; else the policy that refused
 	Failure bool // At refused through its backend's failure policy (the backend failed), not by a decision
 	Failed  bool // a backend failed on the way; its failure policy admitted or (Failure) refused
-	Gone    bool // At's backend failed after the caller's context ended: no admission, whatever its policy said
+	// Gone, when not nil, is the context error of a caller who had left
+	// (CallerGone) when At's backend failed: no admission, whatever its
+	// policy said.
+	Gone error
 	// Now is the time (Unix ns) every engine decided at, when all the
 	// policies are engines; 0 otherwise. The admitted t= of a FixedWindow
 	// policy is counted from it (Fields.AdmittedResetAt), so that it names
@@ -70,7 +73,7 @@ type Verdict struct {
 //     limiter's admission (Redis) cannot be taken back. A policy after it
 //     is not asked. A backend failure follows its failure policy (a
 //     fail-open admission goes on to the next policy, with no fields for
-//     the failed one), unless the caller's context is done (Gone).
+//     the failed one), unless the caller has gone (Gone).
 //
 // keys, ds and have hold one element per policy.
 func (m *Multi) Decide(ctx context.Context, keys []string, n int64, read bool, ds []engine.Decision, have []bool) Verdict {
@@ -81,8 +84,8 @@ func (m *Multi) Decide(ctx context.Context, keys []string, n int64, read bool, d
 	for i := range m.backends {
 		d, err := m.backends[i].AllowN(ctx, keys[i], n)
 		if err != nil {
-			if CallerGone(ctx, err) {
-				return Verdict{At: i, Gone: true}
+			if gone := CallerGone(ctx, err); gone != nil {
+				return Verdict{At: i, Gone: gone}
 			}
 			v.Failed = true
 			if !d.Allowed {

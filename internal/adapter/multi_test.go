@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
 )
 
 func mustBackend(t *testing.T, l any) Backend {
@@ -34,7 +35,7 @@ func TestMultiOfEnginesIsAllOrNothing(t *testing.T) {
 	keys := []string{"ka", "kb", "kc"}
 	ds, have := make([]engine.Decision, 3), make([]bool, 3)
 	v := m.Decide(context.Background(), keys, 2, true, ds, have)
-	if v.At != -1 || v.Now != clk.UnixNano() || v.Failed || v.Failure || v.Gone {
+	if v.At != -1 || v.Now != clk.UnixNano() || v.Failed || v.Failure || v.Gone != nil {
 		t.Fatalf("admitted: %+v", v)
 	}
 	for i, want := range []int64{3, 0, 7} {
@@ -88,7 +89,9 @@ func TestMultiInOrderWithAContextLimiter(t *testing.T) {
 		{"refused by the second", context.Background(), []any{ok, limited, e}, Verdict{At: 1}, []bool{true, true, false}, 1, 1},
 		{"fail open goes on", context.Background(), []any{open, ok}, Verdict{At: -1, Failed: true}, []bool{false, true}, 1, 0},
 		{"fail closed refuses", context.Background(), []any{ok, closed, limited}, Verdict{At: 1, Failed: true, Failure: true}, []bool{true, false, false}, 1, 0},
-		{"caller gone", gone, []any{ok, open}, Verdict{At: 1, Gone: true}, []bool{true, false}, 1, 0},
+		{"caller gone", gone, []any{ok, open}, Verdict{At: 1, Gone: context.Canceled}, []bool{true, false}, 1, 0},
+		// Past its deadline, its timer not fired: gone all the same.
+		{"deadline passed", adaptertest.LateTimer(context.Background()), []any{ok, open}, Verdict{At: 1, Gone: context.DeadlineExceeded}, []bool{true, false}, 1, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ok.got, limited.got = nil, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/callergone"
 )
 
 // T0 is the instant every test engine starts at. It is aligned to a 10 s
@@ -142,9 +143,10 @@ func (r *Recorder) Last() string {
 }
 
 // FailOpenOnCancel is a ContextLimiter whose failure policy admits: it
-// answers a call whose context has ended (or ends while it waits, when
-// Block is set) with Allowed and an error wrapping the context's error, as
-// a fail-open Redis limiter did before it told a caller's cancel from a
+// answers a call whose caller has gone (callergone: its context ended, or
+// its deadline passed; or the context ends while it waits, when Block is
+// set) with Allowed and an error wrapping the context's error, as a
+// fail-open Redis limiter did before it told a caller's cancel from a
 // backend failure. It admits a live call with Limit 5, Remaining 4.
 type FailOpenOnCancel struct {
 	Block   bool
@@ -159,7 +161,7 @@ func (f *FailOpenOnCancel) AllowN(ctx context.Context, _ string, _ int64) (engin
 		}
 		<-ctx.Done()
 	}
-	if err := ctx.Err(); err != nil {
+	if err := callergone.Err(ctx); err != nil {
 		return engine.Decision{Allowed: true}, fmt.Errorf("redis: %w", err)
 	}
 	return engine.Decision{Allowed: true, Limit: 5, Remaining: 4}, nil
@@ -172,14 +174,30 @@ type DoneContext struct {
 	Err  error // context.Canceled or context.DeadlineExceeded
 }
 
-// DoneContexts returns a cancelled context and one past its deadline.
+// DoneContexts returns a cancelled context, one past its deadline, and one
+// past its deadline whose timer has not fired (LateTimer), whose caller has
+// gone as surely as the second's.
 func DoneContexts() []DoneContext {
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	expired, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
 	cancel() // the deadline had passed already: Err stays DeadlineExceeded
-	return []DoneContext{{"canceled", canceled, context.Canceled}, {"deadline", expired, context.DeadlineExceeded}}
+	return []DoneContext{
+		{"canceled", canceled, context.Canceled},
+		{"deadline", expired, context.DeadlineExceeded},
+		{"deadline, timer not fired", LateTimer(context.Background()), context.DeadlineExceeded},
+	}
 }
+
+// LateTimer returns a context under parent whose deadline has passed
+// (1970) while its timer has not fired: its Done and Err are parent's, as
+// a real context's are in the moment after its deadline, which on a busy
+// machine lasts milliseconds. A test gets that moment for certain from it.
+func LateTimer(parent context.Context) context.Context { return lateTimer{parent} }
+
+type lateTimer struct{ context.Context }
+
+func (lateTimer) Deadline() (time.Time, bool) { return time.Unix(1, 0), true }
 
 // HangBound is how long Await waits: a bound on a hang, never a verdict
 // on speed (a slow machine only waits longer).
