@@ -14,7 +14,7 @@ OUT       ?= bench/out
 # bench/peers (the peer comparison) runs its short tests only.
 MODULES = . redisstore grpclimit promlimit examples/httpserver examples/grpcserver internal/tools/modproxy
 
-.PHONY: test test-module fmt vet race modules peers-short test386 long stress fuzz bench peers profile decompose consumer tidy lint
+.PHONY: test test-module fmt vet race modules peers-short test386 long stress fuzz bench peers profile decompose consumer tidy lint release-check
 
 test: fmt modules peers-short test386
 
@@ -140,3 +140,11 @@ consumer:
 # module proxy before it is tagged (.ci/tidy).
 tidy:
 	VERSION=$(VERSION) .ci/tidy
+
+# The version about to be tagged agrees everywhere it is written: the
+# siblings' requirements, go.work, CHANGELOG.md and its tag list, the
+# published modules' LICENSEs (.ci/release-check; docs/contributing.md).
+# FINAL=1 before tagging: the version's date, an empty Unreleased.
+FINAL ?=
+release-check:
+	VERSION=$(VERSION) FINAL=$(FINAL) .ci/release-check
