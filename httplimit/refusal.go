@@ -1,8 +1,10 @@
 package httplimit
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 
@@ -163,9 +165,9 @@ func custom(w http.ResponseWriter, r *http.Request, ref Refusal, h func(http.Res
 	}
 }
 
-// refusalWriter notes whether a handler has begun its response. Unwrap
-// lets http.ResponseController reach the writer underneath (Flush,
-// deadlines, Hijack).
+// refusalWriter notes whether a handler has begun its response (a status
+// of 200 or more, a Write, a Flush or a Hijack). Unwrap lets
+// http.ResponseController reach the writer underneath.
 type refusalWriter struct {
 	http.ResponseWriter
 	wrote bool
@@ -188,6 +190,12 @@ func (w *refusalWriter) Write(b []byte) (int, error) {
 func (w *refusalWriter) Flush() {
 	w.wrote = true
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler, which answers on it.
+func (w *refusalWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.wrote = true
+	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
 
 func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,13 +1,16 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -370,4 +373,54 @@ func TestRefusalKindString(t *testing.T) {
 	if _, err := NewMiddleware(e, WithRefusalHandler(nil)); err == nil || !strings.Contains(err.Error(), "WithRefusalHandler(nil)") {
 		t.Errorf("WithRefusalHandler(nil): %v", err)
 	}
+}
+
+// TestRefusalHandlerHijacks: a handler that takes the connection answers
+// on it, and the middleware writes nothing after it.
+func TestRefusalHandlerHijacks(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 1, Algorithm: engine.FixedWindow})
+	m := mustMiddleware(t, e, WithRefusalHandler(func(w http.ResponseWriter, _ *http.Request, _ Refusal) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 429 Too Many Requests\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy")
+		_ = buf.Flush()
+	}))
+	var logged syncBuffer
+	srv := httptest.NewUnstartedServer(m.Handler(okHandler))
+	srv.Config.ErrorLog = log.New(&logged, "", 0) // a write after the hijack would be logged here
+	srv.Start()
+	var got []string
+	for range 2 {
+		resp, body := get(t, srv.Client(), srv.URL, nil)
+		got = append(got, resp.Status+" "+body)
+	}
+	srv.Close()
+	if got[0] != "200 OK ok" || got[1] != "429 Too Many Requests busy" {
+		t.Errorf("%q", got)
+	}
+	if s := logged.String(); s != "" {
+		t.Errorf("the server logged: %s", s)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
