@@ -1,14 +1,19 @@
 package otellimit
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/httplimit"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // TestHTTPAndEngineAfterRealDecisions: after real requests through a
@@ -250,5 +255,65 @@ func TestRegisterErrors(t *testing.T) {
 	// under one name.
 	if _, err := Register([]Source{HTTP("a", fakeMiddleware{}), HTTP("", fakeMiddleware{}), Engine("a", fakeEngine{})}, WithMeterProvider(noop.NewMeterProvider())); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestConcurrentCollect: collections race decisions (under -race) and
+// each other; a counter never goes back between two collections of one
+// reader, and the last collection matches the Stats once traffic stops.
+func TestConcurrentCollect(t *testing.T) {
+	e, m := engineAndMiddleware(t, engine.Config{Limit: 50, Window: 10 * time.Second})
+	r, mp := reader(t)
+	register(t, mp, Engine("", e), HTTP("", m))
+	h := m.Handler(ok)
+	var writers sync.WaitGroup
+	for g := range 2 {
+		writers.Go(func() {
+			for range 200 {
+				serve(h, "192.0.2."+strconv.Itoa(g+1)+":1")
+			}
+		})
+	}
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		var last int64
+		for {
+			var rm metricdata.ResourceMetrics
+			if err := r.Collect(context.Background(), &rm); err != nil {
+				errs <- err
+				return
+			}
+			var v int64
+			for _, sm := range rm.ScopeMetrics {
+				for _, mt := range sm.Metrics {
+					if sum, isSum := mt.Data.(metricdata.Sum[int64]); isSum && mt.Name == "ringlimit.requests" {
+						for _, p := range sum.DataPoints {
+							v += p.Value
+						}
+					}
+				}
+			}
+			if v < last {
+				errs <- fmt.Errorf("ringlimit.requests went back from %d to %d", last, v)
+				return
+			}
+			last = v
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	writers.Wait()
+	close(stop)
+	for err := range errs {
+		t.Error(err)
+	}
+	got, s := collect(t, r), m.Stats()
+	if a, d := got["ringlimit.requests{ringlimit.outcome=allowed}"].i, got["ringlimit.requests{ringlimit.outcome=denied}"].i; a != int64(s.Allowed) || d != int64(s.Denied) || a != 100 || d != 300 {
+		t.Errorf("after the traffic: allowed %d, denied %d; Stats %+v; want 100 and 300", a, d, s)
 	}
 }
