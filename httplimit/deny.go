@@ -106,7 +106,3 @@ func plainError(w http.ResponseWriter, status int, msg string) {
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(msg + "\n"))
 }
-
-func defaultKeyError(w http.ResponseWriter, _ *http.Request, err error) {
-	plainError(w, http.StatusBadRequest, err.Error())
-}

@@ -11,8 +11,8 @@ import (
 )
 
 // A Key maps a request to its limiter key. Build one with KeyByIP,
-// KeyByXForwardedFor, KeyByForwarded, KeyByHeader, KeyByRoute or Compose,
-// or wrap a function of your own with KeyFunc. The zero Key is invalid.
+// KeyByXForwardedFor, KeyByForwarded, KeyByClientIPHeader, KeyByHeader,
+// KeyByRoute or Compose, or wrap a function of your own with KeyFunc. The zero Key is invalid.
 //
 // A helper given bad arguments does not fail by itself: the Key it returns
 // holds the error (see Err), Compose, KeyByRoute and MissingFallback pass
@@ -94,8 +94,8 @@ func keyError(err error) Key { return Key{err: err} }
 // socket listener) is a request error. For the usual "a.b.c.d:port" the key
 // is a substring of RemoteAddr, so it costs no allocation.
 //
-// Behind a reverse proxy RemoteAddr is the proxy: use KeyByXForwardedFor or
-// KeyByForwarded.
+// Behind a reverse proxy RemoteAddr is the proxy: use KeyByXForwardedFor,
+// KeyByForwarded or KeyByClientIPHeader.
 func KeyByIP(ipv6Prefix int) Key {
 	bits, err := adapter.PrefixBits("httplimit: ", "KeyByIP", ipv6Prefix)
 	if err != nil {

@@ -1,11 +1,9 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/internal/adapter"
@@ -63,6 +61,9 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 //     engine's own Config.MaxKeyBytes), a cost above the limit (413), a
 //     negative cost or a limit the engine rejected (500): counted
 //     Rejected.
+//
+// WithRefusalHandler answers any of these refusals instead (a Refusal
+// names its kind); WriteRefusal writes the default answers above.
 //
 // The rate-limit fields (see HeadersDraft): RateLimit-Policy is
 // "name";q=<limit>;w=<window seconds>, and RateLimit is
@@ -187,10 +188,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
 		if adapter.CallerGone(r.Context(), err) != nil {
-			m.callerGone(w)
+			m.callerGone(w, r)
 			return
 		}
-		m.limiterFailed(w, r, next, d)
+		m.limiterFailed(w, r, next, d, err)
 		return
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
@@ -212,7 +213,7 @@ func (m *Middleware) key(w http.ResponseWriter, r *http.Request, next http.Handl
 		if m.cfg.dryRun {
 			next.ServeHTTP(w, r)
 		} else {
-			m.cfg.keyErr(w, r, err)
+			m.answer(w, r, Refusal{Kind: RefusalBadKey, Status: http.StatusBadRequest, Err: err, RetryAfter: -1})
 		}
 		return "", false
 	}
@@ -231,7 +232,7 @@ func (m *Middleware) cost(w http.ResponseWriter, r *http.Request, next http.Hand
 		if m.cfg.dryRun {
 			next.ServeHTTP(w, r)
 		} else {
-			plainError(w, http.StatusInternalServerError, "rate limit misconfigured: negative request cost")
+			m.answer(w, r, Refusal{Kind: RefusalMisconfigured, Status: http.StatusInternalServerError, Err: errNegativeCost, Cost: cost, RetryAfter: -1})
 		}
 		return 0, false
 	}
@@ -245,39 +246,35 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Ha
 		m.dryRun(w, r, next, d, cost, f)
 		return
 	}
+	ref := Refusal{Decision: d, Cost: cost, RetryAfter: -1}
 	switch adapter.Classify(d, cost) {
 	case adapter.Limited:
 		m.counts.Denied.Add(1)
 		h := w.Header()
-		retry := setRetryAfter(h, d.RetryAfter)
-		m.writeRateHeaders(h, f, d, retry, true)
-		if m.cfg.deny != nil {
-			m.cfg.deny.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
-			return
-		}
-		writeDenial(w, r, http.StatusTooManyRequests, "rate limited", retry)
+		ref.RetryAfter = setRetryAfter(h, d.RetryAfter)
+		m.writeRateHeaders(h, f, d, ref.RetryAfter, true)
+		ref.Kind, ref.Status = RefusalLimited, http.StatusTooManyRequests
 	case adapter.KeysFull:
 		m.counts.Denied.Add(1)
-		retry := setRetryAfter(w.Header(), d.RetryAfter)
-		writeDenial(w, r, http.StatusServiceUnavailable, "too many clients", retry)
+		ref.RetryAfter = setRetryAfter(w.Header(), d.RetryAfter)
+		ref.Kind, ref.Status = RefusalKeysFull, http.StatusServiceUnavailable
 	case adapter.TooCostly:
 		m.counts.Rejected.Add(1)
 		m.writeRateHeaders(w.Header(), f, d, -1, true)
-		plainError(w, http.StatusRequestEntityTooLarge,
-			"request cost "+strconv.FormatInt(cost, 10)+" exceeds the limit "+
-				strconv.FormatInt(d.Limit, 10)+" per window")
+		ref.Kind, ref.Status = RefusalTooCostly, http.StatusRequestEntityTooLarge
 	case adapter.KeyRefused:
 		m.counts.Rejected.Add(1)
-		m.cfg.keyErr(w, r, errLimiterKeyTooLong)
+		ref.Kind, ref.Status, ref.Err = RefusalBadKey, http.StatusBadRequest, errLimiterKeyTooLong
 	default: // adapter.Misconfigured
 		m.counts.Rejected.Add(1)
-		plainError(w, http.StatusInternalServerError, "rate limit misconfigured for this client")
+		ref.Kind, ref.Status, ref.Err = RefusalMisconfigured, http.StatusInternalServerError, errLimitRejected
 	}
+	m.answer(w, r, ref)
 }
 
-// limiterFailed serves a request whose ContextLimiter returned an error,
+// limiterFailed serves a request whose ContextLimiter returned err,
 // following the failure policy's Decision d.
-func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision) {
+func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next http.Handler, d engine.Decision, err error) {
 	m.counts.Errors.Add(1)
 	if d.Allowed || m.cfg.dryRun {
 		next.ServeHTTP(w, r)
@@ -287,7 +284,7 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next 
 	if d.RetryAfter > 0 && d.RetryAfter != engine.Never {
 		retry = setRetryAfter(w.Header(), d.RetryAfter)
 	}
-	writeDenial(w, r, http.StatusServiceUnavailable, "rate limiter unavailable", retry)
+	m.answer(w, r, Refusal{Kind: RefusalUnavailable, Status: http.StatusServiceUnavailable, Decision: d, Err: err, RetryAfter: retry})
 }
 
 // callerGone answers a request whose context ended before its
@@ -297,9 +294,9 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, next 
 // context.WithTimeout, http.TimeoutHandler) with the client still waiting
 // for an answer. A client that has left never reads the 503; nginx logs
 // the same case as 499.
-func (m *Middleware) callerGone(w http.ResponseWriter) {
+func (m *Middleware) callerGone(w http.ResponseWriter, r *http.Request) {
 	m.counts.Canceled.Add(1)
-	plainError(w, http.StatusServiceUnavailable, "request ended before the rate limiter answered")
+	m.answer(w, r, Refusal{Kind: RefusalCallerGone, Status: http.StatusServiceUnavailable, Err: r.Context().Err(), RetryAfter: -1})
 }
 
 // dryRun serves a request the limiter did not admit, under WithDryRun:

@@ -111,7 +111,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	var have [MaxPolicies]bool
 	v := p.m.Decide(r.Context(), keys[:n], cost, m.cfg.style != 0, ds[:n], have[:n])
 	if v.Gone != nil {
-		m.callerGone(w)
+		m.callerGone(w, r)
 		return
 	}
 	h := w.Header()
@@ -128,7 +128,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 		m.counts.Allowed.Add(1)
 		next.ServeHTTP(w, r)
 	case v.Failure:
-		m.limiterFailed(w, r, next, ds[v.At])
+		m.limiterFailed(w, r, next, ds[v.At], ErrPolicyFailed)
 	default:
 		m.refuse(w, r, next, ds[v.At], cost, p.fields[v.At])
 	}

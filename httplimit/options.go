@@ -16,7 +16,8 @@ type Option func(*config) error
 
 type config struct {
 	key        Key
-	keyErr     func(http.ResponseWriter, *http.Request, error)
+	keyErr     func(http.ResponseWriter, *http.Request, error)   // WithKeyErrorHandler; nil: the default answer
+	refusal    func(http.ResponseWriter, *http.Request, Refusal) // WithRefusalHandler
 	cost       func(*http.Request) int64
 	deny       http.Handler
 	exempt     []func(*http.Request) bool
@@ -32,7 +33,6 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		key:        KeyByIP(64),
-		keyErr:     defaultKeyError,
 		style:      HeadersDraft,
 		policyName: "default",
 	}
@@ -59,7 +59,9 @@ func WithKey(k Key) Option {
 // WithKeyErrorHandler sets the response written when the key function
 // returns an error (an error about the request: a missing header, a forged
 // chain). The default writes 400 Bad Request with the error text. The
-// request is counted as Rejected either way. h must not be nil.
+// request is counted as Rejected either way. A handler that writes
+// nothing leaves the default answer (see WithRefusalHandler, which
+// answers every kind of refusal). h must not be nil.
 func WithKeyErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(c *config) error {
 		if h == nil {
@@ -88,7 +90,9 @@ func WithCost(f func(*http.Request) int64) Option {
 // WithDenyHandler sets the handler of a 429 denial. Retry-After and the
 // rate-limit headers are set before it runs, and DecisionFrom(r.Context())
 // returns the denial. The default writes a small JSON or text body (see
-// Middleware). h must not be nil.
+// Middleware). A handler that writes nothing leaves the default answer
+// (see WithRefusalHandler, which answers every kind of refusal). h must
+// not be nil.
 func WithDenyHandler(h http.Handler) Option {
 	return func(c *config) error {
 		if h == nil {

@@ -68,6 +68,61 @@ func TestConfigErrors(t *testing.T) {
 			t.Error("share 0 accepted")
 		}
 	})
+	// A field only the in-process engine implements is refused, naming
+	// the field, rather than ignored; those that mean something over
+	// Redis are accepted (redisstore/README.md lists both).
+	t.Run("EngineOnlyFields", func(t *testing.T) {
+		base := engine.Config{Limit: 10, Window: time.Second}
+		for _, tc := range []struct {
+			field string
+			set   func(*engine.Config)
+		}{
+			{"MaxLogLimit", func(c *engine.Config) { c.MaxLogLimit = 100 }},
+			{"Clock", func(c *engine.Config) { c.Clock = engine.NewManualClock(time.Unix(1_700_000_000, 0)) }},
+			{"CoarseClock", func(c *engine.Config) { c.CoarseClock = time.Millisecond }},
+			{"Shards", func(c *engine.Config) { c.Shards = 4 }},
+			{"MaxKeys", func(c *engine.Config) { c.MaxKeys = 1000 }},
+			{"LookupCache", func(c *engine.Config) { c.LookupCache = true }},
+			{"DisableEviction", func(c *engine.Config) { c.DisableEviction = true }},
+			{"SweepInterval", func(c *engine.Config) { c.SweepInterval = time.Second }},
+			{"Audit", func(c *engine.Config) { c.Audit = 0.5 }},
+			{"AuditMaxKeys", func(c *engine.Config) { c.AuditMaxKeys = 10 }},
+			{"AuditMaxEntries", func(c *engine.Config) { c.AuditMaxEntries = 10 }},
+			{"AuditBuffer", func(c *engine.Config) { c.AuditBuffer = 64 }},
+		} {
+			cfg := base
+			tc.set(&cfg)
+			l, err := New(c, cfg, WithBreaker(0, 0))
+			if err == nil {
+				_ = l.Close()
+				t.Errorf("Config.%s accepted, want an error naming it", tc.field)
+				continue
+			}
+			if want := "redisstore: Config." + tc.field + " is set"; !strings.Contains(err.Error(), want) {
+				t.Errorf("Config.%s: %v, want an error containing %q", tc.field, err, want)
+			}
+		}
+		// Honoured over Redis: the window's shape, the algorithm, the key
+		// cap and per-key limits (PerKeyLimits with KeyLimit, which
+		// implies it).
+		for _, cfg := range []engine.Config{
+			{Limit: 10, Window: time.Second, SubWindows: 5, Algorithm: engine.SlidingWindowStrict},
+			{Limit: 10, Window: time.Second, Algorithm: engine.FixedWindow},
+			{Limit: 10, Window: time.Second, MaxKeyBytes: 64},
+			{Limit: 10, Window: time.Second, KeyLimit: func(string) int64 { return 0 }, PerKeyLimits: true},
+		} {
+			l, err := New(c, cfg, WithBreaker(0, 0))
+			if err != nil {
+				t.Errorf("New(%+v): %v", cfg, err)
+				continue
+			}
+			got := l.Config()
+			_ = l.Close()
+			if got.Shards != 0 || got.SweepInterval != 0 || got.MaxKeys != 0 || got.Clock != nil {
+				t.Errorf("Config() reports engine-only fields: %+v", got)
+			}
+		}
+	})
 	// "Bad input gets clear errors at New": the microsecond error ends mid-sentence.
 	t.Run("WholeSentence", func(t *testing.T) {
 		_, err := New(c, engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4})

@@ -270,10 +270,12 @@ var script = redis.NewScript(luaSource)
 // resolution), Window plus two sub-windows must be below 2^53 ns (about
 // 104 days), and with SlidingWindow Limit × sub-window width (ns) must be
 // below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
-// Limit < 9,007,199 at a 1 s sub-window). Clock, CoarseClock, Shards,
-// MaxKeys, DisableEviction and SweepInterval are ignored: time is Redis
-// TIME and keys expire by TTL. Config.MaxKeyBytes is honoured as the
-// engine honours it (see AllowN).
+// Limit < 9,007,199 at a 1 s sub-window). The fields that only the
+// in-process engine implements (MaxLogLimit, Clock, CoarseClock, Shards,
+// MaxKeys, LookupCache, DisableEviction, SweepInterval and the Audit
+// fields) are refused with an error naming the field: time is Redis TIME
+// and keys expire by TTL. Config.MaxKeyBytes is honoured as the engine
+// honours it (see AllowN).
 //
 // Config.KeyLimit gives each key its own limit, and unlike the engine's
 // (called when a key's state is created) it is called on every decision,
@@ -306,6 +308,9 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if o.hybrid && o.brSet {
 		return nil, errBreakerHybrid
 	}
+	if err := engineOnly(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Algorithm == engine.SlidingLog {
 		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound (see the README's table of what each store supports)")
 	}
@@ -316,14 +321,15 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 		return nil, errors.New("redisstore: Config.KeyLimit cannot be combined with WithHybrid: the local allowance (maxLocal) is sized against one limit; use a plain limiter for per-key limits")
 	}
 	vc := cfg
-	vc.Clock, vc.CoarseClock = nil, 0
 	vc.DisableEviction = true
 	e, err := engine.New(vc) // validation, once
 	if err != nil {
 		return nil, err
 	}
 	norm := e.Config()
-	norm.Clock, norm.CoarseClock, norm.DisableEviction = cfg.Clock, cfg.CoarseClock, cfg.DisableEviction
+	// The engine-only fields are zero, as given: Config reports no
+	// default that means nothing here.
+	norm.Shards, norm.SweepInterval, norm.DisableEviction = 0, 0, false
 	_ = e.Close()
 
 	l := &Limiter{client: client, cfg: cfg, norm: norm, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
@@ -483,9 +489,8 @@ func (l *Limiter) Close() error {
 // given to New, with the defaults engine.New fills in (SubWindows, for
 // one). The adapters read it as they read an *engine.Engine's: httplimit
 // and grpclimit take the window (w=) and the algorithm, for the bound t=
-// of an admitted response, from it. The fields New ignores (Clock,
-// CoarseClock, Shards, MaxKeys, DisableEviction, SweepInterval) are
-// returned as engine.New would hold them, and still mean nothing here.
+// of an admitted response, from it. The engine-only fields, which New
+// refuses (see New), are zero.
 func (l *Limiter) Config() engine.Config { return l.norm }
 
 // Stats returns the counters so far. Each is read separately, so they need

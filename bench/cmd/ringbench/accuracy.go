@@ -16,7 +16,9 @@ const (
 	accuracySVG = "accuracy.svg"
 )
 
-// accuracyCommand is the command the report says regenerates it.
+// accuracyCommand is the command the report says regenerates it, less
+// -quick and -out (added as given). Without -out it writes into the
+// current directory: a user's run never edits the repository's docs/.
 const accuracyCommand = "go run ./bench/cmd/ringbench -mode accuracy"
 
 // accuracyOnlyFlags apply only to -mode accuracy; loadOnlyFlags only to
@@ -76,6 +78,9 @@ func runAccuracy(o options, stdout, stderr io.Writer) int {
 	cmd := accuracyCommand
 	if o.quick {
 		cmd += " -quick"
+	}
+	if o.out != "." {
+		cmd += " -out " + o.out
 	}
 	md := res.Markdown(accuracy.CurrentMeta(cmd), accuracySVG)
 	svg := res.Figure().SVG()

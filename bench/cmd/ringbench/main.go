@@ -3,11 +3,12 @@
 // pauses and an accuracy audit against an exact sliding log (-mode load,
 // the default); or it runs the accuracy lab (-mode accuracy), which replays
 // synthetic traffic through every algorithm, compares it with an exact
-// sliding log and writes docs/accuracy.md and docs/accuracy.svg.
+// sliding log and writes accuracy.md and accuracy.svg into the current
+// directory, or -out (docs/ holds the published copy).
 //
 //	go run ./bench/cmd/ringbench                      # 100,000 tenants, 10 s
 //	go run ./bench/cmd/ringbench -duration 2s -json   # one JSON object on stdout
-//	go run ./bench/cmd/ringbench -mode accuracy       # regenerates docs/accuracy.{md,svg}
+//	go run ./bench/cmd/ringbench -mode accuracy -out docs   # regenerates docs/accuracy.{md,svg}
 //
 // Progress goes to stderr once a second; the report goes to stdout. Exit
 // status: 0 after a run (Ctrl-C ends it early and still reports), 1 on a
@@ -96,7 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.sample, "sample", 64, fmt.Sprintf("tenants audited against an exact sliding log, 0 … %d (at most -tenants)", maxSample))
 	fs.Float64Var(&o.liveAudit, "live-audit", 0.001, "share of tenants the engine's self-audit (Config.Audit) shadows, 0 (off) or in (0, 1]; ringbench audits the same tenants offline and reports both")
 	fs.StringVar(&o.mode, "mode", "load", "load (the multi-tenant load run) or accuracy (the accuracy lab: writes accuracy.md and accuracy.svg to -out)")
-	fs.StringVar(&o.out, "out", "docs", "accuracy mode: the directory for accuracy.md and accuracy.svg")
+	fs.StringVar(&o.out, "out", ".", "accuracy mode: the directory for accuracy.md and accuracy.svg (docs to regenerate the repository's copy)")
 	fs.Int64Var(&o.limit, "limit", 100, fmt.Sprintf("accuracy mode: the limit L per window, 1 … %d", accuracy.MaxLimit))
 	fs.BoolVar(&o.quick, "quick", false, "accuracy mode: short patterns and few keys (the same worst cases, less statistics), for tests and CI")
 	if err := fs.Parse(args); err != nil {
