@@ -25,8 +25,7 @@ type goneTally struct {
 }
 
 // breakerAnswer reports whether err is the breaker's (or the hybrid failure
-// state's) answer: a policy answer for a backend found failing, which may
-// name a caller's deadline among its causes.
+// state's) answer: a policy answer for a backend found failing.
 func breakerAnswer(err error) bool {
 	var te *tripError
 	return errors.As(err, &te) || strings.Contains(err.Error(), "breaker is open")
@@ -205,3 +204,4 @@ func TestCallerGoneAndBackendFailureApart(t *testing.T) {
 		t.Fatalf("stats %+v, OnError %d", st, hook.n.Load())
 	}
 }
+

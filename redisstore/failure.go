@@ -10,44 +10,72 @@ import (
 )
 
 // ErrUnavailable is wrapped by the error AllowN returns with a decision
-// made by the failure policy rather than by Redis: Redis could not be asked
-// (a connection error, a timeout of the client's own, a script error), or
-// the breaker is open (WithBreaker), or a hybrid limiter is in its failure
-// state. The error wraps the cause too. Close wraps it when units could
-// not be recorded. It is never wrapped by the error of a call whose
-// caller's context ended first: that wraps the context's error instead
-// (see AllowN).
+// made by the failure policy rather than by Redis: Redis is down (an error
+// reply, a refused connection, a silence confirmed; see WithBreaker), the
+// breaker is open, or a hybrid limiter is in its failure state. The error
+// wraps the backend's cause too, and never a context's error. Close wraps
+// it when units could not be recorded. It is never wrapped by the error of
+// a call whose caller's context ended first: that wraps the context's
+// error instead (see AllowN).
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
+
+// ErrNoReply is wrapped by the error AllowN returns when its round trip
+// got no answer (the client's own timeout, a connection lost mid-call)
+// while Redis answers others, as a confirmation showed: the process was
+// short of CPU, a connection was killed, or the client's timeouts are
+// shorter than Redis's replies. Redis is not down, so no failure policy
+// decides: nothing is admitted, and Redis may have counted the call.
+var ErrNoReply = errors.New("redisstore: no reply to this call, though Redis answers: nothing admitted (Redis may have counted the call)")
 
 // unavailable wraps cause as a policy answer's error.
 func unavailable(key string, cause error) error {
-	return fmt.Errorf("%w (key %q): %w", ErrUnavailable, key, cause)
+	return fmt.Errorf("%w (key %q): %w", ErrUnavailable, key, backendCause(cause))
 }
 
-// fail judges a decision's failed round trip for the breaker (opening the
-// plain mode's breaker if the failure says so) and answers the caller. It
-// is the one place a failed decision becomes an answer:
+// fail judges a decision's failed round trip for the breaker (judge, or
+// the sender did) and answers the caller. It is the one place a failed
+// decision becomes an answer:
 //
 //   - the caller's context has ended (it went away, or its deadline
-//     passed): nobody waits for a policy answer, and admitting one would
-//     let a caller buy an admission with its own cancel. The answer is
-//     gone's: nothing admitted, whatever the policy.
-//   - else Redis failed: the failure is counted and reported, and the
-//     failure policy answers.
+//     passed), before or while the verdict was pending: nobody waits for
+//     a policy answer, and admitting one would let a caller buy an
+//     admission with its own cancel. The answer is gone's: nothing
+//     admitted, whatever the policy.
+//   - Redis is down (a proof, a confirmed silence, an open breaker) or
+//     refused this key (WRONGTYPE): the failure is counted and reported,
+//     and the failure policy answers.
+//   - Redis answers (the confirmation found it alive): the failure is
+//     counted and reported, and the answer is ErrNoReply's: nothing
+//     admitted, no policy. A busy process is not an outage.
 //
-// The breaker judges the failure the same way in both cases (tripOn): a
-// stall seen through callers' deadlines still opens it.
+// The breaker judges the failure the same way whether or not the caller
+// still waits: a stall seen through callers' deadlines still opens it.
 func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
+	var v *verdict
 	var judged *judgedError
 	if errors.As(err, &judged) {
-		err = judged.err // the sender judged it for the breaker already
+		err, v = judged.err, judged.v // the sender judged it already
 	} else {
-		l.tripOn(ctx, key, err)
+		v = l.judge(ctx, key, err)
 	}
 	if cerr := ctxDone(ctx); cerr != nil {
 		return l.gone(key, limit, cerr, err)
 	}
+	down := keyError(err) || classify(err) == proof
+	if !down && v != nil {
+		cause, ok := v.wait(ctx.Done())
+		if !ok {
+			return l.gone(key, limit, ctx.Err(), err)
+		}
+		down = cause != nil
+	}
 	l.failures.Add(1)
+	if !down {
+		e := fmt.Errorf("%w (key %q): %w", ErrNoReply, key, backendCause(err))
+		l.report(e)
+		l.noReply.Add(1)
+		return engine.Decision{Limit: limit}, e
+	}
 	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
 	l.fallbacks.Add(1)
 	return l.policy(key, n, limit), unavailable(key, err)
@@ -67,7 +95,7 @@ func (l *Limiter) gone(key string, limit int64, cerr, cause error) (engine.Decis
 	if cause == nil {
 		return engine.Decision{Limit: limit}, cerr
 	}
-	if provesDown(cause) {
+	if classify(cause) == proof {
 		l.failures.Add(1)
 		l.report(fmt.Errorf("redisstore: key %q: %w", key, cause))
 	}

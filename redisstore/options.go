@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// Policy is what AllowN decides when Redis cannot be asked (a connection
-// error, a timeout of the client's own, a stall, a script error). AllowN
-// returns the policy's Decision together with an error wrapping
-// ErrUnavailable, so that a policy answer is never mistaken for Redis's.
+// Policy is what AllowN decides when Redis is down (an error reply, a
+// refused connection, a silence confirmed by the process's own clock; see
+// WithBreaker). AllowN returns the policy's Decision together with an
+// error wrapping ErrUnavailable, so that a policy answer is never
+// mistaken for Redis's.
 //
 // A policy answers for the backend, never for the caller: a call whose
 // caller's context ends before Redis answers (a client that went away, a

@@ -58,24 +58,25 @@ type Limiter struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// The plain mode's breakers (plainbreaker.go): bg is nil without them;
-	// br is the one breaker, or with a ClusterClient nodes holds one per
-	// master address, made under nodeMu.
+	// The plain mode's breakers (plainbreaker.go): br is the one breaker,
+	// or with a ClusterClient nodes holds one per master address, made
+	// under nodeMu. The hybrid mode's is hyb.br.
 	br        *plainBreaker
 	cluster   *redis.ClusterClient
 	nodes     sync.Map     // string → *plainBreaker
 	nodeCount atomic.Int32 // breakers in nodes
 	nodeMu    sync.Mutex
-	bg        context.Context // a probe's parent, cancelled by Close
+	bg        context.Context // a probe's or a confirmation's parent, cancelled by Close
 	bgCancel  context.CancelFunc
-	born      time.Time    // the origin of since()
-	pending   atomic.Int64 // since()+1 at the first round trip sent after the last reply; 0: none (see stalled)
-	closed    atomic.Bool  // Close was called: the breakers are off
+	born      time.Time     // the origin of since()
+	pending   atomic.Int64  // since()+1 at the first round trip sent after the last reply; 0: none (see stalled)
+	replies   atomic.Uint64 // round trips that got a reply (see answered)
+	closed    atomic.Bool   // Close was called: the breakers are off
 
 	evict evictionCheck // maxmemory-policy (eviction.go)
 
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
-	callerGone                                                    atomic.Uint64
+	callerGone, noReply                                           atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
 }
 
@@ -145,6 +146,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 
 	l := &Limiter{client: client, cfg: cfg, norm: norm, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
 	l.evict.ctx, l.evict.cancel = context.WithCancel(context.Background())
+	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	n := cfg.SubWindows
 	if n == 0 {
 		n = engine.DefaultSubWindows
@@ -192,7 +194,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 			_ = l.Close()
 			return nil, err
 		}
-	} else if o.brMax > 0 {
+	} else {
 		l.startBreaker()
 	}
 	if unboundedReads(client) {
@@ -253,9 +255,8 @@ func (l *Limiter) checkBounds() error {
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.stopChecks()
-		if l.bg != nil {
-			l.stopBreakers()
-		}
+		l.bgCancel()
+		l.stopBreakers()
 		if l.hyb != nil {
 			l.closeErr = l.hyb.close()
 		}
@@ -300,14 +301,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // ReasonNever, as from the engine, but Remaining is 0 because the key's
 // count was not read (the engine reports the key's real remaining).
 //
-// When Redis cannot be asked (see Policy), the failure is counted in
+// When Redis is down (see Policy), the failure is counted in
 // Stats().Failures and passed to the OnError hook, and AllowN returns the
 // failure policy's Decision with a non-nil error that wraps ErrUnavailable
-// and the cause: test it with errors.Is(err, ErrUnavailable), and treat the
-// Decision as the policy's (FailClosed: denied; FailOpen: admitted;
-// FallbackLocal: the local engine's). While the breaker is open (see
-// WithBreaker, on by default), and while a hybrid limiter is in its failure
-// state, AllowN answers the same way at once, without a round trip.
+// and the cause (never a context's error): test it with errors.Is(err,
+// ErrUnavailable), and treat the Decision as the policy's (FailClosed:
+// denied; FailOpen: admitted; FallbackLocal: the local engine's). While
+// the breaker is open (see WithBreaker, on by default), and while a hybrid
+// limiter is in its failure state, AllowN answers the same way at once,
+// without a round trip. A round trip that got no answer while Redis
+// answers others (the process was short of CPU, a connection was killed)
+// is no outage: the error wraps ErrNoReply, and nothing is admitted.
 //
 // A caller whose context ends before Redis answers is never admitted,
 // under any policy: nobody waits for the answer, and a policy that
@@ -322,9 +326,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // after ctx ended. If Redis's reply and the end of ctx come together, the
 // reply is used: it is the truth, and counted. The breaker still judges
 // such a failed round trip as described at WithBreaker (a stall seen
-// through callers' deadlines opens it), and a caller whose context is
-// live still gets the policy's answer when the client's own timeout ends
-// the round trip or the breaker is open.
+// through callers' deadlines raises a suspicion).
 //
 // AllowN returns by ctx's deadline (plus the scheduling delay), whatever
 // the client's options: when ctx has a deadline and the client does not

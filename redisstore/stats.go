@@ -1,7 +1,8 @@
 package redisstore
 
 // Stats counts a Limiter's outcomes. Each decision is counted in exactly
-// one of RedisDecisions, LocalDecisions, FallbackDecisions and CallerGone,
+// one of RedisDecisions, LocalDecisions, FallbackDecisions, CallerGone and
+// NoReply,
 // except a request refused without a round trip (n < 0, n above the key's
 // limit, a refused KeyLimit answer, a key longer than Config.MaxKeyBytes),
 // which is in none.
@@ -25,6 +26,12 @@ type Stats struct {
 	// caller's doing, not Redis's failures: they are not in Failures and
 	// do not call the OnError hook (but see WithOnError).
 	CallerGone uint64
+	// NoReply: calls answered with nothing admitted because their round
+	// trip got no answer while Redis answered others (a timeout of the
+	// client's own on a process short of CPU, a connection killed
+	// mid-call), each returned with an error wrapping ErrNoReply. Each is
+	// in Failures too.
+	NoReply uint64
 	// Failures: round trips to Redis that failed, each passed to the
 	// OnError hook once: a decision's script call, a breaker probe, a
 	// hybrid flush, probe or last flush at Close (one per flush, however
@@ -61,6 +68,7 @@ func (l *Limiter) Stats() Stats {
 		LocalDecisions:    l.localDecisions.Load(),
 		FallbackDecisions: l.fallbacks.Load(),
 		CallerGone:        l.callerGone.Load(),
+		NoReply:           l.noReply.Load(),
 		Failures:          l.failures.Load(),
 		NoScript:          l.noscript.Load(),
 		Flushes:           l.flushes.Load(),
