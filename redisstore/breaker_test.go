@@ -294,3 +294,24 @@ func TestBreakerWhatTrips(t *testing.T) {
 	}
 }
 
+// A policy answer's error never wraps a context's error (README "The
+// failure policy"): the breaker's, whatever its cause, and a probe's.
+func TestTripErrorWrapsNoContextError(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: context.DeadlineExceeded} // as net's dial timeout: it matches DeadlineExceeded
+	for _, cause := range []error{dial, fmt.Errorf("batch: %w", context.Canceled), context.DeadlineExceeded} {
+		b := newBreaker(func(<-chan struct{}) error { return cause }, time.Millisecond, time.Millisecond, true)
+		b.trip(cause)
+		errs := []error{b.err()}
+		b.probeOnce()
+		errs = append(errs, b.err(), newTripError(cause))
+		for _, err := range errs {
+			if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				t.Errorf("cause %v: the answer's error %v matches a context's error, or not ErrUnavailable", cause, err)
+			}
+			if !strings.Contains(err.Error(), cause.Error()) {
+				t.Errorf("the answer's error %q lost its cause's text %q", err, cause)
+			}
+		}
+		b.stop()
+	}
+}
