@@ -304,11 +304,12 @@ func TestHeldCallsNeverSent(t *testing.T) {
 // A stalled server and callers whose contexts have no deadline but are
 // cancelled after 50 ms (HTTP requests whose clients give up). Documented:
 // the cancellation returns with the round trip (bounded by ReadTimeout,
-// 300 ms here), and a timeout of the client's own opens the breaker. A
-// queued no-deadline caller returns at its cancellation, "counted nothing".
-// The bounds asserted are hang bounds: a caller that waited for the server
-// would wait out the whole 1.5 s stall, and a breaker that never opened
-// would answer nobody during it; the measured figures are logged.
+// 300 ms here), and a timeout of the client's own is a suspicion whose
+// confirmation opens the breaker. A queued no-deadline caller returns at
+// its cancellation, "counted nothing". The stall lasts until the breaker
+// answers, and at least 3 s: a caller that waited for the server would
+// wait out most of it, so the bound on the slowest caller (1.5 s) is a
+// hang bound; the measured figures are logged.
 func TestStallCancelledCallersReturnAndOpenBreaker(t *testing.T) {
 	s := redistest.Start(t)
 	c := stallClient(t, s) // ReadTimeout 300 ms, no retries
@@ -356,28 +357,23 @@ func TestStallCancelledCallersReturnAndOpenBreaker(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	waitUntil(t, "an answer by the open breaker", func() bool { return firstOpen.Load() != 0 }, func() any { return l.Stats() })
+	time.Sleep(max(0, 3*time.Second-time.Since(stallAt)))
 	close(stop)
 	wg.Wait()
 	st := l.Stats()
 	resume()
 	t.Logf("first breaker answer %v after the stall", time.Duration(firstOpen.Load()))
-	if fo := time.Duration(firstOpen.Load()); fo == 0 {
-		t.Errorf("the breaker answered nobody during a 1.5 s stall (ReadTimeout 300 ms): the client's own timeouts of cancelled callers did not open it")
-	}
 	t.Logf("slowest %v, abandoned %d, other %d, stats %+v, hook %d", time.Duration(slowest.Load()), notCounted.Load(), other.Load(), st, hook.n.Load())
 	if time.Duration(slowest.Load()) >= 1500*time.Millisecond {
 		t.Errorf("a cancelled no-deadline caller took %v, the whole stall (ReadTimeout 300 ms)", time.Duration(slowest.Load()))
-	}
-	if st.BreakerOpens == 0 {
-		t.Errorf("1.5 s of stall, %d round trips timed out by the client's own ReadTimeout (Failures %d), breaker never opened", st.Failures, st.Failures)
 	}
 }
 
 // A real stall with callers that all have short deadlines and a client
 // whose ReadTimeout is long (go-redis's default-like 3 s): the breaker must
-// open (no round trip succeeds), so that decisions stop waiting out their
-// deadlines.
+// open while the stall lasts (no round trip succeeds; the test waits for
+// it, and logs when), so that decisions stop waiting out their deadlines.
 func TestStallDeadlineCallersOpenBreaker(t *testing.T) {
 	s := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 64, ReadTimeout: 3 * time.Second})
@@ -406,26 +402,26 @@ func TestStallDeadlineCallersOpenBreaker(t *testing.T) {
 		})
 	}
 	time.Sleep(200 * time.Millisecond)
-	s.Signal(syscall.SIGSTOP)
+	resume := stall(t, s)
+	began := time.Now()
 	stalled.Store(true)
-	time.Sleep(1200 * time.Millisecond)
+	waitUntil(t, "the breaker to open during the stall", func() bool { return l.br.err() != nil }, func() any { return l.Stats() })
+	opened := time.Since(began)
 	st := l.Stats()
 	close(stop)
 	wg.Wait()
-	s.Signal(syscall.SIGCONT)
-	t.Logf("stats during stall %+v; decisions that waited > 10 ms during the stall: %d", st, slow.Load())
-	if st.BreakerOpens == 0 {
-		t.Errorf("a 1.2 s stall with only deadline callers never opened the breaker: %d decisions waited out their deadline", slow.Load())
-	}
+	resume()
+	t.Logf("open %v after the stall; stats %+v; decisions that waited > 10 ms during the stall: %d", opened.Round(time.Millisecond), st, slow.Load())
 }
 
 // A real SIGSTOP stall with mixed callers: two callers with no deadline
 // (their own round trips, holding the two sender slots until ReadTimeout,
 // 3 s here) and eight callers with 20 ms deadlines. README: the breaker
 // opens "at the first caller's deadline that passes once round trips have
-// gone unanswered for 100 ms". Promised: open within a few hundred ms of
-// the stall (asserted: open, and answering without a round trip, during
-// the 1.2 s stall; the delay is logged), every decision counted once.
+// gone unanswered for 100 ms", a suspicion, and its confirmation. Promised:
+// open within a few hundred ms of the stall (asserted: open, and answering
+// without a round trip, while the stall lasts; the test waits for it, and
+// logs the delay), every decision counted once.
 func TestStallMixedCallersOpenBreaker(t *testing.T) {
 	s := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 3 * time.Second, PoolSize: 64})
@@ -464,16 +460,16 @@ func TestStallMixedCallersOpenBreaker(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	stalled.Store(time.Now().UnixNano())
-	s.Signal(syscall.SIGSTOP)
-	time.Sleep(1200 * time.Millisecond)
+	resume := stall(t, s)
+	waitUntil(t, "an answer by the open breaker during the stall", func() bool { return quickOpen.Load() != 0 }, func() any { return l.Stats() })
 	st := l.Stats()
 	opened := quickOpen.Load()
-	s.Signal(syscall.SIGCONT)
+	resume()
 	close(stop)
 	wg.Wait()
-	t.Logf("stats at 1.2 s into the stall: %+v", st)
-	if st.BreakerOpens == 0 || opened == 0 {
-		t.Fatalf("breaker not open 1.2 s into a SIGSTOP stall with mixed callers (BreakerOpens %d)", st.BreakerOpens)
+	t.Logf("stats when the breaker answered: %+v", st)
+	if st.BreakerOpens == 0 {
+		t.Fatalf("a breaker answer, but no opening counted: %+v", st)
 	}
 	// The stall is over: the held reads come back, and the prober closes
 	// the breaker; then every counter has settled.
