@@ -92,7 +92,8 @@ func startProcessTime() *processTime {
 			select {
 			case <-pt.stop:
 				return
-			case now := <-tick.C:
+			case <-tick.C:
+				now := time.Now()
 				pt.credited.Add(int64(min(now.Sub(last), 2*confirmTick)))
 				last = now
 			}

@@ -120,7 +120,8 @@ func (b *breaker) confirm(v *verdict) {
 			default: // a timeout, a lost connection: send another on the next tick (one that fails at once must not spin)
 				resend = true
 			}
-		case now := <-tick.C:
+		case <-tick.C:
+			now := time.Now() // when this goroutine runs, not when the tick was due
 			credited += min(now.Sub(last), 2*confirmTick)
 			last = now
 			if resend {
