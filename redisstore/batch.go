@@ -74,9 +74,13 @@ type batcher struct {
 }
 
 // judgedError is a failed round trip's error once the sender has judged it
-// for the breaker (tripOn), before the next round trip could start, so
-// that fail does not judge it again.
-type judgedError struct{ err error }
+// for the breaker (judge), before the next round trip could start, so
+// that fail does not judge it again; v is the verdict to wait for (nil:
+// none).
+type judgedError struct {
+	err error
+	v   *verdict
+}
 
 func (j *judgedError) Error() string { return j.err.Error() }
 func (j *judgedError) Unwrap() error { return j.err }
@@ -122,21 +126,23 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 		b.senders++
 		b.mu.Unlock()
 		b.rounds.Add(1)
-		slot, span := b.begin()
+		slot := b.begin()
 		d, at, err := b.l.evalOne(ctx, b.l.client, key, n, limit, reserve)
-		if err != nil && ctxOnly(err) {
-			b.l.notSent(span)
-		}
-		if err != nil {
-			// Judge the failure for the breaker before the slot passes
-			// on, so that calls queued behind this one are held, not
-			// sent into the outage (see send).
-			b.l.tripOn(ctx, key, err)
-			err = &judgedError{mayHaveCounted(ctx, err)}
-		} else {
+		if err == nil {
 			b.l.answered()
 		}
 		b.end(slot)
+		if err != nil {
+			// Judge the failure, and wait for the verdict, before the
+			// slot passes on, so that calls queued behind this one are
+			// held if Redis is down, not sent into the outage (see
+			// send).
+			v := b.l.judge(ctx, key, err)
+			err = &judgedError{mayHaveCounted(ctx, err), v}
+			if v != nil {
+				v.wait(ctx.Done())
+			}
+		}
 		b.handOn()
 		return d, at, err
 	}
@@ -224,17 +230,16 @@ func (b *batcher) release() {
 
 // begin records that a round trip is being sent, in a free slot of
 // inflight (there is one: a round trip runs only in one of the maxSenders
-// sender slots), and returns the slot, −1 if none was free, and the span
-// of unanswered round trips it started (see Limiter.sending).
-func (b *batcher) begin() (slot int, span int64) {
-	span = b.l.sending()
+// sender slots), and returns the slot, −1 if none was free.
+func (b *batcher) begin() int {
+	b.l.sending()
 	t := b.l.since() + 1
 	for i := range b.inflight {
 		if b.inflight[i].CompareAndSwap(0, t) {
-			return i, span
+			return i
 		}
 	}
-	return -1, span
+	return -1
 }
 
 // end records that the round trip begun in slot came back.
@@ -310,21 +315,20 @@ func (b *batcher) send(batch []*call) {
 	}
 	l := b.l
 	b.rounds.Add(1)
-	slot, span := b.begin()
-	defer b.end(slot)
+	slot := b.begin()
 	if len(live) == 1 {
 		c := live[0]
 		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
-		if err != nil && ctxOnly(err) {
-			l.notSent(span)
-		}
+		b.end(slot)
+		var v *verdict
 		if err != nil {
-			l.tripOn(ctx, c.key, err)
-			err = &judgedError{mayHaveCounted(ctx, err)}
+			v = l.judge(ctx, c.key, err)
+			err = &judgedError{mayHaveCounted(ctx, err), v}
 		} else {
 			l.answered() // also when its caller has given up: Redis answers
 		}
 		c.done <- result{d, at, err}
+		b.await(v)
 		return
 	}
 	b.piped.Add(1)
@@ -363,27 +367,38 @@ func (b *batcher) send(batch []*call) {
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	allCtx := true
+	b.end(slot)
 	for _, cmd := range cmds {
 		if cmd.Err() == nil {
 			l.answered() // before the failures are judged: Redis answers
-			allCtx = false
 			break
 		}
-		allCtx = allCtx && ctxOnly(cmd.Err())
 	}
-	if allCtx {
-		l.notSent(span)
-	}
+	var verdicts []*verdict
 	for i, c := range live {
 		res, err := cmds[i].Result()
 		var r result
 		if err != nil {
-			l.tripOn(ctx, c.key, err)
-			r.err = &judgedError{mayHaveCounted(ctx, err)}
+			v := l.judge(ctx, c.key, err)
+			if v != nil && (len(verdicts) == 0 || verdicts[len(verdicts)-1] != v) {
+				verdicts = append(verdicts, v)
+			}
+			r.err = &judgedError{mayHaveCounted(ctx, err), v}
 		} else {
 			r.d, r.at, r.err = parse(res, c.limit)
 		}
 		c.done <- r
+	}
+	for _, v := range verdicts {
+		b.await(v)
+	}
+}
+
+// await holds a sender's slot until v, if any, is final (or Close), so
+// that the calls queued behind a failed round trip are held if Redis is
+// down rather than sent into the outage, and sent if it answers.
+func (b *batcher) await(v *verdict) {
+	if v != nil {
+		v.wait(b.l.bg.Done())
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,9 +175,17 @@ func TestPlainBreakerSteps(t *testing.T) {
 	}
 }
 
-// Failures that must not open the breaker: WRONGTYPE at one key, and the
-// caller's own cancellation during the call. A caller's deadline opens it
-// only when no round trip succeeded while that call was in flight.
+// What a failed round trip shows (liveness.go), judged step by step on a
+// healthy server behind a proxy: WRONGTYPE, a call never sent and a
+// caller's cancellation on which go-redis gave up show nothing (a call
+// never sent once opened the breaker: never again, since at most its
+// deadline raises a suspicion that a confirmation judges); an error
+// reply or a refused connection opens the breaker at once, whatever the
+// caller's context; a caller's deadline is a suspicion only when round
+// trips have gone unanswered for suspectAfter; a suspicion, and a timeout
+// of the client's own, start a confirmation, and on a server that answers
+// (within confirmBudget, here 50 ms late) its verdict is that Redis is up:
+// the breaker stays closed.
 func TestBreakerWhatTrips(t *testing.T) {
 	s := redistest.Start(t)
 	p := startProxy(t, s.Addr())
@@ -191,33 +202,43 @@ func TestBreakerWhatTrips(t *testing.T) {
 		t.Fatalf("WRONGTYPE opened the breaker: %+v", st)
 	}
 
-	p.delay.Store(int64(200 * time.Millisecond))
-	// A cancellation (go-redis notices it only while dialing, waiting for
-	// a connection or backing off; the fail path is the same) never opens
-	// it, even with round trips unanswered for long. The deadline rule,
-	// at its edge: round trips unanswered for less than deadlineGrace keep
-	// it closed; for deadlineGrace, it opens.
+	p.delay.Store(int64(50 * time.Millisecond))
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	timeout := fmt.Errorf("i/o timeout: %w", context.DeadlineExceeded)
-	g := int64(deadlineGrace)
-	l.pending.Store(1) // unanswered since the limiter began
-	l.tripOn(cctx, "k", context.Canceled)
-	l.tripOn(cctx, "k", timeout)
-	l.tripOn(cctx, "k", fmt.Errorf("%w: %w", errAbandoned, context.Canceled)) // never sent, cancelled
-	if st := l.Stats(); st.BreakerOpens != 0 || l.br.err() != nil {
-		t.Fatalf("a caller's cancellation opened the breaker: %+v", st)
+	dctx, dcancel := context.WithTimeout(ctx, time.Nanosecond)
+	defer dcancel()
+	<-dctx.Done()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded} // a timeout of the client's own
+	g := int64(suspectAfter)
+	nothing := func(what string, cx context.Context, err error) {
+		t.Helper()
+		if v := l.judge(cx, "k", err); v != nil || l.br.conf != nil || l.br.err() != nil {
+			t.Fatalf("%s: judged as evidence against Redis (verdict %v, breaker %v)", what, v, l.br.err())
+		}
 	}
-	// Unless the error shows Redis failing whatever the context: a
-	// refused connection, an error reply.
+	l.pending.Store(1) // unanswered since the limiter began
+	nothing("a cancellation go-redis gave up on", cctx, context.Canceled)
+	nothing("a call never sent", cctx, fmt.Errorf("%w: %w", errAbandoned, context.Canceled))
+	nothing("a call never sent, its deadline passed", dctx, fmt.Errorf("%w: %w", errAbandoned, context.DeadlineExceeded))
+	l.pending.Store(l.since() + 1 - g + int64(time.Millisecond)) // unanswered for just under suspectAfter
+	nothing("a deadline, round trips unanswered for less than suspectAfter", dctx, context.DeadlineExceeded)
+	nothing("a stale deadline, the same", staleDeadline{ctx}, fmt.Errorf("i/o timeout: %w", context.DeadlineExceeded))
+	if st := l.Stats(); st.BreakerOpens != 0 {
+		t.Fatalf("%+v", st)
+	}
+
+	// Proofs open it at once, whatever the caller's context.
 	reply := c.Do(ctx, "NOSUCHCOMMAND").Err() // an error reply
 	if reply == nil {
 		t.Fatal("no error reply")
 	}
 	for _, err := range []error{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), reply} {
-		l.tripOn(cctx, "k", err)
-		if l.br.err() == nil {
+		v := l.judge(cctx, "k", err)
+		if v == nil || l.br.err() == nil {
 			t.Fatalf("%v with a cancelled context did not open the breaker", err)
+		}
+		if down, ok := v.wait(nil); !ok || down == nil {
+			t.Fatalf("%v: the verdict is not an outage: %v", err, down)
 		}
 		if !l.br.probeOnce() {
 			t.Fatal("the probe did not close the breaker")
@@ -226,41 +247,71 @@ func TestBreakerWhatTrips(t *testing.T) {
 	if l.pending.Load() != 0 {
 		t.Fatal("the probes' replies did not end the unanswered span")
 	}
-	dctx, dcancel := context.WithTimeout(ctx, time.Nanosecond)
-	defer dcancel()
-	<-dctx.Done()
-	l.tripOn(dctx, "k", timeout)
-	if l.br.err() != nil {
-		t.Fatal("a deadline opened the breaker with no round trip unanswered")
+
+	// Suspicions start a confirmation, which finds Redis up: a deadline
+	// with round trips unanswered for suspectAfter, and a timeout of the
+	// client's own with the caller still waiting.
+	for _, tc := range []struct {
+		what string
+		cx   context.Context
+		err  error
+	}{
+		{"a deadline, round trips unanswered for suspectAfter", dctx, context.DeadlineExceeded},
+		{"a timeout of the client's own", ctx, timeout},
+		{"a cancelled caller's round trip, then the client's own timeout", cctx, timeout},
+		{"a connection lost mid-call", ctx, io.EOF},
+		{"a call never sent, its deadline passed while round trips went unanswered", dctx, fmt.Errorf("%w: %w", errAbandoned, context.DeadlineExceeded)},
+	} {
+		l.pending.Store(l.since() + 1 - g)
+		v := l.judge(tc.cx, "k", tc.err)
+		if v == nil {
+			t.Fatalf("%s: not a suspicion", tc.what)
+		}
+		if down, ok := v.wait(nil); !ok || down != nil || l.br.err() != nil {
+			t.Fatalf("%s: the confirmation found a server that answers (50 ms late) down: %v", tc.what, down)
+		}
 	}
-	l.pending.Store(l.since() + 1 - g + int64(time.Millisecond)) // unanswered for just under deadlineGrace
-	l.tripOn(dctx, "k", timeout)
-	l.tripOn(staleDeadline{ctx}, "k", timeout)
-	if l.br.err() != nil {
-		t.Fatal("a deadline opened the breaker with round trips unanswered for less than deadlineGrace")
-	}
-	l.pending.Store(l.since() + 1 - g)
-	l.tripOn(dctx, "k", timeout)
-	if l.br.err() == nil {
-		t.Fatal("a deadline with round trips unanswered for deadlineGrace did not open the breaker")
-	}
-	if !l.br.probeOnce() {
-		t.Fatal("the probe (200 ms behind the proxy, within its 500 ms) did not close the breaker")
+	if st := l.Stats(); st.BreakerOpens != 2 {
+		t.Fatalf("only the two proofs open the breaker: %+v", st)
 	}
 
-	// For real: every reply held 200 ms, a 20 ms deadline, and round
-	// trips unanswered for twice deadlineGrace (set so, rather than
-	// waited for): it opens.
-	opens := l.Stats().BreakerOpens
+	// For real: every reply held 50 ms, a caller with a 20 ms deadline,
+	// and round trips unanswered for twice suspectAfter (set so, rather
+	// than waited for): the caller is answered as gone (its deadline
+	// passed first), the round trip is a suspicion, and Redis answers
+	// the confirmation: nothing opens.
 	l.pending.Store(l.since() + 1 - 2*g)
 	tctx, tcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer tcancel()
-	// The caller is answered as gone (its deadline passed first); the
-	// breaker still judges the round trip: a stall.
 	if d, err := l.AllowN(tctx, "k", 1); d.Allowed || errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("deadline: %+v, %v", d, err)
 	}
-	if st := l.Stats(); st.BreakerOpens != opens+1 || l.br.err() == nil {
-		t.Fatalf("a stalled reply past the deadline did not open the breaker: %+v", st)
+	if v := l.br.suspect(); v != nil {
+		v.wait(nil)
+	}
+	if st := l.Stats(); st.BreakerOpens != 2 || l.br.err() != nil {
+		t.Fatalf("a reply 50 ms late opened the breaker: %+v", st)
+	}
+}
+
+// A policy answer's error never wraps a context's error (README "The
+// failure policy"): the breaker's, whatever its cause, and a probe's.
+func TestTripErrorWrapsNoContextError(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: context.DeadlineExceeded} // as net's dial timeout: it matches DeadlineExceeded
+	for _, cause := range []error{dial, fmt.Errorf("batch: %w", context.Canceled), context.DeadlineExceeded} {
+		b := newBreaker(func(<-chan struct{}) error { return cause }, time.Millisecond, time.Millisecond, true)
+		b.trip(cause)
+		errs := []error{b.err()}
+		b.probeOnce()
+		errs = append(errs, b.err(), newTripError(cause))
+		for _, err := range errs {
+			if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				t.Errorf("cause %v: the answer's error %v matches a context's error, or not ErrUnavailable", cause, err)
+			}
+			if !strings.Contains(err.Error(), cause.Error()) {
+				t.Errorf("the answer's error %q lost its cause's text %q", err, cause)
+			}
+		}
+		b.stop()
 	}
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +26,7 @@ type goneTally struct {
 }
 
 // breakerAnswer reports whether err is the breaker's (or the hybrid failure
-// state's) answer: a policy answer for a backend found failing, which may
-// name a caller's deadline among its causes.
+// state's) answer: a policy answer for a backend found failing.
 func breakerAnswer(err error) bool {
 	var te *tripError
 	return errors.As(err, &te) || strings.Contains(err.Error(), "breaker is open")
@@ -225,5 +225,46 @@ func TestMayHaveCountedJudgesAPassedDeadline(t *testing.T) {
 		if errors.Is(got, errNotAnswered) != c.want || !errors.Is(got, c.err) {
 			t.Errorf("%s: %v; want errNotAnswered %v, wrapping %v", c.name, got, c.want, c.err)
 		}
+	}
+}
+
+// A policy answer wraps ErrUnavailable and the backend's cause, never a
+// context's error: code that tests errors.Is(err, context.DeadlineExceeded)
+// before ErrUnavailable would take it for its own deadline. A path whose
+// dials time out (a dialer that never connects: go-redis's dial timeout
+// error matches context.DeadlineExceeded, as net's does) under FailOpen,
+// with the breaker on and off: every answer wrapping ErrUnavailable,
+// the first decision's, the open breaker's and a probe's, must match no
+// context error. Before, the breaker kept its trip cause, and 80,018
+// admitted FailOpen answers of one run matched context.DeadlineExceeded.
+func TestPolicyAnswerWrapsNoContextError(t *testing.T) {
+	for _, tc := range []struct {
+		br    Option
+		calls int // without the breaker each waits for a confirmation
+	}{{WithBreaker(time.Millisecond, 5*time.Millisecond), 40}, {WithBreaker(0, 0), 5}} {
+		c := redis.NewClient(&redis.Options{
+			Addr: "blackhole.invalid:6379", MaxRetries: -1, DialerRetries: 1, DialTimeout: 20 * time.Millisecond,
+			Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				<-ctx.Done() // a path that drops every SYN
+				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
+			},
+		})
+		l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute}, WithPolicy(FailOpen), tc.br)
+		var answers int
+		for i := 0; i < tc.calls; i++ {
+			d, err := l.AllowN(ctx, "k", 1)
+			if !errors.Is(err, ErrUnavailable) || !d.Allowed {
+				t.Fatalf("call %d: want FailOpen's answer: %+v %v", i, d, err)
+			}
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				t.Fatalf("call %d: a policy answer matches a context's error: %v", i, err)
+			}
+			answers++
+			time.Sleep(time.Millisecond) // let the prober try
+		}
+		st := l.Stats()
+		t.Logf("%d answers; %+v", answers, st)
+		_ = l.Close()
+		_ = c.Close()
 	}
 }

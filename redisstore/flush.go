@@ -79,7 +79,15 @@ func (h *hybrid) flush(start time.Time) {
 		}
 		l.failures.Add(1)
 		l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed: %w", failed+bad, len(items), err))
-		h.fail(err)
+		// A proof opens the failure state; anything else (its deadline
+		// passed, a lost connection) is a suspicion: the batches stay
+		// unconfirmed, the next flush sends them again, and only a
+		// confirmed silence opens it (liveness.go).
+		if classify(err) == proof {
+			h.br.trip(err)
+		} else {
+			h.br.suspect()
+		}
 	default:
 		l.flushes.Add(1)
 		if time.Since(start) > h.interval/2 {
@@ -265,8 +273,20 @@ func (h *hybrid) exchange(items []flushItem, abort <-chan struct{}) ([]reply, er
 	case r := <-done:
 		return r.replies, r.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("redisstore: no reply within the flush deadline (%v)", h.timeout)
 	}
+	select { // a reply that came with the deadline is the truth
+	case r := <-done:
+		return r.replies, r.err
+	default:
+		return nil, errFlushDeadline{h.timeout}
+	}
+}
+
+// errFlushDeadline is a flush's round trip given up at its deadline.
+type errFlushDeadline struct{ d time.Duration }
+
+func (e errFlushDeadline) Error() string {
+	return fmt.Sprintf("redisstore: no reply within the flush deadline (%v)", e.d)
 }
 
 // pipeline sends items as one pipeline. The items that met NOSCRIPT did not
@@ -301,12 +321,17 @@ func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, erro
 		_, _ = pipe.Exec(ctx)
 	}
 	var first error
+	ok := false
 	for i, c := range cmds {
 		res, err := c.Result()
 		replies[i] = reply{res: res, err: err}
 		if err != nil && first == nil && !keyError(err) {
 			first = err
 		}
+		ok = ok || err == nil
+	}
+	if ok {
+		l.answered() // Redis answers (liveness.go)
 	}
 	return replies, first
 }
@@ -386,7 +411,7 @@ func (h *hybrid) close() error {
 			h.l.lostUnits.Add(lost)
 			h.l.failures.Add(1)
 			h.l.report(fmt.Errorf("redisstore: hybrid flush at Close: %w", serr))
-			err = fmt.Errorf("redisstore: Close: %d units admitted on %d keys may not be recorded in Redis: %w", lost, len(keys), &tripError{cause: serr})
+			err = fmt.Errorf("redisstore: Close: %d units admitted on %d keys may not be recorded in Redis: %w", lost, len(keys), newTripError(serr))
 		}
 	}
 	h.rts.Wait()

@@ -44,12 +44,18 @@ import (
 // flush that finds the script missing (NOSCRIPT) loads it once and resends
 // those keys in one pipeline.
 //
-// Failures. A failed flush or exact decision (other than a WRONGTYPE reply,
-// which fails that key alone: its units are given up) puts the limiter in
-// its failure state, reported once to the OnError hook: the failure policy
-// answers every decision at once, with an error wrapping ErrUnavailable,
-// and a probe resends the unconfirmed batches in the background, first one
-// interval later and then at doubling intervals up to max(1s, interval).
+// Failures. A flush or exact decision that shows Redis down puts the
+// limiter in its failure state, as the plain mode's breaker opens (see
+// WithBreaker): an error reply (other than WRONGTYPE, which fails that key
+// alone: its units are given up) or a refused connection at once; a flush
+// past its deadline or a lost connection only once a confirmation finds
+// Redis silent for 250 ms of the process's own time (the batches stay
+// unconfirmed meanwhile, and the next flush sends them again). Each failed
+// flush is reported to the OnError hook. In the failure state the failure
+// policy answers every decision at once, with an error wrapping
+// ErrUnavailable, and a probe resends the unconfirmed batches in the
+// background, first one interval later and then at doubling intervals up
+// to max(1s, interval).
 // Only a probe that Redis answers ends the failure state; after it, each
 // key's next decision is exact until a flush or an exact decision observes
 // it. A batch still unconfirmed one Window after it was taken is given up
@@ -240,6 +246,10 @@ func (l *Limiter) startHybrid() error {
 	}
 	h.br = newBreaker(h.probe, o.interval, max(time.Second, o.interval), o.manual)
 	h.br.onClose = l.startCheck // the outage may have been a restart or a failover: another server
+	h.br.onOpen = h.opened
+	h.br.bg = l.bg
+	h.br.check = func(ctx context.Context) error { return l.check(ctx, "") }
+	h.br.replies = l.replies.Load
 	l.hyb = h
 	if !o.manual {
 		h.loop.Add(1)
@@ -303,10 +313,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	}
 	h.mu.Unlock()
 	if err != nil {
-		if ctxDone(ctx) == nil && !keyError(err) { // Redis failed, not the caller's deadline or this key
-			h.fail(err)
-		}
-		return l.fail(ctx, key, n, limit, err)
+		return l.fail(ctx, key, n, limit, err) // judges it for h.br, as for a plain breaker
 	}
 	l.redisDecisions.Add(1)
 	l.answeredDecision()
@@ -362,13 +369,9 @@ func (h *hybrid) local(k *hkey, key string, n int64) engine.Decision {
 	return d
 }
 
-// fail enters the failure state after a failed round trip (already counted
-// and reported by the caller). Opening it makes every key need a new
-// observation, since its est is as old as the outage will be.
-func (h *hybrid) fail(err error) {
-	if !h.br.trip(err) {
-		return
-	}
+// opened is called when the failure state begins (h.br opened): every key
+// needs a new observation, since its est is as old as the outage will be.
+func (h *hybrid) opened() {
 	h.l.breakerOpens.Add(1)
 	h.mu.Lock()
 	h.trips++

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The plain limiter's circuit breaker: after a failed round trip, every
+// The plain limiter's circuit breaker: once Redis is found down, every
 // decision is the failure policy's, answered at once, until a background
 // probe shows that Redis can decide again. Without it, each decision during
 // an outage pays go-redis's retries and backoff (100 ms and more with the
@@ -25,53 +24,32 @@ const (
 	// script within it is not fit to decide; go-redis enforces it only for
 	// dials, retry backoff and, with ContextTimeoutEnabled, reads.
 	probeTimeout = 500 * time.Millisecond
-	// deadlineGrace: a caller's deadline that passes during its call opens
-	// the breaker only when round trips have gone unanswered for this long
-	// (see stalled). A server slower than a caller's deadline (a latency
-	// spike, callers with budgets of a few ms) is not an outage while it
-	// answers; a stalled one answers nobody.
-	deadlineGrace = 100 * time.Millisecond
 )
 
 // WithBreaker sets the plain limiter's circuit breaker, on by default with
-// DefaultBreakerMin and DefaultBreakerMax (10 ms, 500 ms). A round trip
-// that fails opens it (see below for which failures do); while it is open,
-// AllowN answers by the failure policy at once, with an error wrapping
-// ErrUnavailable and the cause, makes no round trip and does not call the
-// OnError hook. A background probe runs the script on a key of its own in
-// the failed key's hash tag (so on the same Cluster node), adding one unit
-// there: it proves that Redis can run the script and write, which a PING
-// does not (a replica after a failover, a server out of memory). It runs
-// minWait after the failure, then at doubling intervals up to maxWait; each
-// failed probe counts in Stats().Failures and is passed to the OnError
-// hook, and the first probe that succeeds closes the breaker. So decisions
-// return to Redis within about maxWait (plus one probe) of the server's
-// return.
+// DefaultBreakerMin and DefaultBreakerMax (10 ms, 500 ms). While it is
+// open, AllowN answers by the failure policy at once, with an error
+// wrapping ErrUnavailable and the cause, makes no round trip and does not
+// call the OnError hook. A background probe runs the script (a PING would
+// not do: a replica after a failover, a server out of memory) minWait
+// after the opening, then at doubling intervals up to maxWait; each failed
+// probe counts in Stats().Failures and goes to OnError, and the first that
+// succeeds closes the breaker.
 //
-// Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns the
-// breaker off: every decision tries Redis. The hybrid mode has its own
-// failure state (see WithHybrid), and New refuses WithBreaker with it.
+// It opens on Redis's failure, never on the process's own delay: at once
+// on an error reply (except WRONGTYPE, which fails its key alone) or a
+// refused connection; after a round trip that got no answer (a timeout, a
+// lost connection, callers' deadlines passing while round trips went
+// unanswered for 100 ms) only once a confirmation finds Redis silent for
+// 250 ms of the process's own time (docs/design.md §10). Until then
+// decisions keep going to Redis; a caller whose round trip failed waits
+// for the verdict, and gets ErrNoReply if Redis answers.
 //
-// What opens it: a connection error, a timeout of the client's own, any
-// error reply (LOADING, READONLY, BUSY, OOM, a script error, ...) except
-// WRONGTYPE (another client's value at one key fails that key alone), and a
-// deadline of the caller's that passed during the call when round trips
-// have gone unanswered for 100 ms: the first one sent since the last reply
-// is that old (the server answered nobody in that time; a server that
-// answers, if more slowly than this caller's deadline, is not down). A
-// caller's cancellation never opens it, unless the error itself shows
-// Redis failing (an error reply, a refused connection, the client's own
-// timeout). With a ClusterClient, a call given up before it was sent
-// opens nothing (it says nothing about its own node).
-//
-// With a ClusterClient there is one breaker per master node (by the
-// address that owns the key's slot, looked up per decision in the client's
-// cached slot map): one node down leaves the others' keys to Redis, but
-// a stalled node's round trips hold the limiter's two senders until the
-// client gives them up, and calls for other nodes queue behind them
-// meanwhile (give such a client a short ReadTimeout, or
-// ContextTimeoutEnabled). With
-// any other client (a Ring included) there is one breaker per Limiter.
+// Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns it
+// off: every decision tries Redis, and failures are still judged so. With
+// a ClusterClient there is one breaker per master node; with any other
+// client, one per Limiter. New refuses WithBreaker with WithHybrid, which
+// has its own failure state.
 func WithBreaker(minWait, maxWait time.Duration) Option {
 	return func(o *options) error {
 		if minWait == 0 && maxWait == 0 {
@@ -92,21 +70,39 @@ func WithBreaker(minWait, maxWait time.Duration) Option {
 type plainBreaker struct {
 	*breaker
 	l   *Limiter
-	key atomic.Pointer[string] // the user key whose failure last tripped it
+	key atomic.Pointer[string] // the user key whose failure last tripped it, or was last suspected
 }
 
 func (l *Limiter) newPlainBreaker() *plainBreaker {
 	pb := &plainBreaker{l: l}
-	pb.breaker = newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
-	pb.breaker.onClose = l.startCheck // the outage may have been a restart or a failover: another server
+	b := newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
+	b.onClose = l.startCheck // the outage may have been a restart or a failover: another server
+	b.onOpen = func() { l.breakerOpens.Add(1) }
+	b.off = l.opts.brMax == 0
+	b.bg = l.bg
+	b.check = func(ctx context.Context) error { return l.check(ctx, pb.lastKey()) }
+	if l.cluster == nil {
+		b.replies = l.replies.Load // with a ClusterClient, other nodes' replies say nothing of this one
+	}
+	b.wrap = func(cause error) error {
+		return fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", pb.lastKey(), cause)
+	}
+	pb.breaker = b
 	return pb
 }
 
-// startBreaker sets up the plain mode's breaker (its goroutine starts with
-// the first trip). With a ClusterClient, breakers are per master node and
+func (pb *plainBreaker) lastKey() string {
+	if p := pb.key.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// startBreaker sets up the plain mode's breaker (its goroutines start with
+// the first failure); WithBreaker(0, 0) makes it one that confirms outages
+// but never opens. With a ClusterClient, breakers are per master node and
 // made at their node's first failure.
 func (l *Limiter) startBreaker() {
-	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	if cc, ok := l.client.(*redis.ClusterClient); ok {
 		l.cluster = cc
 		return
@@ -147,12 +143,12 @@ func (l *Limiter) breakerFor(ctx context.Context, key string, create bool) *plai
 	return v.(*plainBreaker)
 }
 
-// stopBreakers turns the breakers off and waits for their probers (Close).
+// stopBreakers turns the breakers off and waits for their goroutines
+// (Close).
 func (l *Limiter) stopBreakers() {
 	l.nodeMu.Lock()
 	l.closed.Store(true)
 	l.nodeMu.Unlock()
-	l.bgCancel()
 	if l.br != nil {
 		l.br.stop()
 	}
@@ -163,10 +159,10 @@ func (l *Limiter) stopBreakers() {
 }
 
 // breakerErr is nil when a decision for key may go to Redis, else the
-// error for a policy answer. After Close it is always nil: no prober would
-// close a breaker.
+// error for a policy answer. After Close it is always nil: no prober
+// would close a breaker.
 func (l *Limiter) breakerErr(ctx context.Context, key string) error {
-	if l.bg == nil || l.closed.Load() {
+	if l.hyb != nil || l.closed.Load() {
 		return nil
 	}
 	if pb := l.breakerFor(ctx, key, false); pb != nil {
@@ -180,30 +176,14 @@ func (l *Limiter) breakerErr(ctx context.Context, key string) error {
 func (l *Limiter) since() int64 { return int64(time.Since(l.born)) }
 
 // sending records that a round trip is being sent: the first one after
-// the last success starts the span of unanswered round trips (pending is
-// since()+1 then; 0 while none is unanswered).
-//
-// It returns the span's start when this round trip started it, else 0
-// (see notSent).
-func (l *Limiter) sending() int64 {
-	if l.bg == nil || l.pending.Load() != 0 {
-		return 0
-	}
-	if t := l.since() + 1; l.pending.CompareAndSwap(0, t) {
-		return t
-	}
-	return 0
-}
-
-// notSent ends the span of unanswered round trips that the round trip
-// begun with span started, when that round trip ended on its context
-// (go-redis gave it up waiting for a connection or a dial): it may never
-// have reached Redis, so it says nothing of a stall. (Tiny deadlines after
-// an idle spell failed so, and a span they left open made the next burst
-// look stalled.)
-func (l *Limiter) notSent(span int64) {
-	if span != 0 {
-		l.pending.CompareAndSwap(span, 0)
+// the last reply starts the span of unanswered round trips (pending is
+// since()+1 then; 0 while none is unanswered). A round trip that ended on
+// its context (go-redis gave it up waiting for a connection or a dial)
+// may never have been sent: it leaves the span open all the same, since
+// a span only raises a suspicion, which a confirmation then judges.
+func (l *Limiter) sending() {
+	if l.pending.Load() == 0 {
+		l.pending.CompareAndSwap(0, l.since()+1)
 	}
 }
 
@@ -215,62 +195,72 @@ func ctxOnly(err error) bool {
 }
 
 // answered records that a round trip got a reply (of any of its calls,
-// whether or not its callers still wait for it): Redis answers.
+// whether or not its callers still wait for it): Redis answers. It ends a
+// confirmation of the Limiter's one breaker (see liveness.go).
 func (l *Limiter) answered() {
-	if l.bg != nil && l.pending.Load() != 0 {
+	l.replies.Add(1)
+	if l.pending.Load() != 0 {
 		l.pending.Store(0)
 	}
 }
 
 // stalled reports whether round trips have gone unanswered for
-// deadlineGrace: sent since the last reply, the first of them that long
+// suspectAfter: sent since the last reply, the first of them that long
 // ago. A server slower than a caller's deadline answers within it; an
 // idle limiter has none unanswered; a stalled server answers nobody.
 func (l *Limiter) stalled() bool {
 	p := l.pending.Load()
-	return p != 0 && l.since()+1-p >= int64(deadlineGrace)
+	return p != 0 && l.since()+1-p >= int64(suspectAfter)
 }
 
-// tripOn opens key's breaker, if there is one, after a decision's round
-// trip failed with err (see WithBreaker for which failures do).
-func (l *Limiter) tripOn(ctx context.Context, key string, err error) {
-	if l.bg == nil || l.closed.Load() || keyError(err) {
-		return
+// judge judges a decision's failed round trip for key's breaker (see
+// liveness.go and WithBreaker) and returns the verdict a caller still
+// waiting should wait for before it answers: final already for a proof
+// (the breaker opened), pending while a confirmation runs, nil when the
+// failure says nothing of Redis (a call never sent, the caller's own
+// cancellation, WRONGTYPE, or no breaker: after Close).
+func (l *Limiter) judge(ctx context.Context, key string, err error) *verdict {
+	if l.closed.Load() {
+		return nil
 	}
-	if errors.Is(err, errAbandoned) && l.cluster != nil {
-		// Never sent: it waited behind round trips to some node, maybe
-		// not key's. (With one breaker, the deadline rule below judges
-		// it: round trips unanswered for deadlineGrace are a stall.)
-		return
+	ev := classify(err)
+	if errors.Is(err, errAbandoned) {
+		// Never sent, so no evidence itself; but its caller waited
+		// behind the round trips that were sent, and its deadline
+		// judges their silence as any caller's does (below): a
+		// suspicion at most, which a confirmation on key's node (with a
+		// ClusterClient, maybe not the silent one) then judges.
+		ev = suspicion
 	}
-	if cerr := ctxDone(ctx); cerr != nil && !provesDown(err) {
-		ctxErr := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-		if errors.Is(cerr, context.Canceled) && ctxErr {
-			return // the caller gave up: nothing is known about Redis
+	if cerr := ctxDone(ctx); ev == suspicion && cerr != nil {
+		// The caller's context ended. A cancellation on which go-redis
+		// gave up (maybe before the network) says nothing; a deadline
+		// is a suspicion only if round trips have gone unanswered for
+		// suspectAfter (a reply slower than this caller's budget is
+		// not one). A timeout of the client's own is one as always.
+		if errors.Is(cerr, context.Canceled) && ctxOnly(err) || errors.Is(cerr, context.DeadlineExceeded) && !l.stalled() {
+			ev = noEvidence
 		}
-		// A deadline (or a cancellation whose round trip then failed on
-		// the client's own timeout, which opens it as always): only a
-		// stall opens it, not a reply slower than this caller's budget.
-		if errors.Is(cerr, context.DeadlineExceeded) && !l.stalled() {
-			return
+	}
+	if ev == noEvidence {
+		return nil
+	}
+	var b *breaker
+	if l.hyb != nil {
+		b = l.hyb.br
+	} else {
+		pb := l.breakerFor(ctx, key, true)
+		if pb == nil {
+			return nil
 		}
+		pb.key.Store(&key)
+		b = pb.breaker
 	}
-	pb := l.breakerFor(ctx, key, true)
-	if pb == nil {
-		return
+	if ev == proof {
+		b.trip(err)
+		return decided(b.err())
 	}
-	pb.key.Store(&key)
-	if pb.trip(fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", key, err)) {
-		l.breakerOpens.Add(1)
-	}
-}
-
-// provesDown reports whether err shows Redis failing whatever the caller's
-// context: an error reply, or a refused connection. Other errors with the
-// caller's context done may be the caller's doing.
-func provesDown(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) || errors.Is(err, syscall.ECONNREFUSED)
+	return b.suspect()
 }
 
 // probe is a plain breaker's probe: the script on the probe key of the
@@ -283,16 +273,10 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	default:
 	}
 	l := pb.l
-	var key string
-	if p := pb.key.Load(); p != nil {
-		key = *p
-	}
 	ctx, cancel := context.WithTimeout(l.bg, probeTimeout)
 	defer cancel()
-	l.sending()
-	err := l.probeCall(ctx, key)
+	err := l.check(ctx, pb.lastKey())
 	if err == nil {
-		l.answered()
 		return nil
 	}
 	if l.bg.Err() != nil {
@@ -301,6 +285,18 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	l.failures.Add(1)
 	l.report(fmt.Errorf("redisstore: breaker probe: %w", err))
 	return fmt.Errorf("the breaker is open, no round trip made; its last probe failed: %w", err)
+}
+
+// check is one round trip that shows whether Redis can decide: the probe
+// script on key's probe key (see probeCall). A reply counts as any reply
+// does (answered).
+func (l *Limiter) check(ctx context.Context, key string) error {
+	l.sending()
+	err := l.probeCall(ctx, key)
+	if err == nil {
+		l.answered()
+	}
+	return err
 }
 
 // probeName returns the Redis key a probe writes to for user key k: the

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,187 +34,6 @@ import (
 // MaxExact is 2^53: every integer the script computes must stay below it,
 // because Lua's numbers are doubles.
 const MaxExact = int64(1) << 53
-
-// Policy is what AllowN decides when Redis cannot be asked (a connection
-// error, a timeout of the client's own, a stall, a script error). AllowN
-// returns the policy's Decision together with an error wrapping
-// ErrUnavailable, so that a policy answer is never mistaken for Redis's.
-//
-// A policy answers for the backend, never for the caller: a call whose
-// caller's context ends before Redis answers (a client that went away, a
-// deadline that passed) is admitted under no policy (see AllowN).
-type Policy int
-
-const (
-	// FailClosed denies, the default: a broken Redis admits nothing. The
-	// Decision has Remaining 0 and RetryAfter one sub-window.
-	FailClosed Policy = iota
-	// FailOpen admits, recording nothing.
-	FailOpen
-	// FallbackLocal decides with an in-process engine holding a share of
-	// the limit (WithFallbackLocal); its Decision's Limit is that share. A
-	// cost above the share but within the key's limit is denied with
-	// RetryAfter one sub-window, not Never: it can fit once Redis answers.
-	FallbackLocal
-)
-
-// String returns the policy's name: fail-closed, fail-open or fallback-local.
-func (p Policy) String() string {
-	switch p {
-	case FailClosed:
-		return "fail-closed"
-	case FailOpen:
-		return "fail-open"
-	case FallbackLocal:
-		return "fallback-local"
-	}
-	return fmt.Sprintf("Policy(%d)", int(p))
-}
-
-// Option configures a Limiter.
-type Option func(*options) error
-
-type options struct {
-	policy  Policy
-	share   float64
-	onError func(error)
-	prefix  string
-
-	hybrid   bool
-	interval time.Duration
-	maxLocal int64
-	manual   bool // tests: no background flusher or prober; the test drives them
-
-	brSet        bool // WithBreaker was given
-	brMin, brMax time.Duration
-}
-
-// WithPolicy sets the failure policy: FailClosed (the default) or FailOpen.
-// Use WithFallbackLocal for FallbackLocal.
-func WithPolicy(p Policy) Option {
-	return func(o *options) error {
-		if p != FailClosed && p != FailOpen {
-			return fmt.Errorf("redisstore: WithPolicy(%v): want FailClosed or FailOpen (FallbackLocal needs WithFallbackLocal)", p)
-		}
-		o.policy = p
-		return nil
-	}
-}
-
-// WithFallbackLocal selects FallbackLocal: while Redis fails, decisions come
-// from an in-process engine whose limit is max(1, floor(share·Limit)),
-// 0 < share ≤ 1. With R replicas, share = 1/R keeps the total near the limit.
-func WithFallbackLocal(share float64) Option {
-	return func(o *options) error {
-		if !(share > 0 && share <= 1) {
-			return fmt.Errorf("redisstore: WithFallbackLocal(%v): want 0 < share ≤ 1", share)
-		}
-		o.policy, o.share = FallbackLocal, share
-		return nil
-	}
-}
-
-// WithOnError sets a hook called once with every failed round trip to
-// Redis: a decision's script call, a breaker's probe, or a hybrid limiter's
-// flush, probe or exact decision (one call per flush, however many keys it
-// carried). It runs before the policy decides, must be safe for concurrent
-// use and should not block. Decisions answered by the policy while the
-// breaker is open (WithBreaker) or a hybrid limiter is in its failure state
-// make no round trip and do not call it. A decision whose caller's context
-// ended first (Stats().CallerGone) is not a failure of Redis's and does not
-// call it either, unless its round trip also failed with an error reply or
-// a refused connection.
-//
-// It also gets warnings, which are not failures and are not counted in
-// Stats: ErrUnboundedRoundTrip, once, from New, when the client's options
-// let a round trip last forever (see New); ErrEvictionPolicy when Redis's
-// maxmemory-policy is not noeviction (read at New and whenever the breaker
-// closes after an outage), and ErrEvictionUnchecked, once, when the
-// policy could not be read.
-func WithOnError(f func(error)) Option {
-	return func(o *options) error { o.onError = f; return nil }
-}
-
-// WithPrefix sets the prefix of every Redis key (default "ringlimit:").
-// Limiters with different configurations must not share a prefix. The
-// prefix must not contain '{' or '}'.
-func WithPrefix(p string) Option {
-	return func(o *options) error {
-		if strings.ContainsAny(p, "{}") {
-			return fmt.Errorf("redisstore: WithPrefix(%q): the prefix must not contain braces", p)
-		}
-		o.prefix = p
-		return nil
-	}
-}
-
-// ErrUnavailable is wrapped by the error AllowN returns with a decision
-// made by the failure policy rather than by Redis: Redis could not be asked
-// (a connection error, a timeout of the client's own, a script error), or
-// the breaker is open (WithBreaker), or a hybrid limiter is in its failure
-// state. The error wraps the cause too. Close wraps it when units could
-// not be recorded. It is never wrapped by the error of a call whose
-// caller's context ended first: that wraps the context's error instead
-// (see AllowN).
-var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
-
-// unavailable wraps cause as a policy answer's error.
-func unavailable(key string, cause error) error {
-	return fmt.Errorf("%w (key %q): %w", ErrUnavailable, key, cause)
-}
-
-// Stats counts a Limiter's outcomes. Each decision is counted in exactly
-// one of RedisDecisions, LocalDecisions, FallbackDecisions and CallerGone,
-// except a request refused without a round trip (n < 0, n above the key's
-// limit, a refused KeyLimit answer, a key longer than Config.MaxKeyBytes),
-// which is in none.
-type Stats struct {
-	// RedisDecisions: decisions answered by a script call. That is every
-	// decision of a plain limiter. For a hybrid limiter it is the exact
-	// ones: a key's first decision, a cost above maxLocal, a key this
-	// replica decides exactly until its next flush returns, and every
-	// decision after Close.
-	RedisDecisions uint64
-	// LocalDecisions: hybrid decisions answered in process from the key's
-	// estimate, with no round trip.
-	LocalDecisions uint64
-	// FallbackDecisions: decisions answered by the failure policy, each
-	// returned with an error wrapping ErrUnavailable.
-	FallbackDecisions uint64
-	// CallerGone: calls answered with nothing admitted because the
-	// caller's context had ended, before the call or before Redis
-	// answered it (a client that went away, a deadline that passed), each
-	// returned with an error wrapping the context's error. They are the
-	// caller's doing, not Redis's failures: they are not in Failures and
-	// do not call the OnError hook (but see WithOnError).
-	CallerGone uint64
-	// Failures: round trips to Redis that failed, each passed to the
-	// OnError hook once: a decision's script call, a breaker probe, a
-	// hybrid flush, probe or last flush at Close (one per flush, however
-	// many keys it carried, also when only some keys failed with
-	// WRONGTYPE). A decision's round trip whose caller's context ended
-	// first is counted only if it failed with an error reply or a refused
-	// connection.
-	Failures uint64
-	// NoScript: times the script was missing from Redis's cache (NOSCRIPT:
-	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
-	// one per decision or flush round trip that met it.
-	NoScript uint64
-	// Flushes: hybrid flushes that completed; SlowFlushes: those of them
-	// that took longer than half the interval, the timing assumption of
-	// the hybrid bound's simple form (see WithHybrid).
-	Flushes, SlowFlushes uint64
-	// LostUnits: units a hybrid limiter admitted locally that it cannot
-	// show to be in Redis and will not send again: a batch still
-	// unconfirmed one Window after it was taken (an outage), a batch for
-	// a key Redis answered WRONGTYPE for (another client wrote there), or
-	// the units Close could not record.
-	LostUnits uint64
-	// BreakerOpens: times the breaker opened after a failed round trip
-	// (see WithBreaker), or a hybrid limiter entered its failure state.
-	// The decisions answered while it was open are in FallbackDecisions.
-	BreakerOpens uint64
-}
 
 // Limiter is a rate limiter whose state lives in Redis. It is safe for
 // concurrent use.
@@ -241,24 +59,25 @@ type Limiter struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// The plain mode's breakers (plainbreaker.go): bg is nil without them;
-	// br is the one breaker, or with a ClusterClient nodes holds one per
-	// master address, made under nodeMu.
+	// The plain mode's breakers (plainbreaker.go): br is the one breaker,
+	// or with a ClusterClient nodes holds one per master address, made
+	// under nodeMu. The hybrid mode's is hyb.br.
 	br        *plainBreaker
 	cluster   *redis.ClusterClient
 	nodes     sync.Map     // string → *plainBreaker
 	nodeCount atomic.Int32 // breakers in nodes
 	nodeMu    sync.Mutex
-	bg        context.Context // a probe's parent, cancelled by Close
+	bg        context.Context // a probe's or a confirmation's parent, cancelled by Close
 	bgCancel  context.CancelFunc
-	born      time.Time    // the origin of since()
-	pending   atomic.Int64 // since()+1 at the first round trip sent after the last reply; 0: none (see stalled)
-	closed    atomic.Bool  // Close was called: the breakers are off
+	born      time.Time     // the origin of since()
+	pending   atomic.Int64  // since()+1 at the first round trip sent after the last reply; 0: none (see stalled)
+	replies   atomic.Uint64 // round trips that got a reply (see answered)
+	closed    atomic.Bool   // Close was called: the breakers are off
 
 	evict evictionCheck // maxmemory-policy (eviction.go)
 
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
-	callerGone                                                    atomic.Uint64
+	callerGone, noReply                                           atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
 }
 
@@ -334,6 +153,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 
 	l := &Limiter{client: client, cfg: cfg, norm: norm, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
 	l.evict.ctx, l.evict.cancel = context.WithCancel(context.Background())
+	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	n := cfg.SubWindows
 	if n == 0 {
 		n = engine.DefaultSubWindows
@@ -381,7 +201,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 			_ = l.Close()
 			return nil, err
 		}
-	} else if o.brMax > 0 {
+	} else {
 		l.startBreaker()
 	}
 	if unboundedReads(client) {
@@ -389,35 +209,6 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	}
 	l.startCheck()
 	return l, nil
-}
-
-// ErrUnboundedRoundTrip is passed to the OnError hook by New when the
-// client's options let a round trip to a stalled server last forever (see
-// New).
-var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 or -2) and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
-
-// contextTimeouts reports whether client enforces context deadlines.
-func contextTimeouts(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// unboundedReads reports whether client's options let a read wait forever.
-func unboundedReads(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case *redis.Client: // Options() is normalised: ReadTimeout 0 or −1 is no read deadline
-		o := c.Options()
-		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		o := c.Options()
-		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
-	}
-	return false
 }
 
 func (l *Limiter) checkBounds() error {
@@ -471,9 +262,8 @@ func (l *Limiter) checkBounds() error {
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.stopChecks()
-		if l.bg != nil {
-			l.stopBreakers()
-		}
+		l.bgCancel()
+		l.stopBreakers()
 		if l.hyb != nil {
 			l.closeErr = l.hyb.close()
 		}
@@ -492,73 +282,6 @@ func (l *Limiter) Close() error {
 // of an admitted response, from it. The engine-only fields, which New
 // refuses (see New), are zero.
 func (l *Limiter) Config() engine.Config { return l.norm }
-
-// Stats returns the counters so far. Each is read separately, so they need
-// not be mutually consistent while decisions run.
-func (l *Limiter) Stats() Stats {
-	return Stats{
-		RedisDecisions:    l.redisDecisions.Load(),
-		LocalDecisions:    l.localDecisions.Load(),
-		FallbackDecisions: l.fallbacks.Load(),
-		CallerGone:        l.callerGone.Load(),
-		Failures:          l.failures.Load(),
-		NoScript:          l.noscript.Load(),
-		Flushes:           l.flushes.Load(),
-		SlowFlushes:       l.slowFlushes.Load(),
-		LostUnits:         l.lostUnits.Load(),
-		BreakerOpens:      l.breakerOpens.Load(),
-	}
-}
-
-// Key returns the Redis key holding user key k's state: the prefix, the
-// escaped key inside one hash tag, and the geometry,
-//
-//	<prefix>{<escaped k>}:w<sub-window width in µs>n<N>
-//
-// for example "ringlimit:{tenant-7}:w100000n10" for a 1 s window in 10
-// sub-windows (FixedWindow: N = 0 and the width is the window). Escaping
-// maps '\' to "\\", '{' to "\(" and '}' to "\)", and the empty key to "\e"
-// (Redis Cluster ignores an empty tag), so the tag always ends at the
-// closing brace added here and is never empty, distinct user keys stay
-// distinct, and the geometry, outside the tag, never moves the key to
-// another Cluster slot.
-//
-// The geometry in the name means that limiters whose sub-windows differ
-// never read each other's counters: a deploy that changes Window,
-// SubWindows or moves to or from FixedWindow starts every key afresh in a
-// new Redis key, and the old keys expire one Window plus one sub-window
-// after their last write. SlidingWindow and SlidingWindowStrict with the
-// same Window and N share keys on purpose: they store the same counts
-// (units per sub-window) and differ only in how they read them. The limit
-// is not in the name: a limit change (Config.Limit, KeyLimit) keeps the
-// counts.
-func (l *Limiter) Key(k string) string {
-	var b strings.Builder
-	b.Grow(len(l.opts.prefix) + len(k) + 2 + len(l.geo))
-	b.WriteString(l.opts.prefix)
-	b.WriteByte('{')
-	if k == "" {
-		// Redis Cluster ignores an empty tag "{}" and hashes the whole
-		// name: the empty key gets a tag of its own. Escaping never
-		// writes a '\' followed by 'e', so no other key's tag is "\e".
-		b.WriteString(`\e`)
-	}
-	for i := 0; i < len(k); i++ {
-		switch c := k[i]; c {
-		case '\\':
-			b.WriteString(`\\`)
-		case '{':
-			b.WriteString(`\(`)
-		case '}':
-			b.WriteString(`\)`)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('}')
-	b.WriteString(l.geo)
-	return b.String()
-}
 
 // Allow is AllowN(ctx, key, 1).Allowed.
 func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
@@ -584,14 +307,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // ReasonNever, as from the engine, but Remaining is 0 because the key's
 // count was not read (the engine reports the key's real remaining).
 //
-// When Redis cannot be asked (see Policy), the failure is counted in
+// When Redis is down (see Policy), the failure is counted in
 // Stats().Failures and passed to the OnError hook, and AllowN returns the
 // failure policy's Decision with a non-nil error that wraps ErrUnavailable
-// and the cause: test it with errors.Is(err, ErrUnavailable), and treat the
-// Decision as the policy's (FailClosed: denied; FailOpen: admitted;
-// FallbackLocal: the local engine's). While the breaker is open (see
-// WithBreaker, on by default), and while a hybrid limiter is in its failure
-// state, AllowN answers the same way at once, without a round trip.
+// and the cause (never a context's error): test it with errors.Is(err,
+// ErrUnavailable), and treat the Decision as the policy's (FailClosed:
+// denied; FailOpen: admitted; FallbackLocal: the local engine's). While
+// the breaker is open (see WithBreaker, on by default), and while a hybrid
+// limiter is in its failure state, AllowN answers the same way at once,
+// without a round trip. A round trip that got no answer while Redis
+// answers others (the process was short of CPU, a connection was killed)
+// is no outage: the error wraps ErrNoReply, and nothing is admitted.
 //
 // A caller whose context ends before Redis answers is never admitted,
 // under any policy: nobody waits for the answer, and a policy that
@@ -606,9 +332,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // after ctx ended. If Redis's reply and the end of ctx come together, the
 // reply is used: it is the truth, and counted. The breaker still judges
 // such a failed round trip as described at WithBreaker (a stall seen
-// through callers' deadlines opens it), and a caller whose context is
-// live still gets the policy's answer when the client's own timeout ends
-// the round trip or the breaker is open.
+// through callers' deadlines raises a suspicion).
 //
 // AllowN returns by ctx's deadline (plus the scheduling delay), whatever
 // the client's options: when ctx has a deadline and the client does not
@@ -733,92 +457,4 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 		d.RetryAfter = engine.Never
 	}
 	return d, time.UnixMicro(v[3]), nil
-}
-
-// fail judges a decision's failed round trip for the breaker (opening the
-// plain mode's breaker if the failure says so) and answers the caller. It
-// is the one place a failed decision becomes an answer:
-//
-//   - the caller's context has ended (it went away, or its deadline
-//     passed): nobody waits for a policy answer, and admitting one would
-//     let a caller buy an admission with its own cancel. The answer is
-//     gone's: nothing admitted, whatever the policy.
-//   - else Redis failed: the failure is counted and reported, and the
-//     failure policy answers.
-//
-// The breaker judges the failure the same way in both cases (tripOn): a
-// stall seen through callers' deadlines still opens it.
-func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
-	var judged *judgedError
-	if errors.As(err, &judged) {
-		err = judged.err // the sender judged it for the breaker already
-	} else {
-		l.tripOn(ctx, key, err)
-	}
-	if cerr := ctxDone(ctx); cerr != nil {
-		return l.gone(key, limit, cerr, err)
-	}
-	l.failures.Add(1)
-	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
-	l.fallbacks.Add(1)
-	return l.policy(key, n, limit), unavailable(key, err)
-}
-
-// gone is the answer to a caller whose context ended (cerr) before Redis
-// answered its decision: a zero Decision (Allowed false, Limit set), and
-// an error that wraps cerr and never ErrUnavailable, so that no failure
-// policy can admit it. cause is the round trip's own error, nil when none
-// was made; its text says whether Redis may have counted the call. It is
-// counted in Stats().CallerGone and not passed to the OnError hook, unless
-// cause shows Redis failing whatever the caller did (an error reply, a
-// refused connection): that is a backend failure too, counted in Failures
-// and reported.
-func (l *Limiter) gone(key string, limit int64, cerr, cause error) (engine.Decision, error) {
-	l.callerGone.Add(1)
-	if cause == nil {
-		return engine.Decision{Limit: limit}, cerr
-	}
-	if provesDown(cause) {
-		l.failures.Add(1)
-		l.report(fmt.Errorf("redisstore: key %q: %w", key, cause))
-	}
-	const msg = "redisstore: key %q: nothing admitted, the caller's context ended before Redis answered: "
-	switch {
-	case errors.Is(cause, ErrUnavailable): // never from a round trip; kept out of the chain all the same
-		return engine.Decision{Limit: limit}, fmt.Errorf(msg+"%v: %w", key, cause, cerr)
-	case errors.Is(cause, cerr):
-		return engine.Decision{Limit: limit}, fmt.Errorf(msg+"%w", key, cause)
-	}
-	return engine.Decision{Limit: limit}, fmt.Errorf(msg+"%w (%w)", key, cause, cerr)
-}
-
-// report passes a failed round trip to the OnError hook, if any.
-func (l *Limiter) report(err error) {
-	if l.opts.onError != nil {
-		l.opts.onError(err)
-	}
-}
-
-// policy is the failure policy's Decision for n units of key, whose limit
-// is limit.
-func (l *Limiter) policy(key string, n, limit int64) engine.Decision {
-	if n < 0 || n > limit {
-		return engine.Decision{Limit: limit, RetryAfter: engine.Never}
-	}
-	switch l.opts.policy {
-	case FailOpen:
-		return engine.Decision{Allowed: true, Limit: limit, Remaining: max(0, limit-n)}
-	case FallbackLocal:
-		d := l.local.AllowN(key, n)
-		if !d.Allowed && d.RetryAfter == engine.Never {
-			// n is above the local share but within the key's limit: it
-			// can fit once Redis answers, so not Never.
-			d.RetryAfter = time.Duration(l.width)
-		}
-		return d
-	}
-	if n == 0 {
-		return engine.Decision{Allowed: true, Limit: limit}
-	}
-	return engine.Decision{Limit: limit, RetryAfter: time.Duration(l.width)}
 }

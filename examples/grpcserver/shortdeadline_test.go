@@ -117,11 +117,12 @@ func countService(runs *atomic.Int64) *grpc.ServiceDesc {
 // Nothing here may depend on speed, so nothing but a caller's deadline
 // can fail a round trip: the window is an hour (no unit expires during
 // the run, however slow), the client's own timeouts are a minute (hang
-// bounds), and the breaker is off (WithBreaker(0, 0)). With it on, replies
-// that stall for 100 ms on a loaded machine open it, and FailOpen then
-// admits, by design, without Redis: with the default breaker the stopped
-// Redis case ran the handler 148 times of 3201 calls (BreakerOpens 1).
-// That is the breaker's behaviour, tested in redisstore, not a short
+// bounds), and the breaker is off (WithBreaker(0, 0)). With it on, the
+// stopped Redis case is an outage once its silence is confirmed, and
+// FailOpen then admits, by design, without Redis: with the default breaker
+// it ran the handler 148 times of 3201 calls (BreakerOpens 1). That is the
+// breaker's behaviour, tested in redisstore (where a loaded machine, by
+// itself, no longer opens it: TestBusyProcessIsNoOutage), not a short
 // deadline's.
 //
 // Every call is also counted truthfully: the interceptor and redisstore

@@ -94,15 +94,10 @@ func newLocalApp(l limits, clk engine.Clock) (*app, error) {
 // server and prefix shares the limits. As in the in-process app, one
 // limiter serves every policy: its KeyLimit is a Policies table, which
 // redisstore asks on every decision ("ip" gets Config.Limit, the per-IP
-// limit). It checks that Redis answers before it returns. It owns rdb: it
-// closes it on failure, and app.close closes it.
+// limit). Before it returns it checks, with the limiter's Ping, that Redis
+// can run the limiter's script (a PING would pass a replica or a full
+// server). It owns rdb: it closes it on failure, and app.close closes it.
 func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, l limits) (*app, error) {
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("redis: %w", err)
-	}
 	policies, err := httplimit.NewPolicies(0, map[string]int64{"free": l.Free, "pro": l.Pro})
 	if err != nil {
 		_ = rdb.Close()
@@ -117,6 +112,12 @@ func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 	closeAll := func() error {
 		_ = rl.Close()
 		return rdb.Close()
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := rl.Ping(pctx); err != nil {
+		_ = closeAll()
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	m, err := newMiddleware(rl)
 	if err != nil {

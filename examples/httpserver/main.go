@@ -156,13 +156,16 @@ func checkHostPort(flagName, s string) error {
 // same, which is what makes them share the limits.
 const redisPrefix = "ringlimit:httpserver:"
 
-// newRedisClient returns a client that fails fast: a rate limit decision
-// should not wait seconds for a dead server, and MaxRetries −1 never
-// resends a script that may already have counted.
+// newRedisClient returns a client with the options redisstore's README
+// recommends: a rate limit decision should not wait seconds for a dead
+// server, MaxRetries −1 never resends a script that may already have
+// counted, and ContextTimeoutEnabled lets a request's deadline bound its
+// round trip.
 func newRedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
-		Addr: addr, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+		Addr: addr, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
+		DialTimeout: 250 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+		PoolTimeout: 500 * time.Millisecond,
 	})
 }
 

@@ -194,7 +194,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"-bogus"}, 2, "flag provided but not defined: -bogus\n"},
 		{[]string{"extra"}, 2, `httpserver: unexpected argument "extra"` + "\n"},
 		{[]string{"-addr", taken.Addr().String()}, 1, "address already in use"},
-		{[]string{"-addr", "127.0.0.1:0", "-redis", deadAddr}, 1, "redis: dial tcp " + deadAddr},
+		{[]string{"-addr", "127.0.0.1:0", "-redis", deadAddr}, 1, "redis: redisstore: Ping: dial tcp " + deadAddr},
 	} {
 		w := newNotifyWriter(`listening on`)
 		code := run(context.Background(), c.args, w)

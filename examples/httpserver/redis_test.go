@@ -222,3 +222,20 @@ func wantValues(t *testing.T, h http.Header, k string, want ...string) {
 		t.Errorf("%s = %q, want %q", k, got, want)
 	}
 }
+
+// The example checks at start-up that Redis can decide, with the
+// limiter's Ping: a replica (left behind by a failover, say) answers PING
+// but refuses the script's writes, and the example must not start on it.
+// Before, it checked with PING and started, and every request then got
+// 503.
+func TestStartRefusesAReplica(t *testing.T) {
+	_, replica := redistest.StartReplicaPair(t)
+	a, err := newRedisApp(context.Background(), newRedisClient(replica.Addr()), "t:", testLimits)
+	if err == nil {
+		_ = a.close()
+		t.Fatal("the example started on a replica")
+	}
+	if !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("start-up on a replica: %v, want READONLY named", err)
+	}
+}

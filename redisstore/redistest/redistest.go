@@ -31,6 +31,10 @@ import (
 // from a skip into a failure.
 const RequireEnv = "RINGLIMIT_REQUIRE_REDIS"
 
+// clientTimeout is the dial, read and write timeout of Client's clients.
+// (It was 1 s, and a replica's WAIT on a loaded machine took longer.)
+const clientTimeout = 10 * time.Second
+
 // startTimeout bounds how long a server may take to answer its first PING,
 // or a Cluster to report cluster_state:ok. It is a bound on a hang, never a
 // verdict on speed: a slow machine only waits longer.
@@ -143,12 +147,15 @@ func (s *Server) Signal(sig os.Signal) {
 	}
 }
 
-// Client returns a client of the server with go-redis retries off and
-// short timeouts, closed when the test ends.
+// Client returns a client of the server with go-redis retries off, closed
+// when the test ends. Its timeouts (10 s) are bounds on a hang,
+// never a verdict on speed: a healthy server on a loaded machine is never
+// given up on. A killed server still fails its calls at once (the
+// connection is refused).
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{
 		Addr: s.Addr(), MaxRetries: -1, DialerRetries: 1,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		DialTimeout: clientTimeout, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout,
 	})
 	s.tb.Cleanup(func() { _ = c.Close() })
 	return c

@@ -1,0 +1,161 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Telling a silent Redis from a busy process (docs/design.md §10). A round
+// trip that gets no reply in time says nothing by itself: on a process
+// short of CPU, a reply can wait in the socket, or its goroutine in the
+// run queue, for hundreds of milliseconds while every timer fires on time.
+// So a failure is sorted by what it shows:
+//
+//   - a proof: Redis or its host said no (an error reply, a refused
+//     connection, a closed client). The breaker opens at once.
+//   - a suspicion: no reply (a timeout of the client's own, a flush's
+//     deadline, a caller's deadline while round trips have gone
+//     unanswered for suspectAfter) or a connection lost mid-call. It
+//     starts a confirmation, and decisions keep going to Redis meanwhile.
+//   - nothing: a call that was never sent, or a caller's cancellation.
+//
+// A confirmation sends the script (check) and counts how long Redis leaves
+// it and every other round trip unanswered, in the process's own time:
+// ticks of confirmTick, each credited at most 2 × confirmTick however late
+// it fires, so time the process spent without the CPU counts for little.
+// Any reply (to the check, or, with one breaker per limiter, to any round
+// trip) ends it: Redis answers. An error reply or a refused connection
+// ends it as an outage. After confirmBudget of credited time it passes
+// the scheduler's global run queue twice (runtime.Gosched, one tick
+// apart), behind every goroutine the network poller had woken for a reply
+// already in the socket, and only if no reply came then either is the
+// silence an outage.
+const (
+	// suspectAfter: a caller's deadline that passes during its call is a
+	// suspicion only when round trips have gone unanswered this long
+	// (see stalled): a server slower than one caller's budget, answering
+	// others, is not suspected at all.
+	suspectAfter = 100 * time.Millisecond
+	// confirmBudget is how long, in the process's own time, Redis may
+	// leave every round trip unanswered before the silence is an outage:
+	// a pause shorter than this (a fork, a slow command) is ridden out.
+	confirmBudget = 250 * time.Millisecond
+	// confirmTick is the confirmation's clock; a tick is credited at most
+	// twice its length.
+	confirmTick = 10 * time.Millisecond
+)
+
+// evidence is what a failed round trip shows about Redis.
+type evidence int
+
+const (
+	noEvidence evidence = iota // never sent, or the caller's own doing
+	suspicion                  // no reply, or the connection lost: confirm
+	proof                      // Redis or its host refused: down
+)
+
+// classify sorts a round trip's error, as far as the error alone can
+// tell (the caller's context is judge's business).
+func classify(err error) evidence {
+	var re redis.Error
+	switch {
+	case err == nil, errors.Is(err, errAbandoned), keyError(err):
+		return noEvidence
+	case errors.As(err, &re), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, redis.ErrClosed):
+		return proof
+	}
+	return suspicion
+}
+
+// errSilent is the cause of an outage found by a confirmation: no reply.
+var errSilent = fmt.Errorf("no reply from Redis for %v of this process's own time, to a probe or any other round trip", confirmBudget)
+
+// confirm is a confirmation's goroutine: it judges v (see above) and ends
+// when v is final.
+func (b *breaker) confirm(v *verdict) {
+	defer b.wg.Done()
+	var seen uint64
+	if b.replies != nil {
+		seen = b.replies()
+	}
+	var answered atomic.Bool   // a check got its reply
+	res := make(chan error, 1) // the result of the check in flight; one at a time
+	send := func() {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			ctx, cancel := context.WithTimeout(b.bg, probeTimeout)
+			defer cancel()
+			err := b.check(ctx)
+			if err == nil {
+				answered.Store(true)
+			}
+			res <- err
+		}()
+	}
+	replied := func() bool { return answered.Load() || b.replies != nil && b.replies() != seen }
+	send()
+	tick := time.NewTicker(confirmTick)
+	defer tick.Stop()
+	last := time.Now()
+	var credited time.Duration
+	passes, resend := 0, false
+	for {
+		var down error
+		select {
+		case <-v.done: // a trip gave the verdict, or stop
+			return
+		case err := <-res:
+			switch {
+			case err == nil:
+			case classify(err) == proof:
+				down = err
+			default: // a timeout, a lost connection: send another on the next tick (one that fails at once must not spin)
+				resend = true
+			}
+		case <-tick.C:
+			now := time.Now() // when this goroutine runs, not when the tick was due
+			credited += min(now.Sub(last), 2*confirmTick)
+			last = now
+			if resend {
+				resend = false
+				send()
+			}
+			if credited >= confirmBudget && !replied() {
+				if passes == 2 {
+					down = errSilent
+				} else {
+					passes++
+					runtime.Gosched() // behind the goroutines woken for replies already in the socket
+				}
+			}
+		}
+		switch {
+		case replied():
+			b.decide(v, nil)
+			return
+		case down != nil:
+			b.decide(v, down)
+			return
+		}
+	}
+}
+
+// decide gives a confirmation's verdict: Redis answers (down nil), or an
+// outage, which trips the breaker.
+func (b *breaker) decide(v *verdict, down error) {
+	if down != nil {
+		b.trip(down)
+		return
+	}
+	b.mu.Lock()
+	b.settle(v, nil)
+	b.mu.Unlock()
+}

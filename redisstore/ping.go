@@ -1,0 +1,67 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Ping reports whether Redis can decide: it runs the limiter's script, as
+// the breaker's probe does, on a probe key of its own (adding one unit
+// there, never to a user key), on every master of a ClusterClient (on one
+// server through any other client, a Ring included). It returns nil when
+// each ran it, else an error naming the server. It counts in no Stats
+// field but NoScript (it loads the script where Redis lacks it), and does
+// not call the OnError hook.
+//
+// New does not talk to Redis, as redis.NewClient and sql.Open do not: call
+// Ping at start-up to fail fast. It is named for redis.Client.Ping and
+// sql.DB.PingContext, the checks Go services already make at start-up, but
+// unlike Redis's PING it fails on a server that answers PING and cannot
+// decide: a replica left behind by a failover (READONLY), a full server
+// with noeviction (OOM), a Cluster node still joining (CLUSTERDOWN).
+func (l *Limiter) Ping(ctx context.Context) error {
+	cc, ok := l.client.(*redis.ClusterClient)
+	if !ok {
+		if err := l.probeCall(ctx, ""); err != nil {
+			return fmt.Errorf("redisstore: Ping: %w", err)
+		}
+		return nil
+	}
+	// One probe key per master: the first user keys whose probe keys its
+	// slots hold.
+	masters := map[string]bool{}
+	var mu sync.Mutex // ForEachMaster calls its function concurrently
+	if err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters[c.Options().Addr] = true
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return fmt.Errorf("redisstore: Ping: %w", err)
+	}
+	var errs []error
+	for i := 0; len(masters) > 0 && i < 1000*(len(masters)+1); i++ {
+		k := strconv.Itoa(i)
+		c, err := cc.MasterForKey(ctx, l.probeName(k))
+		if err != nil {
+			return fmt.Errorf("redisstore: Ping: %w", err)
+		}
+		addr := c.Options().Addr
+		if !masters[addr] {
+			continue
+		}
+		delete(masters, addr)
+		if err := l.probeCall(ctx, k); err != nil {
+			errs = append(errs, fmt.Errorf("redisstore: Ping: %s: %w", addr, err))
+		}
+	}
+	for addr := range masters {
+		errs = append(errs, fmt.Errorf("redisstore: Ping: %s: no key of this node found to probe", addr))
+	}
+	return errors.Join(errs...)
+}
