@@ -150,12 +150,13 @@ type Charged struct {
 	// Dead: r is retired and nothing was recorded; reload the key's ring
 	// and charge again.
 	Dead bool
-	// Full, on a counter ring: the sub-window cannot hold n more units
-	// (its count would pass pack.MaxCount), and nothing was recorded.
+	// Full: nothing was recorded, because the key cannot count n more
+	// units: a counter ring's sub-window would pass pack.MaxCount, a
+	// log's live units keep.
 	Full bool
-	// Grow, on a log: its capacity cannot hold the units and is below
-	// keep. Nothing was recorded; move the log into a ring of capacity
-	// Grow (GrowCap) and charge again.
+	// Grow, on a log: its capacity cannot hold the units. Nothing was
+	// recorded; move the log into a ring of capacity Grow (GrowCap) and
+	// charge again.
 	Grow int64
 }
 
@@ -165,9 +166,9 @@ type Charged struct {
 // newest when t is older, and count exactly as admitted units do: every
 // later decision counts them. Preconditions: 1 ≤ n ≤ pack.MaxCount, t ≥ 0.
 //
-// keep is the highest limit the key can ever be given (a log uses it;
-// counter rings ignore it). The dispatch is here so that each algorithm
-// charges in its own room: a counter ring below, a log in log.go.
+// keep bounds a log's live units (the engine's MaxLogLimit; counter rings
+// ignore it). The dispatch is here so that each algorithm charges in its
+// own room: a counter ring below, a log in log.go.
 func (g *Geometry) Charge(r Ring, t, n, keep int64) Charged {
 	if g.log {
 		return g.logCharge(r, t, n, keep)

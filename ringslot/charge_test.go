@@ -226,10 +226,9 @@ func TestChargeRacesAdmissions(t *testing.T) {
 }
 
 // The log against its model with charges among the decisions: a charge
-// that does not fit asks for a larger ring (below keep), which the test
-// grows as the engine does; at keep the oldest units are dropped. Either
-// way every decision and RetryAfter under any limit up to keep is the
-// model's, which keeps every unit.
+// that does not fit asks for a larger ring, which the test grows as the
+// engine does, up to keep live units; past that it records nothing (Full).
+// Every decision and RetryAfter is the model's, which keeps every unit.
 func TestLogChargeMatchesModel(t *testing.T) {
 	for _, tc := range []struct{ limit, keep int64 }{{1, 1}, {3, 3}, {7, 7}, {3, 12}, {5, 40}} {
 		for seed := uint64(1); seed <= scaled[uint64](3, 8); seed++ {
@@ -240,7 +239,7 @@ func TestLogChargeMatchesModel(t *testing.T) {
 			r := g.New(now, tc.limit, "k")
 			m := &modelLog{newest: now, win: win}
 			limit := tc.limit
-			grows := 0
+			grows, fulls := 0, 0
 			for i := 0; i < 1500; i++ {
 				switch rng.IntN(8) {
 				case 0:
@@ -252,10 +251,17 @@ func TestLogChargeMatchesModel(t *testing.T) {
 				}
 				switch rng.IntN(6) {
 				case 0:
-					n := 1 + rng.Int64N(2*tc.keep+2)
+					n := 1 + rng.Int64N(tc.keep)
 					for {
 						c := g.Charge(r, now, n, tc.keep)
 						require.False(t, c.Dead)
+						if c.Full {
+							m.newest = max(m.newest, now) // a refused charge moves the key's time, as a denial does
+							in := int64(len(m.live(m.newest)))
+							require.Greater(t, in+n, tc.keep, "seed %d step %d: Full with %d live", seed, i, in)
+							fulls++
+							break
+						}
 						if c.Grow == 0 {
 							require.Equal(t, m.charge(now, n), c.Epoch)
 							break
@@ -268,23 +274,14 @@ func TestLogChargeMatchesModel(t *testing.T) {
 					}
 					continue
 				case 1:
-					if r.at(logCap) != nil && *r.at(logCap) >= tc.keep || tc.limit == tc.keep {
-						// A limit the key can be given: up to keep, within
-						// the ring's capacity.
-						limit = 1 + rng.Int64N(min(tc.keep, *r.at(logCap)))
-						require.True(t, g.SetLimit(r, limit))
-					}
+					// Any limit the ring can hold.
+					limit = 1 + rng.Int64N(*r.at(logCap))
+					require.True(t, g.SetLimit(r, limit))
 				}
 				n := 1 + rng.Int64N(limit)
 				if rng.IntN(4) == 0 {
 					n = rng.Int64N(limit+3) - 1
-					want, got := m.decide(now, n, limit, false), g.Peek(r, now, n, limit)
-					if n == 0 {
-						// A peek of 0 is always allowed by the engine; past
-						// keep units only its Remaining (0) is asked.
-						want, got = Result{Remaining: want.Remaining}, Result{Remaining: got.Remaining}
-					}
-					require.Equal(t, want, got, "seed %d step %d: Peek(t0%+d, %d) limit %d", seed, i, now-t0, n, limit)
+					require.Equal(t, m.decide(now, n, limit, false), g.Peek(r, now, n, limit), "seed %d step %d: Peek(t0%+d, %d) limit %d", seed, i, now-t0, n, limit)
 					continue
 				}
 				require.Equal(t, m.decide(now, n, limit, true), g.Acquire(r, now, n, limit), "seed %d step %d: Acquire(t0%+d, %d) limit %d", seed, i, now-t0, n, limit)
@@ -292,6 +289,7 @@ func TestLogChargeMatchesModel(t *testing.T) {
 			if tc.keep > tc.limit {
 				require.Positive(t, grows, "the ring grew for a debt")
 			}
+			require.Positive(t, fulls, "some charge passed keep")
 			require.LessOrEqual(t, *r.at(logCap), tc.keep)
 		}
 	}
@@ -303,7 +301,8 @@ func TestLogGrowCapKeepsTheLimit(t *testing.T) {
 	r := g.New(t0, 4, "k")
 	require.True(t, g.Acquire(r, t0, 3, 4).Allowed)
 	require.True(t, g.SetLimit(r, 2))
-	require.Equal(t, Charged{Epoch: t0 + 1, Grow: 9}, g.Charge(r, t0+1, 6, 100))
+	require.Equal(t, Charged{Epoch: t0 + 1, Grow: 9}, g.Charge(r, t0+1, 6, 100), "3 + 6 units, more than twice 4")
+	require.Equal(t, Charged{Epoch: t0 + 1, Full: true}, g.Charge(r, t0+1, 6, 8), "3 + 6 units, more than keep")
 	big, moved := g.GrowCap(r, 9)
 	require.True(t, moved)
 	require.True(t, g.Retired(r))

@@ -37,8 +37,7 @@ import (
 //     the live units plus n fit the limit, and a ring's limit never
 //     exceeds its capacity (SetLimit refuses, and the engine grows the ring
 //     instead); a charge (a debt, logCharge) that does not fit asks for a
-//     larger ring, or at the highest limit the key can have drops the
-//     oldest units, which no decision can tell from kept ones.
+//     larger ring, up to the engine's MaxLogLimit live units.
 //   - last only increases, until the ring is retired, after which it never
 //     changes. Every unit's time is ≤ last.
 //
@@ -249,18 +248,14 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 // newest time seen (publishing t if newer), drop the units that left the
 // window, and append n units stamped t, whatever the limit.
 //
-// A log holds at most its capacity. When the live units and n do not fit
-// it, and the capacity is below keep (the highest limit the key can ever
-// be given), it records nothing and asks for a ring of capacity
-// min(size + n, keep) (Charged.Grow). At keep or above, it drops the
-// oldest units instead, as many as n needs (all of them, and n − capacity
-// of the new ones, when n alone is larger): no decision can tell. A
-// decision at any later t' under a limit L ≤ keep admits m units iff the
-// units in (t' − W, t'] plus m are at most L, and refuses once they exceed
-// L − m; those units are a suffix of the log, so whether they number more
-// than L − m, and when the (L − m + 1)-th newest leaves (logDeny's
-// RetryAfter), depend only on the newest L ≤ keep units, which are kept.
-// Remaining, max(0, L − size), is 0 either way.
+// A log holds at most keep live units (the engine's MaxLogLimit, the
+// memory bound of one key): a charge that would pass it records nothing
+// and reports Full. One that does not fit the ring's capacity records
+// nothing and asks for a larger ring (Charged.Grow: twice the capacity,
+// or what the units need if more, at most keep). Nothing is ever dropped
+// that is still inside the window: a unit older than the newest limit
+// ones decides nothing while they are there, but a Cancel may take those
+// newer ones out again and make it count.
 func (g *Geometry) logCharge(r Ring, t, n, keep int64) Charged {
 	r.lock()
 	defer r.unlock()
@@ -270,22 +265,20 @@ func (g *Geometry) logCharge(r Ring, t, n, keep int64) Charged {
 		return Charged{Dead: true}
 	}
 	if t > l {
-		last.Store(t)
+		last.Store(t) // as a denial does: units are expired at t below
 	} else {
-		t = l
+		t = l // time never runs backwards for a key
 	}
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
 	if k := expired(r, capacity, start, size, t-g.width); k > 0 {
 		start, size = wrap(start+k, capacity), size-k
+		*r.at(logStart), *r.at(logSize) = start, size
 	}
-	if n > capacity-size {
-		if capacity < keep {
-			*r.at(logStart), *r.at(logSize) = start, size
-			return Charged{Epoch: t, Grow: min(size+n, keep)} // size + n: both ≤ 2^40
-		}
-		drop := min(size, size+n-capacity) // the oldest first
-		start, size = wrap(start+drop, capacity), size-drop
-		n = min(n, capacity)
+	switch {
+	case n > keep-size: // n is compared with the room, as Acquire does
+		return Charged{Epoch: t, Full: true}
+	case n > capacity-size:
+		return Charged{Epoch: t, Grow: min(max(size+n, 2*capacity), keep)}
 	}
 	for i, p := int64(0), wrap(start+size, capacity); i < n; i++ {
 		*r.at(logHdr + p) = t
@@ -293,7 +286,7 @@ func (g *Geometry) logCharge(r Ring, t, n, keep int64) Charged {
 			p = 0
 		}
 	}
-	*r.at(logStart), *r.at(logSize) = start, size+n
+	*r.at(logSize) = size + n
 	return Charged{Epoch: t}
 }
 
