@@ -346,3 +346,22 @@ func stepSettleOrCharge(t testing.TB, i int, e *engine.Engine, ref *model, now t
 		require.Equal(t, ref.settle(mr, o.actual, now.UnixNano()), d, "step %d: SettleAt(%d) of #%d (%d of %q), t0%+v", i, o.actual, j, mr.n, mr.key, now.Sub(t0))
 	}
 }
+
+// A log keeps every unit of its window: a reservation cancelled after a
+// debt leaves exactly the others. (A log that dropped its oldest units to
+// make room for a debt, as a first version did, counted 3 here instead of
+// 4: the cancel took newer units out, and the dropped one was missing,
+// so 2 more were admitted over a limit of 5.)
+func TestLogDebtThenCancelCountsEveryUnit(t *testing.T) {
+	e := newEngine(t, engine.Config{Limit: 5, Window: time.Second, Algorithm: engine.SlidingLog, MaxLogLimit: 6, DisableEviction: true})
+	require.True(t, e.AllowAt("k", 1, t0).Allowed)
+	r := e.ReserveAt("k", 2, t0.Add(ms))
+	require.True(t, r.Decision().Allowed)
+	_, err := e.ChargeAt("k", 3, t0.Add(2*ms))
+	require.NoError(t, err)
+	_, err = e.ChargeAt("k", 1, t0.Add(2*ms))
+	require.ErrorIs(t, err, engine.ErrDebtFull, "6 units: MaxLogLimit")
+	require.True(t, r.Cancel())
+	require.False(t, e.AllowAt("k", 2, t0.Add(3*ms)).Allowed, "1 + 3 units held")
+	require.Equal(t, engine.Decision{Allowed: true, Limit: 5}, e.AllowAt("k", 1, t0.Add(3*ms)))
+}
