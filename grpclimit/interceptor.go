@@ -97,7 +97,13 @@ type Interceptor struct {
 	cfg     config
 	fields  *adapter.Fields
 	multi   *multi // NewMultiInterceptor's policies; nil for NewInterceptor
-	counts  adapter.Counters
+	// inFlight has bit i set when policy i (0 for NewInterceptor) gives
+	// its units back after the handler (WithInFlight, Policy.InFlight),
+	// settle when it is settled to the reported cost (WithSettle,
+	// Policy.Settle); held is set when either is.
+	inFlight, settle uint8
+	held             bool
+	counts           adapter.Counters
 }
 
 // Stats are an Interceptor's decision counters since it was built: one
@@ -112,6 +118,11 @@ type Stats struct {
 	Errors    uint64 // the ContextLimiter failed; its failure policy decided
 	Canceled  uint64 // the ContextLimiter failed after the call's context ended; no handler ran
 	WouldDeny uint64 // WithDryRun: the limiter refused (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition), and the call was let through
+	// SettleErrors counts the held units (WithInFlight, WithSettle; one
+	// per policy) the limiter would not give back or settle after the
+	// handler: a debt it cannot count, a shared limiter's failure. They
+	// stay as reserved, until they leave the window.
+	SettleErrors uint64
 }
 
 // NewInterceptor returns an Interceptor over l configured by opts.
@@ -132,6 +143,14 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 	i.limiter = b
 	errs := i.configure("NewInterceptor", opts)
 	errs = append(errs, i.checkCosts("", l)...)
+	errs = append(errs, checkHold("", l, b, i.cfg.inFlight, i.cfg.settle)...)
+	if i.cfg.inFlight {
+		i.inFlight = 1
+	}
+	if i.cfg.settle {
+		i.settle = 1
+	}
+	i.held = i.cfg.inFlight || i.cfg.settle
 	f, err := adapter.NewFields("grpclimit: ", "NewInterceptor", l, i.cfg.policyName, i.cfg.window)
 	errs = append(errs, err)
 	i.fields = f
@@ -147,6 +166,7 @@ func (i *Interceptor) configure(fn string, opts []Option) []error {
 	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
 		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
 	}
+	errs = append(errs, i.cfg.checkHeld()...)
 	if !i.cfg.noDefaults {
 		for _, m := range DefaultExempt() {
 			i.cfg.defaultExempt[m] = true
@@ -209,6 +229,9 @@ func (i *Interceptor) Stats() Stats {
 // Unary returns the unary server interceptor.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if i.held {
+			return i.unaryHeld(ctx, req, info, handler)
+		}
 		if err := i.limit(ctx, info.FullMethod); err != nil {
 			return nil, err
 		}
@@ -227,7 +250,14 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // error's text, so the RetryInfo detail and codes.Unavailable of a backend
 // failure are lost through them; the header metadata is not. Unary and
 // Stream keep everything.
+//
+// Limit does not run the handler, so it cannot give units back or settle
+// them after it: with WithInFlight or WithSettle it refuses every call
+// with codes.Internal, naming the mistake; install Unary and Stream then.
 func (i *Interceptor) Limit(ctx context.Context) error {
+	if i.held {
+		return errLimitHeld
+	}
 	method, _ := grpc.Method(ctx)
 	return i.limit(ctx, method)
 }
@@ -238,11 +268,11 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	}
 	var md metadata.MD
 	if i.multi != nil {
-		keys, cost, err := i.prepareMulti(ctx, method)
+		keys, costs, err := i.prepareMulti(ctx, method)
 		if err != nil {
 			return passDryRun(err)
 		}
-		md, err = i.decideMulti(ctx, keys, cost)
+		md, err = i.decideMulti(ctx, keys, costs, nil)
 		if md != nil {
 			_ = grpc.SetHeader(ctx, md)
 		}
@@ -252,7 +282,7 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	if err != nil {
 		return passDryRun(err)
 	}
-	md, err = i.decide(ctx, key, cost)
+	md, err = i.decide(ctx, key, cost, nil)
 	if md != nil {
 		_ = grpc.SetHeader(ctx, md) // fails only once the header is sent: a handler's choice
 	}
@@ -318,25 +348,39 @@ func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, 
 // costOf computes the call's cost; a negative one is codes.Internal,
 // counted Rejected.
 func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) {
-	cost := int64(1)
 	if i.cfg.cost != nil {
-		if cost = i.cfg.cost(ctx, method); cost < 0 {
-			i.counts.Rejected.Add(1)
-			if i.cfg.dryRun {
-				return 0, errDryRunPass
-			}
-			return 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
+		return i.costWith(ctx, method, i.cfg.cost)
+	}
+	if c, ok := i.cfg.methodCost[method]; ok {
+		return c, nil
+	}
+	return 1, nil
+}
+
+// costWith is costOf with the cost function f.
+func (i *Interceptor) costWith(ctx context.Context, method string, f func(context.Context, string) int64) (int64, error) {
+	cost := f(ctx, method)
+	if cost < 0 {
+		i.counts.Rejected.Add(1)
+		if i.cfg.dryRun {
+			return 0, errDryRunPass
 		}
-	} else if c, ok := i.cfg.methodCost[method]; ok {
-		cost = c
+		return 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
 	}
 	return cost, nil
 }
 
 // decide asks the limiter for cost units of key and returns the fields to
-// send (nil for none) and nil to admit, or the denial's status error.
-func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
-	d, err := i.limiter.AllowN(ctx, key, cost)
+// send (nil for none) and nil to admit, or the denial's status error. With
+// held (one element), it reserves them and keeps what it admitted there.
+func (i *Interceptor) decide(ctx context.Context, key string, cost int64, held []adapter.Held) (metadata.MD, error) {
+	var d engine.Decision
+	var err error
+	if held != nil {
+		d, held[0], err = i.limiter.Reserve(ctx, key, cost)
+	} else {
+		d, err = i.limiter.AllowN(ctx, key, cost)
+	}
 	if err != nil {
 		if gone := adapter.CallerGone(ctx, err); gone != nil {
 			i.counts.Canceled.Add(1)

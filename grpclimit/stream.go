@@ -11,10 +11,13 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if i.exempt(ss.Context(), info.FullMethod) {
 			return handler(srv, ss)
 		}
+		if i.held {
+			return i.streamHeld(srv, ss, info, handler)
+		}
 		ctx := ss.Context()
 		var md metadata.MD
 		if i.multi != nil {
-			keys, cost, err := i.prepareMulti(ctx, info.FullMethod)
+			keys, costs, err := i.prepareMulti(ctx, info.FullMethod)
 			if err == errDryRunPass {
 				return handler(srv, ss)
 			}
@@ -22,9 +25,9 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 				return err
 			}
 			if i.cfg.perMessage {
-				return handler(srv, &messageStream{ServerStream: ss, i: i, keys: keys, cost: cost})
+				return handler(srv, &messageStream{ServerStream: ss, i: i, keys: keys, costs: costs})
 			}
-			md, err = i.decideMulti(ctx, keys, cost)
+			md, err = i.decideMulti(ctx, keys, costs, nil)
 			if md != nil {
 				_ = ss.SetHeader(md)
 			}
@@ -43,7 +46,7 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if i.cfg.perMessage {
 			return handler(srv, &messageStream{ServerStream: ss, i: i, key: key, cost: cost})
 		}
-		md, err = i.decide(ctx, key, cost)
+		md, err = i.decide(ctx, key, cost, nil)
 		if md != nil {
 			_ = ss.SetHeader(md)
 		}
@@ -57,10 +60,11 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 // messageStream charges each message received on a stream.
 type messageStream struct {
 	grpc.ServerStream
-	i    *Interceptor
-	key  string
-	keys []string // NewMultiInterceptor's, one per policy; nil for key
-	cost int64
+	i     *Interceptor
+	key   string
+	cost  int64
+	keys  []string // NewMultiInterceptor's, one per policy; nil for key
+	costs []int64  // with keys, one per policy
 }
 
 // RecvMsg receives a message, then charges it; a denial is returned in
@@ -72,9 +76,9 @@ func (s *messageStream) RecvMsg(m any) error {
 	var md metadata.MD
 	var err error
 	if s.keys != nil {
-		md, err = s.i.decideMulti(s.Context(), s.keys, s.cost)
+		md, err = s.i.decideMulti(s.Context(), s.keys, s.costs, nil)
 	} else {
-		md, err = s.i.decide(s.Context(), s.key, s.cost)
+		md, err = s.i.decide(s.Context(), s.key, s.cost, nil)
 	}
 	if err != nil && md != nil {
 		s.SetTrailer(md)
