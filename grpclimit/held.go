@@ -40,11 +40,14 @@ var ErrNoSettle = adapter.ErrNoSettle
 // WithSettle around the handler, which settle their reservation to it
 // when the handler returns. The last report before then wins. A negative
 // n is an error and changes nothing; so is a ctx with no settling
-// interceptor (ErrNoSettle). It is safe to call from any goroutine, and
-// allocates nothing. It has the meaning of httplimit.ReportCost.
+// interceptor (ErrNoSettle). It is safe to call from any goroutine; a
+// report allocates nothing. It has the meaning of httplimit.ReportCost.
 func ReportCost(ctx context.Context, n int64) error {
-	return adapter.Report("grpclimit: ", ctx, n)
+	return adapter.Report(ctx, n, "grpclimit: ", errNoSettle)
 }
+
+// errNoSettle is ReportCost's ErrNoSettle, built once.
+var errNoSettle = adapter.NoSettle("grpclimit: ")
 
 // WithSettle makes a call's cost an estimate, settled after the handler to
 // the cost it reports with ReportCost: the interceptor reserves the

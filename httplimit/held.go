@@ -40,10 +40,13 @@ var ErrNoSettle = adapter.ErrNoSettle
 // the handler, which settle their reservation to it when the handler
 // returns. The last report before then wins. A negative n is an error and
 // changes nothing; so is a ctx with no settling middleware (ErrNoSettle).
-// It is safe to call from any goroutine, and allocates nothing.
+// It is safe to call from any goroutine; a report allocates nothing.
 func ReportCost(ctx context.Context, n int64) error {
-	return adapter.Report("httplimit: ", ctx, n)
+	return adapter.Report(ctx, n, "httplimit: ", errNoSettle)
 }
+
+// errNoSettle is ReportCost's ErrNoSettle, built once.
+var errNoSettle = adapter.NoSettle("httplimit: ")
 
 // WithSettle makes the cost an estimate, settled after the handler to the
 // cost the handler reports: the middleware reserves the estimate

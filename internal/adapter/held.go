@@ -31,12 +31,15 @@ type Held struct {
 
 // Settle settles h to actual ≥ 0 units: 0 gives every unit back. An
 // engine's refusal (ErrDebtFull, a debt past MaxLimit) or a remote
-// limiter's failure is returned; h's units then stay as reserved.
+// limiter's failure is returned; h's units then stay as reserved. A remote
+// limiter's settle runs on ctx without its cancellation: the request's
+// context may be done by then (a client that left), and the units are
+// owed all the same.
 func (h *Held) Settle(ctx context.Context, actual int64) error {
 	if h.remote != nil {
 		f := h.remote
 		h.remote = nil
-		_, err := f(ctx, actual)
+		_, err := f(context.WithoutCancel(ctx), actual)
 		return err
 	}
 	if h.res.Units() == 0 {
@@ -146,7 +149,6 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 
 // release gives back what every Held of hs holds.
 func release(ctx context.Context, hs []Held) {
-	ctx = context.WithoutCancel(ctx)
 	for j := len(hs) - 1; j >= 0; j-- {
 		_ = hs[j].Settle(ctx, 0) // a failure leaves the units to their window, as a refused cancel does
 		hs[j] = Held{}
@@ -202,11 +204,10 @@ func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Dec
 // its lease ends). It is settled when bit i of settle is set and the
 // handler reported a cost in cell (cell may be nil) other than its
 // estimate costs[i]. The request's context may be done by then (a client
-// that left), so it settles without ctx's cancellation. It returns how
-// many settles the limiter refused or failed; their units stay as
+// that left): Held.Settle settles without its cancellation. It returns
+// how many settles the limiter refused or failed; their units stay as
 // reserved.
 func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool, cell *Reported, costs []int64) (failed uint64) {
-	ctx = context.WithoutCancel(ctx)
 	var actual int64
 	reported := false
 	if cell != nil {

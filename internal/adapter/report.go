@@ -43,13 +43,18 @@ func WithReported(ctx context.Context) (context.Context, *Reported) {
 	return context.WithValue(ctx, reportedKey{}, c), c
 }
 
+// NoSettle is ErrNoSettle after prefix ("httplimit: "), built once, for
+// Report.
+func NoSettle(prefix string) error { return fmt.Errorf("%s%w", prefix, ErrNoSettle) }
+
 // Report records n ≥ 0 as the request's actual cost in ctx's cell: the
-// last report wins. It refuses a negative n, and a ctx without a cell
-// (ErrNoSettle); prefix names the package ("httplimit: ").
-func Report(prefix string, ctx context.Context, n int64) error {
+// last report wins. It refuses a negative n, and returns noSettle (a
+// NoSettle) for a ctx without a cell; prefix names the package
+// ("httplimit: ").
+func Report(ctx context.Context, n int64, prefix string, noSettle error) error {
 	c, ok := ctx.Value(reportedKey{}).(*Reported)
 	if !ok {
-		return fmt.Errorf("%s%w", prefix, ErrNoSettle)
+		return noSettle
 	}
 	if n < 0 {
 		return errors.New(prefix + "ReportCost(" + strconv.FormatInt(n, 10) + "): want a cost ≥ 0; the earlier report, or the estimate, stands")
