@@ -73,7 +73,7 @@ func (r *Reservation) settle(actual, t int64) (Decision, error) {
 	case actual < 0:
 		return Decision{}, fmt.Errorf("ringlimit: Settle(%d) on a reservation of %d units of %q: actual = %d, want ≥ 0 (the units the work used; 0 gives them all back)", actual, r.n, r.key, actual)
 	case actual-r.n > MaxLimit: // no wrap: both ≥ 0
-		return Decision{}, fmt.Errorf("ringlimit: Settle(%d) on a reservation of %d units of %q: the debt actual − units = %d is above MaxLimit = %d, the most a sub-window counts", actual, r.n, r.key, actual-r.n, MaxLimit)
+		return Decision{}, fmt.Errorf("ringlimit: Settle(%d) on a reservation of %d units of %q: the debt actual − units = %d is above MaxLimit = %d, the most a sub-window counts", actual, r.n, r.key, actual-r.n, int64(MaxLimit))
 	case t < 0:
 		return Decision{}, fmt.Errorf("ringlimit: Settle(%d) on a reservation of %d units of %q: the time is before 1970 or after 2262-04-11; nothing was changed", actual, r.n, r.key)
 	}
@@ -153,7 +153,7 @@ func (e *Engine) chargeAt(what, key string, n, t int64) (Decision, error) {
 	case len(key) > e.cfg.maxKey:
 		return keyTooLong, fmt.Errorf("ringlimit: %s: the key is %d bytes, longer than Config.MaxKeyBytes = %d; nothing was charged", what, len(key), e.cfg.maxKey)
 	case n < 0 || n > MaxLimit:
-		return Decision{}, fmt.Errorf("ringlimit: %s(%q, %d): n = %d, want 0 … %d (MaxLimit)", what, key, n, n, MaxLimit)
+		return Decision{}, fmt.Errorf("ringlimit: %s(%q, %d): n = %d, want 0 … %d (MaxLimit)", what, key, n, n, int64(MaxLimit))
 	case t < 0:
 		return Decision{}, fmt.Errorf("ringlimit: %s(%q, %d): the time is before 1970 or after 2262-04-11; nothing was charged", what, key, n)
 	case n == 0:

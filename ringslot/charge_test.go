@@ -30,7 +30,7 @@ func requireRetryExact(t *testing.T, g *Geometry, r Ring, at, limit int64) int64
 	require.False(t, d.Allowed)
 	R := d.RetryAfter
 	require.Greater(t, R, int64(0))
-	require.NotEqual(t, Never, R)
+	require.NotEqual(t, int64(Never), R)
 	require.False(t, g.Peek(r, at+R-1, 1, limit).Allowed, "fits 1 ns before RetryAfter")
 	require.True(t, g.Peek(r, at+R, 1, limit).Allowed, "does not fit at RetryAfter")
 	return R
