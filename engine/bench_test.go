@@ -94,8 +94,10 @@ func BenchmarkReserveCancel(b *testing.B) {
 }
 
 // BenchmarkSettle puts Settle and ChargeAt next to AllowAt on one existing
-// key, one goroutine, with the caller's time: op=allow is the baseline;
-// op=reserve+settle-fewer reserves 2 units and settles to 1 (one goes
+// key, one goroutine, with the caller's time: op=allow is the baseline and
+// op=reserve a ReserveAt alone (never settled), so that a settle's own
+// cost is its case less op=reserve; op=reserve+settle-fewer reserves 2
+// units and settles to 1 (one goes
 // back); op=reserve+settle-more reserves 1 and settles to 2 (a debt of
 // one); op=charge is ChargeAt of 1. Each Settle and ChargeAt also computes
 // the Decision one more unit would get. The counters run at the largest
@@ -107,7 +109,7 @@ func BenchmarkSettle(b *testing.B) {
 		if alg == engine.SlidingLog {
 			limit = engine.DefaultMaxLogLimit
 		}
-		for _, op := range []string{"allow", "reserve+settle-fewer", "reserve+settle-more", "charge"} {
+		for _, op := range []string{"allow", "reserve", "reserve+settle-fewer", "reserve+settle-more", "charge"} {
 			b.Run("alg="+alg.String()+"/op="+op, func(b *testing.B) {
 				e := newEngine(b, engine.Config{Limit: limit, Window: time.Second, Algorithm: alg, DisableEviction: true})
 				e.AllowAt("hot-key", 1, t0)
@@ -122,6 +124,9 @@ func BenchmarkSettle(b *testing.B) {
 					switch op {
 					case "allow":
 						sinkDecision = e.AllowAt("hot-key", 1, now)
+					case "reserve":
+						r := e.ReserveAt("hot-key", 1, now)
+						sinkDecision = r.Decision()
 					case "reserve+settle-fewer":
 						r := e.ReserveAt("hot-key", 2, now)
 						sinkDecision, _ = r.SettleAt(1, now)
