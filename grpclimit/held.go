@@ -25,7 +25,8 @@ type ReservingLimiter interface {
 }
 
 // SettleFunc settles units a ReservingLimiter reserved, to actual ≥ 0
-// (0 gives them all back); the interceptor calls it at most once, after
+// (0 gives them all back; after an admission of n = 0, actual units are
+// charged); the interceptor calls it at most once, after
 // the handler, on a context without the call's cancellation. An error
 // leaves the units as reserved and is counted in Stats.SettleErrors. It is
 // httplimit.SettleFunc.

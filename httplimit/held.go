@@ -24,7 +24,8 @@ type ReservingLimiter interface {
 }
 
 // SettleFunc settles units a ReservingLimiter reserved, to actual ≥ 0
-// (0 gives them all back), as engine.Reservation.Settle does; the
+// (0 gives them all back; after an admission of n = 0, actual units are
+// charged), as engine.Reservation.Settle does; the
 // middleware calls it at most once, after the handler, on a context
 // without the request's cancellation. An error leaves the units as
 // reserved, to leave the window with it; the middleware counts it in

@@ -268,3 +268,24 @@ func TestSettleDryRun(t *testing.T) {
 		t.Fatalf("Stats %+v", s)
 	}
 }
+
+// A request estimated at 0 (a free request by its estimate) is still
+// settled to what it reports: charged, since nothing was reserved. (It
+// was not charged at all: a reservation of 0 units has nothing to settle.)
+func TestSettleFromAnEstimateOfZero(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 100, Algorithm: engine.SlidingWindowStrict})
+	zero := func(*http.Request) int64 { return 0 }
+	m := mustMiddleware(t, e, WithCost(zero), WithSettle())
+	h := m.Handler(reporting(t))
+	do(h, "192.0.2.1:1", withReports("7"))
+	do(h, "192.0.2.1:1", nil) // nothing reported: nothing charged
+	if got := e.AllowN("192.0.2.1", 0).Remaining; got != 93 {
+		t.Fatalf("remaining %d, want 93", got)
+	}
+	l := &adaptertest.Reserving{E: e}
+	h = mustMiddleware(t, l, WithCost(zero), WithSettle()).Handler(reporting(t))
+	do(h, "192.0.2.1:1", withReports("3"))
+	if got := e.AllowN("192.0.2.1", 0).Remaining; got != 90 || l.Settles.Load() != 1 {
+		t.Fatalf("through a ReservingLimiter: remaining %d, want 90; %d settles", got, l.Settles.Load())
+	}
+}

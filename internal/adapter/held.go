@@ -26,6 +26,7 @@ type reservingLimiter = interface {
 // has run. The zero Held holds nothing; settling it does nothing.
 type Held struct {
 	res    engine.Reservation // an engine's
+	eng    *engine.Engine     // res's engine, to charge an admission of 0 units
 	remote SettleFunc         // a remote limiter's; nil otherwise
 }
 
@@ -43,6 +44,12 @@ func (h *Held) Settle(ctx context.Context, actual int64) error {
 		return err
 	}
 	if h.res.Units() == 0 {
+		if h.eng != nil && actual > 0 && h.res.Decision().Allowed {
+			// An admission of 0 units (a cost of 0) holds nothing to
+			// settle: what was used is charged.
+			_, err := h.eng.Charge(h.res.Key(), actual)
+			return err
+		}
 		return nil
 	}
 	_, err := h.res.Settle(actual)
@@ -71,7 +78,7 @@ func (b *Backend) Reserve(ctx context.Context, key string, n int64) (engine.Deci
 	switch {
 	case b.eng != nil:
 		r := b.eng.Reserve(key, n)
-		return r.Decision(), Held{res: r}, nil
+		return r.Decision(), Held{res: r, eng: b.eng}, nil
 	case b.reserving != nil:
 		d, settle, err := b.reserving.ReserveN(ctx, key, n)
 		if err != nil || !d.Allowed {
@@ -179,7 +186,7 @@ func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Dec
 			at = i
 			break
 		}
-		held[i] = Held{res: r}
+		held[i] = Held{res: r, eng: e}
 		kept = i + 1
 	}
 	if at < 0 {

@@ -249,6 +249,9 @@ func (l *Reserving) ReserveN(_ context.Context, key string, n int64) (engine.Dec
 		if l.SettleErr != nil {
 			return engine.Decision{}, l.SettleErr
 		}
+		if n == 0 { // nothing reserved: what was used is charged
+			return l.E.Charge(key, actual)
+		}
 		return r.Settle(actual)
 	}, nil
 }
