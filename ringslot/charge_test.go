@@ -316,3 +316,75 @@ func TestLogGrowCapKeepsTheLimit(t *testing.T) {
 	require.False(t, moved)
 	require.True(t, same == r)
 }
+
+// Charges racing admissions while the key's time crosses many
+// sub-windows: the admitted units never pass the counting bounds of §1,
+// whatever the debts (Strict: any N+1 consecutive sub-windows hold at most
+// L admitted units; weighted: any N).
+func TestChargeRacesAdmissionsAcrossBoundaries(t *testing.T) {
+	for _, weighted := range []bool{false, true} {
+		const N, limit = 4, 40
+		g := NewGeometry(sec/100, N, weighted, false)
+		w := g.Width()
+		r := g.New(t0, limit, "k")
+		x := t0 / w
+		var mu sync.Mutex
+		admitted := map[int64]int64{}
+		var clock sync.Mutex
+		now := x * w
+		tick := func(d int64) int64 {
+			clock.Lock()
+			defer clock.Unlock()
+			now += d
+			return now
+		}
+		const G = 6
+		done := make(chan struct{})
+		for i := range G {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				rng := rand.New(rand.NewPCG(uint64(i), 17))
+				for range scaled(3000, 30000) {
+					at := tick(rng.Int64N(w / 400))
+					if rng.IntN(10) == 0 {
+						g.Charge(r, at, 1+rng.Int64N(2), 0)
+						continue
+					}
+					n := 1 + rng.Int64N(3)
+					if res := g.Acquire(r, at, n, limit); res.Allowed {
+						mu.Lock()
+						admitted[res.Epoch] += n
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		for range G {
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("a writer did not finish")
+			}
+		}
+		span := int64(N + 1)
+		if weighted {
+			span = N
+		}
+		last := now / w
+		best := int64(0)
+		for e := x; e <= last; e++ {
+			var sum int64
+			for k := e - span + 1; k <= e; k++ {
+				sum += admitted[k]
+			}
+			if sum > limit {
+				t.Fatalf("weighted=%v: %d admitted units in the %d sub-windows ending at x%+d", weighted, sum, span, e-x)
+			}
+			best = max(best, sum)
+		}
+		if best < limit*3/4 {
+			t.Fatalf("weighted=%v: the busiest span held %d of %d admitted units: the test never came near the limit", weighted, best, limit)
+		}
+		t.Logf("weighted=%v: %d sub-windows, the busiest span %d of %d", weighted, last-x+1, best, limit)
+	}
+}
