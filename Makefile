@@ -65,7 +65,7 @@ test-module:
 # under qemu-i386 (Debian's qemu-user; Go's async preemption signals are
 # turned off there, which qemu-user mishandles), else the step says loudly
 # that it skipped. TEST386=qemu forces qemu, TEST386=native forbids it.
-PKGS386 = ./internal/... ./ringslot/ ./shard/ ./engine/
+PKGS386 = ./internal/... ./ringslot/ ./shard/ ./engine/ ./httplimit/
 TEST386 ?= auto
 test386:
 	@probe=$$(mktemp -d); GOARCH=386 $(GO) test -c -o $$probe/p.test ./internal/pack/ || exit 1; \

@@ -206,6 +206,21 @@ func TestReserveAndCancelAllocs(t *testing.T) {
 				r := e.ReserveAt(key, 5000, now)
 				r.Cancel()
 			},
+			// A window on each time, so that debts never pile up in a log.
+			"reserve+settle fewer": func() {
+				now = now.Add(time.Second)
+				r := e.ReserveAt(key, 3, now)
+				r.SettleAt(1, now)
+			},
+			"reserve+settle more": func() {
+				now = now.Add(time.Second)
+				r := e.ReserveAt(key, 3, now)
+				r.SettleAt(7, now)
+			},
+			"charge": func() {
+				now = now.Add(time.Second)
+				e.ChargeAt(key, 5, now)
+			},
 		}
 		for name, fn := range cases {
 			fn()

@@ -168,6 +168,7 @@ func (e *Engine) Audited(key string) bool { return e.sampled(e.tab.Hash(key)) }
 const (
 	evAdmit   uint8 = iota // n units admitted at t
 	evDeny                 // n units refused at t
+	evCharge               // n units charged at t whatever the limit (auditcharge.go)
 	evUnadmit              // n units of the admission id (admitted at ref) are being returned (a Cancel, before the engine's)
 	evReadmit              // the engine did not take them back after all: the unadmit id is undone
 	evKept                 // the engine took them back: the unadmit id stands
@@ -349,6 +350,9 @@ type shadowKey struct {
 	// the log may miss units admitted before the key got its shadow (see
 	// auditor.watermark).
 	trustAfter int64
+	// charged: the units charged in sub-window chargedIn, the key's newest
+	// when they were replayed (auditcharge.go).
+	charged, chargedIn int64
 }
 
 // expire drops the entries at or before cut.
@@ -490,7 +494,7 @@ type AuditReport struct {
 	WorstWindow float64
 	WorstKey    string
 	// Unadmits counts every Cancel of an audited reservation that gave
-	// units back, once (a key kept out of the logs by a cap counts none;
+	// units back, and every Settle below its units that did, once (a key kept out of the logs by a cap counts none;
 	// a take-back that found the buffer full is counted in Dropped
 	// instead). UnadmitMissed is the part of Unadmits whose units had
 	// already left the exact window at the key's newest time, or whose
@@ -498,6 +502,10 @@ type AuditReport struct {
 	// dropped from the buffer (Dropped), so the log had nothing to take
 	// out (a weighted counter still counts part of that sub-window).
 	Unadmits, UnadmitMissed int64
+	// Charges counts the charges replayed into the logs (ChargeAt, and
+	// Settle above a reservation's units): their units count in the
+	// exact window as admitted ones do, and are judged by no one.
+	Charges int64
 	// Keys shadowed now, and log Entries held now (bounded by
 	// AuditMaxKeys and AuditMaxEntries).
 	Keys    int
@@ -794,6 +802,10 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 		a.takeBack(k, ev)
 		return
 	}
+	if ev.kind == evCharge {
+		a.replayCharge(k, ev)
+		return
+	}
 	// Time never runs backwards for a key. ev.t is already the engine's
 	// effective time: the request's, or the start of the key's newest
 	// sub-window if that is later (a log: its newest time), where the
@@ -809,7 +821,7 @@ func (a *auditor) replay(ev *auditEvent, q quarantine) {
 	k.newest = t
 	a.entries -= int64(k.expire(t - a.window))
 	c := k.sum
-	judged := !late && t >= k.trustAfter && !q.holds(t)
+	judged := !late && t >= k.trustAfter && !q.holds(t) && !k.afterCharge(ev, t, c, a.width)
 	a.rep.Decisions++
 	if judged {
 		a.rep.Judged++
@@ -922,7 +934,9 @@ func (a *auditor) skip(ev *auditEvent) {
 		a.takeBack(nil, ev)
 		return
 	}
-	a.rep.Skipped++
+	if ev.kind != evCharge { // a charge is not a decision
+		a.rep.Skipped++
+	}
 	until := satAdd(ev.t, a.window)
 	if cur, ok := a.skipped[ev.key]; ok {
 		*cur = max(*cur, until)

@@ -93,6 +93,55 @@ func BenchmarkReserveCancel(b *testing.B) {
 	}
 }
 
+// BenchmarkSettle puts Settle and ChargeAt next to AllowAt on one existing
+// key, one goroutine, with the caller's time: op=allow is the baseline and
+// op=reserve a ReserveAt alone (never settled), so that a settle's own
+// cost is its case less op=reserve; op=reserve+settle-fewer reserves 2
+// units and settles to 1 (one goes
+// back); op=reserve+settle-more reserves 1 and settles to 2 (a debt of
+// one); op=charge is ChargeAt of 1. Each Settle and ChargeAt also computes
+// the Decision one more unit would get. The counters run at the largest
+// limit; the log moves W/L per unit recorded, so that it stays at its
+// limit and never needs a larger allocation.
+func BenchmarkSettle(b *testing.B) {
+	for _, alg := range allAlgorithms {
+		limit := int64(engine.MaxLimit)
+		if alg == engine.SlidingLog {
+			limit = engine.DefaultMaxLogLimit
+		}
+		for _, op := range []string{"allow", "reserve", "reserve+settle-fewer", "reserve+settle-more", "charge"} {
+			b.Run("alg="+alg.String()+"/op="+op, func(b *testing.B) {
+				e := newEngine(b, engine.Config{Limit: limit, Window: time.Second, Algorithm: alg, DisableEviction: true})
+				e.AllowAt("hot-key", 1, t0)
+				step := time.Duration(0)
+				if alg == engine.SlidingLog {
+					step = 2 * time.Second / time.Duration(limit) // at most 2 units per op
+				}
+				b.ReportAllocs()
+				now := t0
+				for b.Loop() {
+					now = now.Add(step)
+					switch op {
+					case "allow":
+						sinkDecision = e.AllowAt("hot-key", 1, now)
+					case "reserve":
+						r := e.ReserveAt("hot-key", 1, now)
+						sinkDecision = r.Decision()
+					case "reserve+settle-fewer":
+						r := e.ReserveAt("hot-key", 2, now)
+						sinkDecision, _ = r.SettleAt(1, now)
+					case "reserve+settle-more":
+						r := e.ReserveAt("hot-key", 1, now)
+						sinkDecision, _ = r.SettleAt(2, now)
+					default:
+						sinkDecision, _ = e.ChargeAt("hot-key", 1, now)
+					}
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkAllowAll asks one unit of one key from three engines (per
 // second, per minute, per hour): op=allow×3 is three AllowAt calls, the
 // baseline without all-or-nothing; op=all is AllowAll, admitted;

@@ -72,7 +72,7 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 			// Earlier traffic, so that the weighted oldest slot matters.
 			pre := t0.Add(-time.Second + 50*time.Millisecond)
 			require.True(t, e.AllowAt("k", 300, pre).Allowed)
-			k.log = append(k.log, modelEvent{pre.UnixNano(), 300})
+			k.log = append(k.log, modelEvent{t: pre.UnixNano(), n: 300})
 			at := t0.Add(30 * time.Millisecond)
 			var admitted atomic.Int64
 			burst(t, func(g int) error {
@@ -89,7 +89,7 @@ func TestConcurrentBurstAtOneInstant(t *testing.T) {
 				return nil
 			})
 			seq := fillAt(e, "k", at)
-			k.log = append(k.log, modelEvent{at.UnixNano(), admitted.Load() + seq})
+			k.log = append(k.log, modelEvent{t: at.UnixNano(), n: admitted.Load() + seq})
 			requireExactlyFull(t, ref, k, at, "after the burst and a sequential fill")
 			require.Zero(t, e.AllowAt("k", 0, at).Remaining)
 		})
@@ -128,7 +128,7 @@ func TestConcurrentPhasesWithTimeMoving(t *testing.T) {
 				})
 				for j, k := range keys {
 					got := admitted[j].Load() + fillAt(e, k, at)
-					logs[k].log = append(logs[k].log, modelEvent{at.UnixNano(), got})
+					logs[k].log = append(logs[k].log, modelEvent{t: at.UnixNano(), n: got})
 					requireExactlyFull(t, ref, logs[k], at, fmt.Sprintf("phase %d key %s", phase, k))
 				}
 			}
@@ -412,7 +412,7 @@ func TestRaceAtBoundaryLeavesNoResidue(t *testing.T) {
 					ref := newModel(cfg)
 					k := &modelKey{}
 					for _, a := range adm {
-						k.log = append(k.log, modelEvent{a.eff * w, a.n})
+						k.log = append(k.log, modelEvent{t: a.eff * w, n: a.n})
 					}
 					d := e.AllowAt("k", 0, time.Unix(0, 0)) // clamped to (newest, 0)
 					require.Equal(t, ref.remaining(k, newest*w, L), d.Remaining, "round %d: Remaining after the burst", round)
@@ -583,7 +583,7 @@ func runStorm(t *testing.T, alg engine.Algorithm, N int, seed uint64, grow bool)
 	ref := newModel(engine.Config{Limit: lim, Window: time.Duration(W), SubWindows: N, Algorithm: alg})
 	k := &modelKey{}
 	for x, n := range live { // live is per epoch (SlidingLog: per ns)
-		k.log = append(k.log, modelEvent{x * ref.w, n})
+		k.log = append(k.log, modelEvent{t: x * ref.w, n: n})
 	}
 	inWin := ref.count(k, T)
 	want := ref.remaining(k, T, lim)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/clock"
@@ -9,15 +8,16 @@ import (
 )
 
 // Reservation is the outcome of ReserveAt: a Decision that can be taken
-// back. When it was Allowed, Cancel returns its units to the sub-window they
-// were recorded in (docs/design.md §3b).
+// back or settled. When it was Allowed, Cancel returns its units to the
+// sub-window they were recorded in, and Settle adjusts them to what the
+// work used (docs/design.md §3b).
 //
 // A Reservation is a value (112 bytes on 64-bit platforms), and copies of
 // it are safe: every copy (an assignment, a range loop's variable, append,
-// a channel send) shares one claim on the units, and Cancel on any of them
-// returns the units at most once, whichever copy and however many calls.
-// Cancel and Decision are safe for concurrent use, on one value or on
-// copies.
+// a channel send) shares one claim on the units, and Cancel or Settle on
+// any of them acts at most once, whichever copy and however many calls.
+// Cancel, Settle and Decision are safe for concurrent use, on one value or
+// on copies.
 //
 // It keeps the key string it was given (Key), and the key's state, until
 // it is dropped. The zero Reservation is a denied one with nothing to
@@ -33,8 +33,8 @@ type Reservation struct {
 	// auditID names the admission in the self-audit's log (0: unknown).
 	auditID uint64
 	// claim is the word every copy shares (claim.go): 0 until a Cancel
-	// claims the units, then 1. nil for AllowAll's own reservations,
-	// which are never copied and claim through state instead.
+	// or a Settle claims the units, then 1. nil for AllowAll's own
+	// reservations, which are never copied and claim through state instead.
 	claim *uint32
 	state uint32 // atomic, when claim is nil: 0 until Cancel claims the units, then 1
 }
@@ -99,15 +99,15 @@ func (e *Engine) reserve(out *Reservation, key string, n, t int64, shared bool) 
 }
 
 // Decision returns the decision the Reservation was made with: Allowed,
-// Limit, and Remaining and RetryAfter as of that decision. Cancel does not
-// change it.
+// Limit, and Remaining and RetryAfter as of that decision. Cancel and
+// Settle do not change it.
 func (r *Reservation) Decision() Decision { return r.d }
 
 // Key returns the key the Reservation was made for.
 func (r *Reservation) Key() string { return r.key }
 
 // Units returns the units the Reservation recorded: n when it was Allowed
-// with n ≥ 1, otherwise 0. Cancel does not change it.
+// with n ≥ 1, otherwise 0. Cancel and Settle do not change it.
 func (r *Reservation) Units() int64 { return r.n }
 
 // At returns where the units were recorded: the start of the sub-window
@@ -128,9 +128,9 @@ func (r *Reservation) At() time.Time {
 // recorded in, and reports whether it did. It returns false, and changes
 // nothing, when:
 //   - the Reservation recorded nothing: it was denied, or n was 0 (a peek);
-//   - Cancel was called on it, or on a copy of it, before (Cancel is
-//     idempotent across copies, also when called concurrently: one call
-//     returns the units, the others report false);
+//   - Cancel or Settle was called on it, or on a copy of it, before
+//     (Cancel is idempotent across copies, also when called concurrently:
+//     one call returns the units, the others report false);
 //   - the sub-window has left the key's window: the key has seen a request
 //     that late or later (SlidingWindow and SlidingWindowStrict: N+1
 //     sub-windows after it, since the window at sub-window e+N still counts
@@ -156,20 +156,10 @@ func (r *Reservation) At() time.Time {
 // With SlidingLog, Cancel removes exactly n of the timestamps recorded at
 // the reservation's effective time.
 func (r *Reservation) Cancel() bool {
-	if r.n == 0 {
+	if r.n == 0 || !r.take() {
 		return false
 	}
-	claim := r.claim
-	if claim == nil { // AllowAll's own, never copied
-		claim = &r.state
-	}
-	if !atomic.CompareAndSwapUint32(claim, 0, 1) {
-		return false
-	}
-	if r.audit != 0 {
-		return r.e.auditCancel(r.key, r.ring, r.audit-1, r.auditID, r.n, func() bool { return r.e.cancel(r.key, r.ring, r.at, r.n) })
-	}
-	return r.e.cancel(r.key, r.ring, r.at, r.n)
+	return r.giveBack(r.n)
 }
 
 // cancel returns n units recorded at effective epoch at on ring, the state

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,9 +13,10 @@ import (
 )
 
 // TestReserveCancelMatchesModel runs random scripts of ReserveAt, Cancel,
-// peeks, Sweep, UpdateLimits and SetLimitAt on one key, with KeyLimit
-// changing under it and far jumps that retire the key's ring, against the
-// model: every Decision, Units, At and Cancel, and an exact RetryAfter.
+// SettleAt, ChargeAt, peeks, Sweep, UpdateLimits and SetLimitAt on one
+// key, with KeyLimit changing under it and far jumps that retire the key's
+// ring, against the model: every Decision, Units, At, Cancel and Settle,
+// and an exact RetryAfter.
 func TestReserveCancelMatchesModel(t *testing.T) {
 	algs := []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog}
 	seeds := scaled(40, 300)
@@ -107,7 +109,62 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 			setKL(int64(rng.IntN(14)))
 			trace = append(trace, fmt.Sprintf("keylimit -> %d", kl))
 		}
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(13); {
+		case op == 10 && len(res) > 0:
+			// Settle one, to fewer, as many or more units, copies
+			// included (a settled or cancelled one refuses).
+			i := rng.IntN(len(res))
+			p := res[i]
+			cp := p.r
+			actual := rng.Int64N(2*L + 2)
+			got, err := cp.SettleAt(actual, time.Unix(0, now))
+			switch {
+			case p.mr.ev < 0:
+				if !errors.Is(err, engine.ErrNotReserved) {
+					return fail("step %d settle #%d: %v, want ErrNotReserved", step, i, err)
+				}
+			case m.claimed[p.mr]:
+				if !errors.Is(err, engine.ErrSettled) {
+					return fail("step %d settle #%d: %v, want ErrSettled", step, i, err)
+				}
+			case errors.Is(err, engine.ErrDebtFull):
+				// As a refused charge: the reservation stays settled at
+				// its units.
+				m.claimed[p.mr] = true
+				m.touch(k, now)
+				if held := m.count(k, m.effective(k, now)); alg != engine.SlidingLog || held+actual-p.mr.n <= cfg.MaxLogLimit {
+					return fail("step %d settle #%d to %d: %v with %d units held", step, i, actual, err, held)
+				}
+				if want := m.peek("k", 1, now); got != want {
+					return fail("step %d refused settle: got %+v, model %+v", step, got, want)
+				}
+			default:
+				want := m.settle(p.mr, actual, now)
+				trace = append(trace, fmt.Sprintf("settle #%d to %d at +%d -> %+v (model %+v)", i, actual, now-base, got, want))
+				if err != nil || got != want {
+					return fail("step %d settle #%d to %d at +%d: got %+v %v, model %+v", step, i, actual, now-base, got, err, want)
+				}
+			}
+		case op == 11:
+			n := rng.Int64N(3 * L)
+			got, err := e.ChargeAt("k", n, time.Unix(0, now))
+			if errors.Is(err, engine.ErrDebtFull) {
+				// A log holds at most MaxLogLimit units in its window;
+				// the refused charge still moved the key's time.
+				m.touch(k, now)
+				if held := m.count(k, m.effective(k, now)); alg != engine.SlidingLog || held+n <= cfg.MaxLogLimit {
+					return fail("step %d charge %d at +%d: %v with %d units held", step, n, now-base, err, held)
+				}
+				if want := m.peek("k", 1, now); got != want {
+					return fail("step %d refused charge %d: got %+v, model %+v", step, n, got, want)
+				}
+				break
+			}
+			want := m.charge("k", n, now)
+			trace = append(trace, fmt.Sprintf("charge %d at +%d -> %+v (model %+v)", n, now-base, got, want))
+			if err != nil || got != want {
+				return fail("step %d charge %d at +%d: got %+v %v, model %+v", step, n, now-base, got, err, want)
+			}
 		case op < 5:
 			n := int64(rng.IntN(int(L) + 1))
 			if rng.IntN(20) == 0 {

@@ -251,7 +251,7 @@ func runSerial(t *testing.T, alg engine.Algorithm, N int, seed uint64) {
 			if os.Getenv("RINGLIMIT_COUNT_CANCELLED") == "" && o.success.Load() && o.cancelStart.Load() < en.endSeq {
 				continue // maybe cancelled before
 			}
-			k.log = append(k.log, modelEvent{o.t, o.n})
+			k.log = append(k.log, modelEvent{t: o.t, n: o.n})
 		}
 		if !m.fits(k, en.t, en.n, L) {
 			falseAdmits++

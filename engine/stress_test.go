@@ -618,7 +618,7 @@ func (s *stressRun) checkRemaining(k int, rs []stressRec) {
 	for _, r := range rs {
 		switch {
 		case r.lo == r.hi:
-			mk.log = append(mk.log, modelEvent{r.lo * s.model.w, r.n})
+			mk.log = append(mk.log, modelEvent{t: r.lo * s.model.w, n: r.n})
 		case r.hi >= first && r.lo <= eff:
 			unsure += r.n
 		}

@@ -11,7 +11,9 @@
 // Several limits on one call (per IP and per tenant) go in one
 // interceptor, NewMultiInterceptor, which over engines charges all of them
 // or none, or in chained interceptors, each of which charges its own limit
-// independently.
+// independently. WithSettle settles a call's estimated cost to what its
+// handler reports with ReportCost; WithInFlight counts calls (and
+// streams) in flight.
 //
 // # Configuration errors
 //

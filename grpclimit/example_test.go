@@ -64,7 +64,7 @@ func ExampleNewInterceptor() {
 	// OK ["per-ip";q=2;w=10] ["per-ip";r=0;t=10]
 	// ResourceExhausted ["per-ip";q=2;w=10] ["per-ip";r=0;t=10]
 	// retry after 10s
-	// {Allowed:2 Denied:1 Rejected:0 Errors:0 Canceled:0 WouldDeny:0}
+	// {Allowed:2 Denied:1 Rejected:0 Errors:0 Canceled:0 WouldDeny:0 SettleErrors:0}
 }
 
 // A misconfiguration is an error at construction, naming what is wrong.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -97,7 +96,13 @@ type Interceptor struct {
 	cfg     config
 	fields  *adapter.Fields
 	multi   *multi // NewMultiInterceptor's policies; nil for NewInterceptor
-	counts  adapter.Counters
+	// inFlight has bit i set when policy i (0 for NewInterceptor) gives
+	// its units back after the handler (WithInFlight, Policy.InFlight),
+	// settle when it is settled to the reported cost (WithSettle,
+	// Policy.Settle); held is set when either is.
+	inFlight, settle uint8
+	held             bool
+	counts           adapter.Counters
 }
 
 // Stats are an Interceptor's decision counters since it was built: one
@@ -112,6 +117,11 @@ type Stats struct {
 	Errors    uint64 // the ContextLimiter failed; its failure policy decided
 	Canceled  uint64 // the ContextLimiter failed after the call's context ended; no handler ran
 	WouldDeny uint64 // WithDryRun: the limiter refused (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition), and the call was let through
+	// SettleErrors counts the held units (WithInFlight, WithSettle; one
+	// per policy) the limiter would not give back or settle after the
+	// handler: a debt it cannot count, a shared limiter's failure. They
+	// stay as reserved, until they leave the window.
+	SettleErrors uint64
 }
 
 // NewInterceptor returns an Interceptor over l configured by opts.
@@ -132,6 +142,14 @@ func NewInterceptor(l any, opts ...Option) (*Interceptor, error) {
 	i.limiter = b
 	errs := i.configure("NewInterceptor", opts)
 	errs = append(errs, i.checkCosts("", l)...)
+	errs = append(errs, checkHold("", l, b, i.cfg.inFlight, i.cfg.settle)...)
+	if i.cfg.inFlight {
+		i.inFlight = 1
+	}
+	if i.cfg.settle {
+		i.settle = 1
+	}
+	i.held = i.cfg.inFlight || i.cfg.settle
 	f, err := adapter.NewFields("grpclimit: ", "NewInterceptor", l, i.cfg.policyName, i.cfg.window)
 	errs = append(errs, err)
 	i.fields = f
@@ -147,6 +165,7 @@ func (i *Interceptor) configure(fn string, opts []Option) []error {
 	if i.cfg.cost != nil && len(i.cfg.methodCost) > 0 {
 		errs = append(errs, errors.New("grpclimit: WithCost and WithMethodCost cannot be combined; compute per-method costs in the WithCost function"))
 	}
+	errs = append(errs, i.cfg.checkHeld()...)
 	if !i.cfg.noDefaults {
 		for _, m := range DefaultExempt() {
 			i.cfg.defaultExempt[m] = true
@@ -209,6 +228,9 @@ func (i *Interceptor) Stats() Stats {
 // Unary returns the unary server interceptor.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if i.held {
+			return i.unaryHeld(ctx, req, info, handler)
+		}
 		if err := i.limit(ctx, info.FullMethod); err != nil {
 			return nil, err
 		}
@@ -227,7 +249,14 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // error's text, so the RetryInfo detail and codes.Unavailable of a backend
 // failure are lost through them; the header metadata is not. Unary and
 // Stream keep everything.
+//
+// Limit does not run the handler, so it cannot give units back or settle
+// them after it: with WithInFlight or WithSettle it refuses every call
+// with codes.Internal, naming the mistake; install Unary and Stream then.
 func (i *Interceptor) Limit(ctx context.Context) error {
+	if i.held {
+		return errLimitHeld
+	}
 	method, _ := grpc.Method(ctx)
 	return i.limit(ctx, method)
 }
@@ -238,11 +267,11 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	}
 	var md metadata.MD
 	if i.multi != nil {
-		keys, cost, err := i.prepareMulti(ctx, method)
+		keys, costs, err := i.prepareMulti(ctx, method)
 		if err != nil {
 			return passDryRun(err)
 		}
-		md, err = i.decideMulti(ctx, keys, cost)
+		md, err = i.decideMulti(ctx, keys, costs, nil)
 		if md != nil {
 			_ = grpc.SetHeader(ctx, md)
 		}
@@ -252,7 +281,7 @@ func (i *Interceptor) limit(ctx context.Context, method string) error {
 	if err != nil {
 		return passDryRun(err)
 	}
-	md, err = i.decide(ctx, key, cost)
+	md, err = i.decide(ctx, key, cost, nil)
 	if md != nil {
 		_ = grpc.SetHeader(ctx, md) // fails only once the header is sent: a handler's choice
 	}
@@ -267,153 +296,17 @@ func passDryRun(err error) error {
 	return err
 }
 
-// Stream returns the stream server interceptor.
-func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if i.exempt(ss.Context(), info.FullMethod) {
-			return handler(srv, ss)
-		}
-		ctx := ss.Context()
-		var md metadata.MD
-		if i.multi != nil {
-			keys, cost, err := i.prepareMulti(ctx, info.FullMethod)
-			if err == errDryRunPass {
-				return handler(srv, ss)
-			}
-			if err != nil {
-				return err
-			}
-			if i.cfg.perMessage {
-				return handler(srv, &messageStream{ServerStream: ss, i: i, keys: keys, cost: cost})
-			}
-			md, err = i.decideMulti(ctx, keys, cost)
-			if md != nil {
-				_ = ss.SetHeader(md)
-			}
-			if err != nil {
-				return err
-			}
-			return handler(srv, ss)
-		}
-		key, cost, err := i.prepare(ctx, info.FullMethod)
-		if err == errDryRunPass {
-			return handler(srv, ss)
-		}
-		if err != nil {
-			return err
-		}
-		if i.cfg.perMessage {
-			return handler(srv, &messageStream{ServerStream: ss, i: i, key: key, cost: cost})
-		}
-		md, err = i.decide(ctx, key, cost)
-		if md != nil {
-			_ = ss.SetHeader(md)
-		}
-		if err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
-// messageStream charges each message received on a stream.
-type messageStream struct {
-	grpc.ServerStream
-	i    *Interceptor
-	key  string
-	keys []string // NewMultiInterceptor's, one per policy; nil for key
-	cost int64
-}
-
-// RecvMsg receives a message, then charges it; a denial is returned in
-// place of the message, with the fields in the trailer metadata.
-func (s *messageStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil {
-		return err
-	}
-	var md metadata.MD
-	var err error
-	if s.keys != nil {
-		md, err = s.i.decideMulti(s.Context(), s.keys, s.cost)
-	} else {
-		md, err = s.i.decide(s.Context(), s.key, s.cost)
-	}
-	if err != nil && md != nil {
-		s.SetTrailer(md)
-	}
-	return err
-}
-
-// exempt reports whether a call to method is exempt: its method or its
-// service is in DefaultExempt() (two map lookups of substrings, no
-// allocation), or a WithExempt function says so.
-func (i *Interceptor) exempt(ctx context.Context, method string) bool {
-	if len(i.cfg.defaultExempt) > 0 {
-		if i.cfg.defaultExempt[method] {
-			return true
-		}
-		if j := strings.LastIndexByte(method, '/'); j > 0 && i.cfg.defaultExempt[method[:j+1]] {
-			return true
-		}
-	}
-	for _, f := range i.cfg.exempt {
-		if f(ctx, method) {
-			return true
-		}
-	}
-	return false
-}
-
-// prepare computes a call's key and cost; an error is the call's status,
-// and the call is counted Rejected.
-func (i *Interceptor) prepare(ctx context.Context, method string) (string, int64, error) {
-	key, err := i.keyOf(ctx, method, i.cfg.key)
-	if err != nil {
-		return "", 0, err
-	}
-	cost, err := i.costOf(ctx, method)
-	return key, cost, err
-}
-
-// keyOf computes the call's key with k; an error is the call's status,
-// and the call is counted Rejected.
-func (i *Interceptor) keyOf(ctx context.Context, method string, k Key) (string, error) {
-	key, err := k.of(ctx, method) // an empty key and one above MaxKeyBytes are errors
-	if err != nil {
-		i.counts.Rejected.Add(1)
-		if i.cfg.dryRun {
-			return "", errDryRunPass
-		}
-		if s, ok := status.FromError(err); ok {
-			return "", s.Err()
-		}
-		return "", status.Error(codes.InvalidArgument, err.Error())
-	}
-	return key, nil
-}
-
-// costOf computes the call's cost; a negative one is codes.Internal,
-// counted Rejected.
-func (i *Interceptor) costOf(ctx context.Context, method string) (int64, error) {
-	cost := int64(1)
-	if i.cfg.cost != nil {
-		if cost = i.cfg.cost(ctx, method); cost < 0 {
-			i.counts.Rejected.Add(1)
-			if i.cfg.dryRun {
-				return 0, errDryRunPass
-			}
-			return 0, status.Error(codes.Internal, "grpclimit: rate limit misconfigured: negative call cost")
-		}
-	} else if c, ok := i.cfg.methodCost[method]; ok {
-		cost = c
-	}
-	return cost, nil
-}
-
 // decide asks the limiter for cost units of key and returns the fields to
-// send (nil for none) and nil to admit, or the denial's status error.
-func (i *Interceptor) decide(ctx context.Context, key string, cost int64) (metadata.MD, error) {
-	d, err := i.limiter.AllowN(ctx, key, cost)
+// send (nil for none) and nil to admit, or the denial's status error. With
+// held (one element), it reserves them and keeps what it admitted there.
+func (i *Interceptor) decide(ctx context.Context, key string, cost int64, held []adapter.Held) (metadata.MD, error) {
+	var d engine.Decision
+	var err error
+	if held != nil {
+		d, held[0], err = i.limiter.Reserve(ctx, key, cost)
+	} else {
+		d, err = i.limiter.AllowN(ctx, key, cost)
+	}
 	if err != nil {
 		if gone := adapter.CallerGone(ctx, err); gone != nil {
 			i.counts.Canceled.Add(1)

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ringlimit/ringlimit/engine"
@@ -30,12 +31,27 @@ type Policy struct {
 	Limiter any           // a Limiter or a ContextLimiter
 	Key     Key           // the zero Key means KeyByIP(64)
 	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+	// Cost is this policy's cost of a call (nil: WithCost's or
+	// WithMethodCost's, or 1), with WithCost's rules; it is
+	// httplimit.Policy.Cost.
+	Cost func(ctx context.Context, fullMethod string) int64
+	// InFlight puts this policy's limit on calls in flight, as
+	// WithInFlight does for every policy: its units are given back when
+	// the handler returns (a stream's when the stream ends). Its limiter
+	// must be able to hold units.
+	InFlight bool
+	// Settle settles this policy's cost, an estimate, to the cost the
+	// handler reports with ReportCost, as WithSettle does for every
+	// policy not in flight. Its limiter must be able to hold units, and a
+	// policy cannot be both in flight and settled.
+	Settle bool
 }
 
 // multi holds the policies of an Interceptor built by NewMultiInterceptor.
 type multi struct {
 	m      *adapter.Multi
 	keys   []Key
+	costs  []func(ctx context.Context, fullMethod string) int64 // Policy.Cost; nil entries take the interceptor's
 	fields []*adapter.Fields
 }
 
@@ -51,15 +67,18 @@ type multi struct {
 //
 // opts are NewInterceptor's, except WithKey and WithPolicy, which are
 // given per policy; a call's cost (WithCost, WithMethodCost) is charged
-// to every policy. 1 … MaxPolicies policies with distinct names are
-// allowed; every mistake is an error naming the policy.
+// to every policy without a Cost of its own. WithInFlight puts every
+// policy in flight, Policy.InFlight one of them; WithSettle settles every
+// policy not in flight, Policy.Settle one of them, as httplimit.NewMulti
+// does. 1 … MaxPolicies policies with distinct names are allowed; every
+// mistake is an error naming the policy.
 func NewMultiInterceptor(policies []Policy, opts ...Option) (*Interceptor, error) {
 	i := &Interceptor{cfg: defaultConfig()}
 	errs := i.configure("NewMultiInterceptor", opts)
 	if i.cfg.keySet || i.cfg.policySet {
 		errs = append(errs, errors.New("grpclimit: NewMultiInterceptor: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
 	}
-	mp := &multi{keys: make([]Key, len(policies))}
+	mp := &multi{keys: make([]Key, len(policies)), costs: make([]func(context.Context, string) int64, len(policies))}
 	specs := make([]adapter.PolicySpec, len(policies))
 	for n, p := range policies {
 		k := p.Key
@@ -68,8 +87,33 @@ func NewMultiInterceptor(policies []Policy, opts ...Option) (*Interceptor, error
 		}
 		mp.keys[n] = k
 		specs[n] = adapter.PolicySpec{Name: p.Name, Limiter: p.Limiter, Window: p.Window, KeyErr: k.Err()}
+		mp.costs[n] = p.Cost
+		if n >= MaxPolicies {
+			continue // BuildMulti refuses so many
+		}
+		inFlight := p.InFlight || i.cfg.inFlight
+		switch {
+		case inFlight && p.Settle:
+			errs = append(errs, fmt.Errorf("grpclimit: NewMultiInterceptor policy %d (%q): in flight (InFlight or WithInFlight) and Settle: its units are all given back, leaving nothing to settle", n, p.Name))
+		case inFlight:
+			i.inFlight |= 1 << n
+		case p.Settle || i.cfg.settle:
+			i.settle |= 1 << n
+		}
 	}
-	mm, fields, perrs := adapter.BuildMulti("grpclimit: ", "NewMultiInterceptor", specs, i.checkCosts)
+	i.held = i.inFlight != 0 || i.settle != 0
+	if i.held && i.cfg.perMessage && !i.cfg.inFlight && !i.cfg.settle { // those configure reports
+		errs = append(errs, errPerMessageHeld)
+	}
+	check := func(n int, where string, l any) []error {
+		var errs []error
+		if mp.costs[n] == nil { // WithMethodCost's costs are this policy's
+			errs = i.checkCosts(where, l)
+		}
+		b, _ := adapter.NewBackend(l) // BuildMulti has checked it
+		return append(errs, checkHold(where, l, b, i.inFlight&(1<<n) != 0, i.settle&(1<<n) != 0)...)
+	}
+	mm, fields, perrs := adapter.BuildMulti("grpclimit: ", "NewMultiInterceptor", specs, check)
 	errs = append(errs, perrs...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -80,27 +124,46 @@ func NewMultiInterceptor(policies []Policy, opts ...Option) (*Interceptor, error
 	return i, nil
 }
 
-// prepareMulti computes a call's key under every policy, and its cost.
-func (i *Interceptor) prepareMulti(ctx context.Context, method string) ([]string, int64, error) {
+// prepareMulti computes a call's key and cost under every policy.
+func (i *Interceptor) prepareMulti(ctx context.Context, method string) ([]string, []int64, error) {
 	keys := make([]string, len(i.multi.keys))
 	for n, k := range i.multi.keys {
 		key, err := i.keyOf(ctx, method, k)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		keys[n] = key
 	}
 	cost, err := i.costOf(ctx, method)
-	return keys, cost, err
+	if err != nil {
+		return nil, nil, err
+	}
+	costs := make([]int64, len(keys))
+	for n, f := range i.multi.costs {
+		costs[n] = cost
+		if f != nil {
+			if costs[n], err = i.costWith(ctx, method, f); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return keys, costs, nil
 }
 
-// decideMulti is decide under every policy (see NewMultiInterceptor).
-func (i *Interceptor) decideMulti(ctx context.Context, keys []string, cost int64) (metadata.MD, error) {
+// decideMulti is decide under every policy (see NewMultiInterceptor). With
+// held (one element per policy) it reserves, and keeps what each admitted
+// there.
+func (i *Interceptor) decideMulti(ctx context.Context, keys []string, costs []int64, held []adapter.Held) (metadata.MD, error) {
 	p := i.multi
 	n := p.m.Len()
 	var ds [MaxPolicies]engine.Decision
 	var have [MaxPolicies]bool
-	v := p.m.Decide(ctx, keys, cost, i.cfg.style != 0, ds[:n], have[:n])
+	var v adapter.Verdict
+	if held != nil {
+		v = p.m.Reserve(ctx, keys, costs, i.cfg.style != 0, ds[:n], have[:n], held)
+	} else {
+		v = p.m.Decide(ctx, keys, costs, i.cfg.style != 0, ds[:n], have[:n])
+	}
 	if v.Gone != nil {
 		i.counts.Canceled.Add(1)
 		return nil, status.FromContextError(v.Gone).Err()
@@ -125,5 +188,5 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, cost int64
 		i.counts.Errors.Add(1)
 		return md, withRetry(codes.Unavailable, "grpclimit: rate limiter unavailable", ds[v.At].RetryAfter)
 	}
-	return i.refuse(md, p.fields[v.At], ds[v.At], cost)
+	return i.refuse(md, p.fields[v.At], ds[v.At], costs[v.At])
 }

@@ -51,6 +51,17 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("middleware-apikey", func(b *testing.B) {
 		run(b, New(e, WithKey(KeyByHeader("X-Api-Key", MissingReject)))(bare), http.Header{"X-Api-Key": {"k1"}})
 	})
+	// Units held across the handler: given back after it (in flight), or
+	// settled to a cost the handler reports (one fewer than the
+	// estimate, so that every request settles).
+	b.Run("middleware-inflight", func(b *testing.B) { run(b, New(e, WithInFlight())(bare), nil) })
+	reporting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = ReportCost(r.Context(), 1)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	two := func(*http.Request) int64 { return 2 }
+	b.Run("middleware-cost2", func(b *testing.B) { run(b, New(e, WithCost(two))(bare), nil) })
+	b.Run("middleware-settle", func(b *testing.B) { run(b, New(e, WithCost(two), WithSettle())(reporting), nil) })
 	for _, forged := range []int{0, 10_000} {
 		name := "middleware-xff/forged=" + map[int]string{0: "0", 10_000: "10000"}[forged]
 		b.Run(name, func(b *testing.B) {

@@ -14,6 +14,12 @@
 // or in nested middlewares, each of which charges its own limit
 // independently, also for requests an inner one then refuses.
 //
+// Units can be held across the handler: WithSettle reserves the cost as
+// an estimate and settles it to what the handler reports with ReportCost
+// (tokens per minute for an LLM gateway); WithInFlight gives the units
+// back when the handler returns, so that the limit counts requests in
+// flight.
+//
 // # Configuration errors
 //
 // A mistake in the server's configuration is the server's problem, never a

@@ -101,7 +101,13 @@ type Middleware struct {
 	cfg     config
 	fields  *adapter.Fields
 	multi   *multi // NewMulti's policies; nil for NewMiddleware
-	counts  adapter.Counters
+	// inFlight has bit i set when policy i (0 for NewMiddleware) gives
+	// its units back after the handler (WithInFlight, Policy.InFlight),
+	// settle when it is settled to the reported cost (WithSettle,
+	// Policy.Settle); held is set when either is.
+	inFlight, settle uint8
+	held             bool
+	counts           adapter.Counters
 }
 
 // Stats are the middleware's request counters since it was built. They
@@ -114,6 +120,11 @@ type Stats struct {
 	Errors    uint64 // the ContextLimiter failed; its failure policy decided
 	Canceled  uint64 // the ContextLimiter failed after the request's context ended; no handler ran
 	WouldDeny uint64 // WithDryRun: the limiter refused (429, 503 for MaxKeys, 413), and the request was let through
+	// SettleErrors counts the requests whose held units (WithInFlight,
+	// WithSettle) the limiter would not give back or settle after the
+	// handler: a debt it cannot count, a shared limiter's failure. Their
+	// units stay as reserved, until they leave the window.
+	SettleErrors uint64
 }
 
 // NewMiddleware returns a Middleware over l configured by opts.
@@ -134,6 +145,17 @@ func NewMiddleware(l any, opts ...Option) (*Middleware, error) {
 	}
 	m.limiter = b
 	errs := adapter.ApplyOptions("httplimit: ", "NewMiddleware", &m.cfg, opts)
+	if m.cfg.inFlight && m.cfg.settle {
+		errs = append(errs, errInFlightSettle)
+	}
+	errs = append(errs, checkHold("", l, b, m.cfg.inFlight, m.cfg.settle)...)
+	if m.cfg.inFlight {
+		m.inFlight = 1
+	}
+	if m.cfg.settle {
+		m.settle = 1
+	}
+	m.held = m.cfg.inFlight || m.cfg.settle
 	f, err := adapter.NewFields("httplimit: ", "NewMiddleware", l, m.cfg.policyName, m.cfg.window)
 	m.fields = f
 	if err := errors.Join(append(errs, err)...); err != nil {
@@ -185,6 +207,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !ok {
 		return
 	}
+	if m.held {
+		m.serveHeld(w, r, next, key, cost)
+		return
+	}
 	d, err := m.limiter.AllowN(r.Context(), key, cost)
 	if err != nil {
 		if adapter.CallerGone(r.Context(), err) != nil {
@@ -223,10 +249,15 @@ func (m *Middleware) key(w http.ResponseWriter, r *http.Request, next http.Handl
 // cost computes r's cost; a negative one is answered 500 (under
 // WithDryRun: passed to next) and returns false.
 func (m *Middleware) cost(w http.ResponseWriter, r *http.Request, next http.Handler) (int64, bool) {
-	if m.cfg.cost == nil {
+	return m.costWith(w, r, next, m.cfg.cost)
+}
+
+// costWith is cost with f (nil: 1).
+func (m *Middleware) costWith(w http.ResponseWriter, r *http.Request, next http.Handler, f func(*http.Request) int64) (int64, bool) {
+	if f == nil {
 		return 1, true
 	}
-	cost := m.cfg.cost(r)
+	cost := f(r)
 	if cost < 0 {
 		m.counts.Rejected.Add(1)
 		if m.cfg.dryRun {

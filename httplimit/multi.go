@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -27,12 +28,27 @@ type Policy struct {
 	Limiter any           // a Limiter or a ContextLimiter
 	Key     Key           // the zero Key means KeyByIP(64)
 	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+	// Cost is this policy's cost of a request (nil: WithCost's, or 1),
+	// with WithCost's rules: requests per minute beside tokens per
+	// minute, say, or 1 per request in flight beside a rate in bytes.
+	Cost func(*http.Request) int64
+	// InFlight puts this policy's limit on requests in flight, as
+	// WithInFlight does for every policy: its units are given back when
+	// the handler returns (a per-tenant concurrency limit beside a per-IP
+	// rate, say). Its limiter must be able to hold units.
+	InFlight bool
+	// Settle settles this policy's cost, an estimate, to the cost the
+	// handler reports with ReportCost, as WithSettle does for every
+	// policy not in flight. Its limiter must be able to hold units, and a
+	// policy cannot be both in flight and settled.
+	Settle bool
 }
 
 // multi holds the policies of a Middleware built by NewMulti.
 type multi struct {
 	m      *adapter.Multi
 	keys   []Key
+	costs  []func(*http.Request) int64 // Policy.Cost; nil entries take WithCost's
 	fields []*adapter.Fields
 }
 
@@ -61,16 +77,26 @@ type multi struct {
 // one is charged for a request an inner one refuses.
 //
 // opts are NewMiddleware's, except WithKey and WithPolicy, which are given
-// per policy; WithCost's cost is charged to every policy. 1 … MaxPolicies
-// policies with distinct names are allowed; every mistake is an error
-// naming the policy.
+// per policy; WithCost's cost is charged to every policy without a Cost of
+// its own. WithInFlight puts every policy in flight, Policy.InFlight one
+// of them; WithSettle settles every policy not in flight, Policy.Settle
+// one of them. A request that one policy refuses holds nothing of the
+// others (all or nothing, as above; a shared limiter that can hold units,
+// a ReservingLimiter, gives back what it admitted). For an LLM gateway:
+// requests per minute (Cost 1), tokens per minute (the estimate, Settle)
+// and requests in flight (Cost 1, InFlight) per tenant, in one middleware.
+// 1 … MaxPolicies policies with distinct names are allowed; every mistake
+// is an error naming the policy.
 func NewMulti(policies []Policy, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
 	errs := adapter.ApplyOptions("httplimit: ", "NewMulti", &m.cfg, opts)
 	if m.cfg.keySet || m.cfg.policySet {
 		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
 	}
-	mp := &multi{keys: make([]Key, len(policies))}
+	if m.cfg.inFlight && m.cfg.settle {
+		errs = append(errs, errInFlightSettle)
+	}
+	mp := &multi{keys: make([]Key, len(policies)), costs: make([]func(*http.Request) int64, len(policies))}
 	specs := make([]adapter.PolicySpec, len(policies))
 	for n, p := range policies {
 		k := p.Key
@@ -79,8 +105,26 @@ func NewMulti(policies []Policy, opts ...Option) (*Middleware, error) {
 		}
 		mp.keys[n] = k
 		specs[n] = adapter.PolicySpec{Name: p.Name, Limiter: p.Limiter, Window: p.Window, KeyErr: k.Err()}
+		mp.costs[n] = p.Cost
+		if n >= MaxPolicies {
+			continue // BuildMulti refuses so many
+		}
+		inFlight := p.InFlight || m.cfg.inFlight
+		switch {
+		case inFlight && p.Settle:
+			errs = append(errs, fmt.Errorf("httplimit: NewMulti policy %d (%q): in flight (InFlight or WithInFlight) and Settle: its units are all given back, leaving nothing to settle", n, p.Name))
+		case inFlight:
+			m.inFlight |= 1 << n
+		case p.Settle || m.cfg.settle:
+			m.settle |= 1 << n
+		}
 	}
-	mm, fields, perrs := adapter.BuildMulti("httplimit: ", "NewMulti", specs, nil)
+	m.held = m.inFlight != 0 || m.settle != 0
+	check := func(i int, where string, l any) []error {
+		b, _ := adapter.NewBackend(l) // BuildMulti has checked it
+		return checkHold(where, l, b, m.inFlight&(1<<i) != 0, m.settle&(1<<i) != 0)
+	}
+	mm, fields, perrs := adapter.BuildMulti("httplimit: ", "NewMulti", specs, check)
 	errs = append(errs, perrs...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -107,9 +151,24 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	if !ok {
 		return
 	}
+	var costs [MaxPolicies]int64
+	for i, f := range p.costs {
+		costs[i] = cost
+		if f != nil {
+			if costs[i], ok = m.costWith(w, r, next, f); !ok {
+				return
+			}
+		}
+	}
 	var ds [MaxPolicies]engine.Decision
 	var have [MaxPolicies]bool
-	v := p.m.Decide(r.Context(), keys[:n], cost, m.cfg.style != 0, ds[:n], have[:n])
+	var held [MaxPolicies]adapter.Held
+	var v adapter.Verdict
+	if m.held {
+		v = p.m.Reserve(r.Context(), keys[:n], costs[:n], m.cfg.style != 0, ds[:n], have[:n], held[:n])
+	} else {
+		v = p.m.Decide(r.Context(), keys[:n], costs[:n], m.cfg.style != 0, ds[:n], have[:n])
+	}
 	if v.Gone != nil {
 		m.callerGone(w, r)
 		return
@@ -123,13 +182,23 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	switch {
 	case v.At < 0 && v.Failed:
 		m.counts.Errors.Add(1)
-		next.ServeHTTP(w, r)
+		m.runHeld(w, r, next, held[:n], costs[:n])
 	case v.At < 0:
 		m.counts.Allowed.Add(1)
-		next.ServeHTTP(w, r)
+		m.runHeld(w, r, next, held[:n], costs[:n])
 	case v.Failure:
-		m.limiterFailed(w, r, next, ds[v.At], ErrPolicyFailed)
+		m.limiterFailed(w, r, m.unheld(next), ds[v.At], ErrPolicyFailed)
 	default:
-		m.refuse(w, r, next, ds[v.At], cost, p.fields[v.At])
+		m.refuse(w, r, m.unheld(next), ds[v.At], costs[v.At], p.fields[v.At])
 	}
+}
+
+// runHeld runs next for an admitted request: with what it holds when the
+// middleware holds units, else as it is.
+func (m *Middleware) runHeld(w http.ResponseWriter, r *http.Request, next http.Handler, held []adapter.Held, costs []int64) {
+	if m.held {
+		m.run(w, r, next, held, costs)
+		return
+	}
+	next.ServeHTTP(w, r)
 }

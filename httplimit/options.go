@@ -28,6 +28,8 @@ type config struct {
 	dryRun     bool    // WithDryRun
 	keySet     bool    // WithKey was given
 	policySet  bool    // WithPolicy was given
+	settle     bool    // WithSettle
+	inFlight   bool    // WithInFlight
 }
 
 func defaultConfig() config {

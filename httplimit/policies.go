@@ -35,7 +35,7 @@ type Policies struct {
 // range is an error naming the tenant and the range.
 func NewPolicies(def int64, table map[string]int64) (*Policies, error) {
 	if def < 0 || def > engine.MaxLimit {
-		return nil, fmt.Errorf("httplimit: NewPolicies default limit = %d, want 0 (the engine's Config.Limit) or 1 … %d", def, engine.MaxLimit)
+		return nil, fmt.Errorf("httplimit: NewPolicies default limit = %d, want 0 (the engine's Config.Limit) or 1 … %d", def, int64(engine.MaxLimit))
 	}
 	if err := checkTable(table, engine.MaxLimit, "NewPolicies"); err != nil {
 		return nil, err

@@ -46,8 +46,11 @@ import "github.com/ringlimit/ringlimit/internal/pack"
 //     unit of x, and C's full and old are upper bounds of the admitted
 //     counts. A walk may also count units that are later undone, and a
 //     walk is not a snapshot; both only raise the sums.
-//  3. A marker (settleCache, invalidate): pack.MaxCount, which bounds any
-//     count the window can hold, since every limit is at most MaxCount.
+//  3. A marker (settleCache, invalidate): pack.MaxCount. No writer is
+//     ever admitted with it: every limit is at most MaxCount and n ≥ 1.
+//     (It bounds every admitted count, which is at most a limit; with a
+//     debt (Charge) the recorded counts can exceed it, but a writer that
+//     reads it is refused all the same, as the true counts would refuse it.)
 //  4. A publish or marker for another epoch whose tag equals e's: the tags
 //     would alias. settleCache keeps every cache word's epoch within 2^23
 //     of last exactly as settle does for slots, and every write is a CAS
@@ -111,7 +114,8 @@ func (g *Geometry) walk(r Ring, e int64, i int, l int64, full0, old0 int64) (vie
 // before tag: a cache word's tag moves forward except for markers, and a
 // publisher whose word changed under its walk (a marker from an undo, a
 // settle, another publisher) leaves it alone. A sum beyond pack.MaxCount
-// (units being undone on top of a full window) is not published.
+// (units being undone on top of a full window, or debts: Charge) is not
+// published, so writers at that epoch walk.
 func (g *Geometry) publish(r Ring, tag pack.Tag, full0, old0 int64, v view) {
 	if v.full <= pack.MaxCount && pack.Diff(tag, pack.TagOfWord(full0)) > 0 {
 		r.word(wordFull).CompareAndSwap(full0, pack.Word(tag, v.full))

@@ -141,3 +141,113 @@ func (g *Geometry) logCancel(r Ring, at, n int64) (returned, dead bool) {
 	*r.at(logSize) = size - n
 	return true, false
 }
+
+// Charged is the outcome of Charge.
+type Charged struct {
+	// Epoch is where the units were recorded: the effective epoch (a log:
+	// the effective time), t's or the key's newest when t was older.
+	Epoch int64
+	// Dead: r is retired and nothing was recorded; reload the key's ring
+	// and charge again.
+	Dead bool
+	// Full: nothing was recorded, because the key cannot count n more
+	// units: a counter ring's sub-window would pass pack.MaxCount, a
+	// log's live units keep.
+	Full bool
+	// Grow, on a log: its capacity cannot hold the units. Nothing was
+	// recorded; move the log into a ring of capacity Grow (GrowCap) and
+	// charge again.
+	Grow int64
+}
+
+// Charge records n units at time t on r whatever the limit: a debt, for
+// a cost known only after the work (docs/design.md §3b). The units are
+// recorded where an admission at t would be, at t's epoch or the key's
+// newest when t is older, and count exactly as admitted units do: every
+// later decision counts them. Preconditions: 1 ≤ n ≤ pack.MaxCount, t ≥ 0.
+//
+// keep bounds a log's live units (the engine's MaxLogLimit; counter rings
+// ignore it). The dispatch is here so that each algorithm charges in its
+// own room: a counter ring below, a log in log.go.
+func (g *Geometry) Charge(r Ring, t, n, keep int64) Charged {
+	if g.log {
+		return g.logCharge(r, t, n, keep)
+	}
+	return g.chargeRing(r, t, n)
+}
+
+// chargeRing is Charge on a counter ring. It is Acquire's protocol (steps
+// 1, 3 and 4) without the estimate and without the limit: publish t's
+// epoch (or clamp to last), CAS the current slot from the word read to
+// word + n (a reset if it holds an older epoch, only after last was seen
+// unchanged since the read), then load last again and, if it moved, undo
+// the add, mark the cache words that may have counted it, and retry at the
+// new epoch. So, as for an admission, a charge's units are in its slot
+// before last leaves its epoch, and every walk at a later epoch counts
+// them (the cache's claim, cache.go, holds for charged units as for
+// admitted ones); and a decision that follows the charge's CAS counts
+// them: no admission ever passes the limit over a debt.
+//
+// Counts never carry into the tag: a charge that would take the slot past
+// pack.MaxCount records nothing and reports Full. A window's counts then
+// sum to at most (N+1)·MaxCount < 2^50, which fits and retryAfter assume.
+func (g *Geometry) chargeRing(r Ring, t, n int64) Charged {
+	e0, _ := g.split(t)
+	last := r.word(wordLast)
+	for {
+		l := last.Load()
+		if l < 0 {
+			return Charged{Dead: true}
+		}
+		if e0 > l {
+			if e0-l >= reviveGap {
+				if last.CompareAndSwap(l, retiredWord(e0)) {
+					return Charged{Dead: true} // as Acquire: the replacement starts at e0
+				}
+				continue
+			}
+			if !last.CompareAndSwap(l, e0) {
+				continue
+			}
+			l = e0
+			g.settle(r, e0)
+		}
+		e := l // e0 ≤ l here: the key's newest epoch
+		slot := r.word(g.hdr + g.index(e))
+		tag := pack.TagOf(e)
+		restart := false
+		for {
+			w := slot.Load()
+			var cur int64
+			if pack.TagOfWord(w) == tag {
+				cur = pack.CountOfWord(w)
+			} else if last.Load() != l {
+				restart = true // as read: the slot may be newer than our epoch
+				break
+			}
+			if n > pack.MaxCount-cur {
+				return Charged{Epoch: e, Full: true}
+			}
+			if slot.CompareAndSwap(w, pack.Word(tag, cur+n)) {
+				break
+			}
+		}
+		if restart {
+			continue
+		}
+		if g.testHookAdded != nil {
+			g.testHookAdded(e)
+		}
+		if l2 := last.Load(); l2 != l {
+			if l2 < 0 {
+				// Retired by a sweep that saw l idle: the add is outside
+				// the window at the retirement and the ring unreachable.
+				return Charged{Dead: true}
+			}
+			g.undo(slot, tag, n)
+			g.invalidate(r, tag)
+			continue
+		}
+		return Charged{Epoch: e}
+	}
+}

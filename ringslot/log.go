@@ -33,9 +33,11 @@ import (
 // Invariants:
 //   - Live units, from logStart on in ring order, have non-decreasing times:
 //     a unit is appended at the newest time the key has seen.
-//   - Live units never exceed the capacity: a unit is appended only if the
-//     live units plus n fit the limit, and a ring's limit never exceeds its
-//     capacity (SetLimit refuses, and the engine grows the ring instead).
+//   - Live units never exceed the capacity: an admission appends only if
+//     the live units plus n fit the limit, and a ring's limit never
+//     exceeds its capacity (SetLimit refuses, and the engine grows the ring
+//     instead); a charge (a debt, logCharge) that does not fit asks for a
+//     larger ring, up to the engine's MaxLogLimit live units.
 //   - last only increases, until the ring is retired, after which it never
 //     changes. Every unit's time is ≤ last.
 //
@@ -242,6 +244,52 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 	return res
 }
 
+// logCharge is Charge for a log ring. Under the lock: clamp t to the
+// newest time seen (publishing t if newer), drop the units that left the
+// window, and append n units stamped t, whatever the limit.
+//
+// A log holds at most keep live units (the engine's MaxLogLimit, the
+// memory bound of one key): a charge that would pass it records nothing
+// and reports Full. One that does not fit the ring's capacity records
+// nothing and asks for a larger ring (Charged.Grow: twice the capacity,
+// or what the units need if more, at most keep). Nothing is ever dropped
+// that is still inside the window: a unit older than the newest limit
+// ones decides nothing while they are there, but a Cancel may take those
+// newer ones out again and make it count.
+func (g *Geometry) logCharge(r Ring, t, n, keep int64) Charged {
+	r.lock()
+	defer r.unlock()
+	last := r.word(logLast)
+	l := last.Load()
+	if l < 0 {
+		return Charged{Dead: true}
+	}
+	if t > l {
+		last.Store(t) // as a denial does: units are expired at t below
+	} else {
+		t = l // time never runs backwards for a key
+	}
+	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
+	if k := expired(r, capacity, start, size, t-g.width); k > 0 {
+		start, size = wrap(start+k, capacity), size-k
+		*r.at(logStart), *r.at(logSize) = start, size
+	}
+	switch {
+	case n > keep-size: // n is compared with the room, as Acquire does
+		return Charged{Epoch: t, Full: true}
+	case n > capacity-size:
+		return Charged{Epoch: t, Grow: min(max(size+n, 2*capacity), keep)}
+	}
+	for i, p := int64(0), wrap(start+size, capacity); i < n; i++ {
+		*r.at(logHdr + p) = t
+		if p++; p == capacity {
+			p = 0
+		}
+	}
+	*r.at(logSize) = size + n
+	return Charged{Epoch: t}
+}
+
 // testHookRetire, when a test sets it, runs in logRetire between the
 // unlocked check and the lock: where a writer can slip in.
 var testHookRetire func(Ring)
@@ -296,18 +344,32 @@ func (g *Geometry) logSetLimit(r Ring, limit int64) bool {
 // finds old retired replaces it, and would otherwise replace it with an empty
 // ring and lose the log.
 func (g *Geometry) Grow(old Ring, limit int64) (Ring, bool) {
-	capacity := *old.at(logCap) // fixed since creation, which happened before
-	nr := newLog(0, max(limit, capacity), g.Key(old))
-	nr.word(logLimit).Store(limit)
+	return g.grow(old, limit, limit)
+}
+
+// GrowCap is Grow for a debt (Charged.Grow): a ring of capacity
+// max(capacity, old's) that keeps old's limit.
+func (g *Geometry) GrowCap(old Ring, capacity int64) (Ring, bool) {
+	return g.grow(old, capacity, 0)
+}
+
+// grow is Grow with the new ring's limit (0: old's, read under its lock).
+func (g *Geometry) grow(old Ring, capacity, limit int64) (Ring, bool) {
+	oldCap := *old.at(logCap) // fixed since creation, which happened before
+	nr := newLog(0, max(capacity, oldCap), g.Key(old))
 	old.lock()
 	defer old.unlock()
 	l := old.word(logLast).Load()
 	if l < 0 {
 		return old, false
 	}
+	if limit == 0 {
+		limit = old.word(logLimit).Load()
+	}
+	nr.word(logLimit).Store(limit) // before nr is published: Swap installs it
 	start, size := *old.at(logStart), *old.at(logSize)
 	for i := int64(0); i < size; i++ {
-		*nr.at(logHdr + i) = *old.at(logHdr + wrap(start+i, capacity))
+		*nr.at(logHdr + i) = *old.at(logHdr + wrap(start+i, oldCap))
 	}
 	*nr.at(logSize) = size
 	nr.word(logLast).Store(l)

@@ -59,6 +59,16 @@ func (m *modelLog) decide(t, n, limit int64, record bool) Result {
 	return res
 }
 
+// charge records n units at t whatever the limit, as Charge does.
+func (m *modelLog) charge(t, n int64) int64 {
+	t = max(t, m.newest)
+	m.newest = t
+	for i := int64(0); i < n; i++ {
+		m.times = append(m.times, t)
+	}
+	return t
+}
+
 // Random traffic against the model, with a capacity equal to the limit so
 // that the ring wraps many times, steps back in time, bursts that expire
 // many units at once (the binary search), and peeks of every class of n.

@@ -160,8 +160,10 @@ func (g *Geometry) Span() int64 { return g.span }
 //     one CAS from the exact word that was read, made only after last was
 //     seen unchanged since the clamp; a rollback subtracts only while the tag
 //     is still the one it added to.
-//   - A count never exceeds the ring's limit ≤ 2^40 − 1: a writer's CAS
-//     is conditional on the estimate, which includes the slot, leaving room.
+//   - A count never exceeds pack.MaxCount = 2^40 − 1: an admission's CAS
+//     is conditional on the estimate, which includes the slot, leaving room
+//     under the limit (≤ MaxCount); a charge's (a debt, Charge) on the
+//     slot's own room under MaxCount.
 //   - A cache word tagged e holds an upper bound of the admitted units of
 //     its settled epochs, for every writer that can still be admitted at e
 //     (cache.go has the proof).

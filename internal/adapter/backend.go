@@ -24,9 +24,10 @@ type (
 // Backend is a limiter of either shape, asked through one method. The zero
 // Backend is not usable.
 type Backend struct {
-	local  localLimiter
-	remote remoteLimiter
-	eng    *engine.Engine // local, when it is an engine: for engine.AllowAll
+	local     localLimiter
+	remote    remoteLimiter
+	eng       *engine.Engine   // local, when it is an engine: for engine.AllowAll and Reserve
+	reserving reservingLimiter // remote, when it can reserve (held.go)
 }
 
 // NewBackend wraps l, a Limiter or a ContextLimiter. Its error says what l
@@ -40,7 +41,8 @@ func NewBackend(l any) (Backend, error) {
 		e, _ := l.(*engine.Engine)
 		return Backend{local: l, eng: e}, nil
 	case remoteLimiter:
-		return Backend{remote: l}, nil
+		rl, _ := l.(reservingLimiter)
+		return Backend{remote: l, reserving: rl}, nil
 	}
 	return Backend{}, fmt.Errorf("%T is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)", l)
 }

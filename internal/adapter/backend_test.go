@@ -130,7 +130,8 @@ func TestCountersLoad(t *testing.T) {
 	c.Errors.Add(4)
 	c.Canceled.Add(5)
 	c.WouldDeny.Add(6)
-	if got, want := c.Load(), (Counts{1, 2, 3, 4, 5, 6}); got != want {
+	c.SettleErrors.Add(7)
+	if got, want := c.Load(), (Counts{1, 2, 3, 4, 5, 6, 7}); got != want {
 		t.Errorf("Load() = %+v, want %+v", got, want)
 	}
 }

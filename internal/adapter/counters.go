@@ -17,24 +17,29 @@ type Counts = struct {
 	Errors    uint64
 	Canceled  uint64
 	WouldDeny uint64
+	// SettleErrors: held units (WithInFlight, WithSettle) the limiter
+	// would not give back or settle after the handler.
+	SettleErrors uint64
 }
 
 // Counters are the live Counts, each on its own cache line. The zero
 // Counters is ready; it must not be copied after first use.
 type Counters struct {
-	_         [CacheLine]byte
-	Allowed   atomic.Uint64
-	_         [CacheLine - 8]byte
-	Denied    atomic.Uint64
-	_         [CacheLine - 8]byte
-	Rejected  atomic.Uint64
-	_         [CacheLine - 8]byte
-	Errors    atomic.Uint64
-	_         [CacheLine - 8]byte
-	Canceled  atomic.Uint64
-	_         [CacheLine - 8]byte
-	WouldDeny atomic.Uint64
-	_         [CacheLine - 8]byte
+	_            [CacheLine]byte
+	Allowed      atomic.Uint64
+	_            [CacheLine - 8]byte
+	Denied       atomic.Uint64
+	_            [CacheLine - 8]byte
+	Rejected     atomic.Uint64
+	_            [CacheLine - 8]byte
+	Errors       atomic.Uint64
+	_            [CacheLine - 8]byte
+	Canceled     atomic.Uint64
+	_            [CacheLine - 8]byte
+	WouldDeny    atomic.Uint64
+	_            [CacheLine - 8]byte
+	SettleErrors atomic.Uint64
+	_            [CacheLine - 8]byte
 }
 
 // Load reads the counters one by one: a snapshot taken under load may
@@ -43,5 +48,6 @@ func (c *Counters) Load() Counts {
 	return Counts{
 		Allowed: c.Allowed.Load(), Denied: c.Denied.Load(), Rejected: c.Rejected.Load(),
 		Errors: c.Errors.Load(), Canceled: c.Canceled.Load(), WouldDeny: c.WouldDeny.Load(),
+		SettleErrors: c.SettleErrors.Load(),
 	}
 }

@@ -11,7 +11,7 @@ import (
 // request).
 func TestCountersPadded(t *testing.T) {
 	var c Counters
-	offs := []uintptr{unsafe.Offsetof(c.Allowed), unsafe.Offsetof(c.Denied), unsafe.Offsetof(c.Rejected), unsafe.Offsetof(c.Errors), unsafe.Offsetof(c.Canceled), unsafe.Offsetof(c.WouldDeny)}
+	offs := []uintptr{unsafe.Offsetof(c.Allowed), unsafe.Offsetof(c.Denied), unsafe.Offsetof(c.Rejected), unsafe.Offsetof(c.Errors), unsafe.Offsetof(c.Canceled), unsafe.Offsetof(c.WouldDeny), unsafe.Offsetof(c.SettleErrors)}
 	if offs[0] != CacheLine {
 		t.Errorf("the first counter is at %d, want %d", offs[0], CacheLine)
 	}

@@ -58,8 +58,9 @@ type Verdict struct {
 	Now int64
 }
 
-// Decide asks every policy for n units of keys[i], and fills ds[i] with
-// policy i's Decision where have[i] is set (for its rate-limit fields):
+// Decide asks every policy i for ns[i] units of keys[i], and fills ds[i]
+// with policy i's Decision where have[i] is set (for its rate-limit
+// fields):
 //
 //   - all engines: engine.AllowAll at one now (the first engine's clock,
 //     else the wall clock), so that a refusal by one policy leaves the
@@ -75,14 +76,14 @@ type Verdict struct {
 //     fail-open admission goes on to the next policy, with no fields for
 //     the failed one), unless the caller has gone (Gone).
 //
-// keys, ds and have hold one element per policy.
-func (m *Multi) Decide(ctx context.Context, keys []string, n int64, read bool, ds []engine.Decision, have []bool) Verdict {
+// keys, ns, ds and have hold one element per policy.
+func (m *Multi) Decide(ctx context.Context, keys []string, ns []int64, read bool, ds []engine.Decision, have []bool) Verdict {
 	if m.engines != nil {
-		return m.decideAll(keys, n, read, ds, have)
+		return m.decideAll(keys, ns, read, ds, have)
 	}
 	v := Verdict{At: -1}
 	for i := range m.backends {
-		d, err := m.backends[i].AllowN(ctx, keys[i], n)
+		d, err := m.backends[i].AllowN(ctx, keys[i], ns[i])
 		if err != nil {
 			if gone := CallerGone(ctx, err); gone != nil {
 				return Verdict{At: i, Gone: gone}
@@ -96,7 +97,7 @@ func (m *Multi) Decide(ctx context.Context, keys []string, n int64, read bool, d
 			continue
 		}
 		ds[i], have[i] = d, true
-		if Classify(d, n) != Admitted {
+		if Classify(d, ns[i]) != Admitted {
 			v.At = i
 			return v
 		}
@@ -104,7 +105,7 @@ func (m *Multi) Decide(ctx context.Context, keys []string, n int64, read bool, d
 	return v
 }
 
-func (m *Multi) decideAll(keys []string, n int64, read bool, ds []engine.Decision, have []bool) Verdict {
+func (m *Multi) decideAll(keys []string, ns []int64, read bool, ds []engine.Decision, have []bool) Verdict {
 	var now time.Time
 	if m.clk != nil {
 		now = time.Unix(0, m.clk.UnixNano())
@@ -113,7 +114,7 @@ func (m *Multi) decideAll(keys []string, n int64, read bool, ds []engine.Decisio
 	}
 	var reqs [MaxPolicies]engine.Request
 	for i, e := range m.engines {
-		reqs[i] = engine.Request{Engine: e, Key: keys[i], N: n}
+		reqs[i] = engine.Request{Engine: e, Key: keys[i], N: ns[i]}
 	}
 	at, d := engine.AllowAll(now, reqs[:len(m.engines)]...)
 	last := len(m.engines) - 1
@@ -142,9 +143,9 @@ type PolicySpec struct {
 // BuildMulti validates specs (1 … MaxPolicies, distinct names, each a
 // limiter with a usable key and WithPolicy's name and window) and returns
 // their Multi and Fields, or the errors, each naming its policy after
-// prefix and fn. check, if not nil, adds the caller's own checks of a
-// policy's limiter.
-func BuildMulti(prefix, fn string, specs []PolicySpec, check func(where string, l any) []error) (*Multi, []*Fields, []error) {
+// prefix and fn. check, if not nil, adds the caller's own checks of
+// policy i's limiter.
+func BuildMulti(prefix, fn string, specs []PolicySpec, check func(i int, where string, l any) []error) (*Multi, []*Fields, []error) {
 	var errs []error
 	if len(specs) == 0 || len(specs) > MaxPolicies {
 		errs = append(errs, fmt.Errorf("%s%s: %d policies, want 1 … %d", prefix, fn, len(specs), MaxPolicies))
@@ -169,7 +170,7 @@ func BuildMulti(prefix, fn string, specs []PolicySpec, check func(where string, 
 			continue
 		}
 		if check != nil {
-			errs = append(errs, check(where+": ", p.Limiter)...)
+			errs = append(errs, check(i, where+": ", p.Limiter)...)
 		}
 		if seen[p.Name] {
 			errs = append(errs, fmt.Errorf("%s%s: the name is given twice; each policy adds its own list member", prefix, where))

@@ -3,6 +3,7 @@ package adapter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestMultiOfEnginesIsAllOrNothing(t *testing.T) {
 	}
 	keys := []string{"ka", "kb", "kc"}
 	ds, have := make([]engine.Decision, 3), make([]bool, 3)
-	v := m.Decide(context.Background(), keys, 2, true, ds, have)
+	v := m.Decide(context.Background(), keys, []int64{2, 2, 2}, true, ds, have)
 	if v.At != -1 || v.Now != clk.UnixNano() || v.Failed || v.Failure || v.Gone != nil {
 		t.Fatalf("admitted: %+v", v)
 	}
@@ -44,7 +45,7 @@ func TestMultiOfEnginesIsAllOrNothing(t *testing.T) {
 		}
 	}
 	ds, have = make([]engine.Decision, 3), make([]bool, 3)
-	v = m.Decide(context.Background(), keys, 1, true, ds, have)
+	v = m.Decide(context.Background(), keys, []int64{1, 1, 1}, true, ds, have)
 	if v.At != 1 || !have[0] || !have[1] || have[2] || ds[1].Allowed {
 		t.Fatalf("refused by b: %+v have %v ds %+v", v, have, ds)
 	}
@@ -53,13 +54,13 @@ func TestMultiOfEnginesIsAllOrNothing(t *testing.T) {
 	}
 	// Without read, only the refusing policy has fields.
 	ds, have = make([]engine.Decision, 3), make([]bool, 3)
-	if v := m.Decide(context.Background(), keys, 1, false, ds, have); v.At != 1 || have[0] || !have[1] {
+	if v := m.Decide(context.Background(), keys, []int64{1, 1, 1}, false, ds, have); v.At != 1 || have[0] || !have[1] {
 		t.Errorf("no read: %+v have %v", v, have)
 	}
 	// Engines without a Clock decide at the wall clock.
 	d := newTestEngine(t, engine.Config{Limit: 1, Window: time.Second})
 	m = NewMulti([]Backend{mustBackend(t, d)})
-	if v := m.Decide(context.Background(), []string{"k"}, 1, false, make([]engine.Decision, 1), make([]bool, 1)); v.At != -1 || v.Now == 0 {
+	if v := m.Decide(context.Background(), []string{"k"}, []int64{1}, false, make([]engine.Decision, 1), make([]bool, 1)); v.At != -1 || v.Now == 0 {
 		t.Errorf("wall clock: %+v", v)
 	}
 }
@@ -108,7 +109,7 @@ func TestMultiInOrderWithAContextLimiter(t *testing.T) {
 				keys[i] = "k"
 			}
 			ds, have := make([]engine.Decision, len(bs)), make([]bool, len(bs))
-			v := m.Decide(c.ctx, keys, 1, true, ds, have)
+			v := m.Decide(c.ctx, keys, ones(len(keys)), true, ds, have)
 			if v != c.want {
 				t.Errorf("Verdict %+v, want %+v", v, c.want)
 			}
@@ -136,7 +137,10 @@ func TestBuildMulti(t *testing.T) {
 		t.Fatalf("BuildMulti: %v", errs)
 	}
 	checked := 0
-	check := func(where string, l any) []error {
+	check := func(i int, where string, l any) []error {
+		if !strings.Contains(where, fmt.Sprintf("policy %d ", i)) {
+			t.Errorf("check of policy %d named %q", i, where)
+		}
 		checked++
 		if l == any(e) {
 			return []error{errors.New(where + "checked")}
@@ -150,7 +154,7 @@ func TestBuildMulti(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		specs []PolicySpec
-		check func(string, any) []error
+		check func(int, string, any) []error
 		want  []string
 	}{
 		{"none", nil, nil, []string{"httplimit: NewMulti: 0 policies, want 1 … 8"}},
@@ -176,4 +180,13 @@ func TestBuildMulti(t *testing.T) {
 	if checked != 2 {
 		t.Errorf("check ran %d times, want once per policy (2)", checked)
 	}
+}
+
+// ones is n costs of 1.
+func ones(n int) []int64 {
+	ns := make([]int64, n)
+	for i := range ns {
+		ns[i] = 1
+	}
+	return ns
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,4 +215,43 @@ func Await[T any](tb testing.TB, ch <-chan T, what string) T {
 		tb.Fatalf("%s did not happen within %v", what, HangBound)
 		panic("unreachable")
 	}
+}
+
+// Reserving is a ReservingLimiter (httplimit's and grpclimit's) over an
+// engine: a shared limiter that can hold units across a handler, as
+// redisstore will. Every settle is counted in Settles; with SettleErr set,
+// a settle fails with it and changes nothing. CtxDone counts the settles
+// whose context was done (the adapters must settle without the request's
+// cancellation).
+type Reserving struct {
+	E         *engine.Engine
+	SettleErr error
+	Settles   atomic.Int64
+	CtxDone   atomic.Int64
+}
+
+// AllowN decides on the engine.
+func (l *Reserving) AllowN(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return l.E.AllowN(key, n), nil
+}
+
+// ReserveN reserves on the engine and returns the reservation's settle.
+func (l *Reserving) ReserveN(_ context.Context, key string, n int64) (engine.Decision, func(ctx context.Context, actual int64) (engine.Decision, error), error) {
+	r := l.E.Reserve(key, n)
+	if !r.Decision().Allowed {
+		return r.Decision(), nil, nil
+	}
+	return r.Decision(), func(ctx context.Context, actual int64) (engine.Decision, error) {
+		l.Settles.Add(1)
+		if ctx.Err() != nil {
+			l.CtxDone.Add(1)
+		}
+		if l.SettleErr != nil {
+			return engine.Decision{}, l.SettleErr
+		}
+		if n == 0 { // nothing reserved: what was used is charged
+			return l.E.Charge(key, actual)
+		}
+		return r.Settle(actual)
+	}, nil
 }

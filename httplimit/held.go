@@ -1,0 +1,220 @@
+package httplimit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/internal/adapter"
+)
+
+// ReservingLimiter is the shape of a shared limiter that can hold a
+// request's units across its handler, for WithInFlight and WithSettle: a
+// ContextLimiter whose ReserveN decides as AllowN and, when it admits,
+// returns a SettleFunc that settles those units once. *engine.Engine holds
+// units in-process (engine.Reservation) and needs no such method.
+type ReservingLimiter interface {
+	ContextLimiter
+	ReserveN(ctx context.Context, key string, n int64) (engine.Decision, SettleFunc, error)
+}
+
+// SettleFunc settles units a ReservingLimiter reserved, to actual ≥ 0
+// (0 gives them all back; after an admission of n = 0, actual units are
+// charged), as engine.Reservation.Settle does; the
+// middleware calls it at most once, after the handler, on a context
+// without the request's cancellation. An error leaves the units as
+// reserved, to leave the window with it; the middleware counts it in
+// Stats.SettleErrors. grpclimit.SettleFunc is the same type.
+type SettleFunc = func(ctx context.Context, actual int64) (engine.Decision, error)
+
+// ErrNoSettle is ReportCost's error when no middleware with WithSettle
+// runs around the handler. It is grpclimit.ErrNoSettle too.
+var ErrNoSettle = adapter.ErrNoSettle
+
+// ReportCost reports the actual cost of the request whose context is ctx
+// (r.Context() in the handler) to the middlewares with WithSettle around
+// the handler, which settle their reservation to it when the handler
+// returns. The last report before then wins. A negative n is an error and
+// changes nothing; so is a ctx with no settling middleware (ErrNoSettle).
+// It is safe to call from any goroutine; a report allocates nothing.
+func ReportCost(ctx context.Context, n int64) error {
+	return adapter.Report(ctx, n, "httplimit: ", errNoSettle)
+}
+
+// errNoSettle is ReportCost's ErrNoSettle, built once.
+var errNoSettle = adapter.NoSettle("httplimit: ")
+
+// WithSettle makes the cost an estimate, settled after the handler to the
+// cost the handler reports: the middleware reserves the estimate
+// (WithCost's, or 1) before the handler, as AllowN would decide it, and
+// when the handler returns settles the reservation (engine.Reservation's
+// Settle) to what the handler reported with ReportCost(r.Context(), n):
+// fewer units go back to the limiter, more are charged past the limit, a
+// debt that later requests wait out. So a tokens-per-minute limit can
+// reserve a request's estimated tokens and charge what the response used.
+//
+//   - A handler that reports nothing keeps the estimate; one that reports
+//     twice is settled to the last report.
+//   - A handler that panics is settled to what it reported before the
+//     panic, else keeps the estimate (the work may have been done); the
+//     panic goes on.
+//   - A client that hangs up mid-handler is still settled: the settle
+//     runs on the request's context without its cancellation.
+//   - A settle the limiter refuses (a debt it cannot count, see
+//     engine.ErrDebtFull; a shared limiter's failure) leaves the estimate
+//     charged, and is counted in Stats.SettleErrors.
+//
+// The rate-limit fields go out with the response's header, before the
+// body, and so before the actual cost is known: they carry the
+// reservation's values (the estimate's Remaining), and the settle's effect
+// shows in the next response's fields.
+//
+// It needs a limiter that can hold units: an *engine.Engine, or a
+// ReservingLimiter; any other is an error at construction. It cannot be
+// combined with WithInFlight, which gives every unit back. With NewMulti it
+// settles every policy but those in flight (Policy.InFlight), to the one
+// reported cost.
+func WithSettle() Option {
+	return func(c *config) error { c.settle = true; return nil }
+}
+
+// WithInFlight makes the limit count requests in flight: the middleware
+// reserves a request's cost before the handler and gives it back when the
+// handler returns, normally or by a panic, so that Limit is the most
+// units (requests, at a cost of 1) running at once per key, as Stripe's
+// concurrent-request limiter counts them.
+//
+// The limiter's Window is then a lease: a unit that is never given back
+// stops counting when it leaves the window. That covers a request whose
+// connection the handler hijacked (the middleware cannot see when a
+// hijacked connection ends, so its units stay until the lease ends), a
+// handler that never returns, and a process that died holding units of a
+// shared limiter. Choose a Window longer than the longest request: a
+// request that runs longer stops counting. With SlidingWindowStrict a unit
+// counts in full for Window to Window plus one sub-window; with SlidingLog
+// for exactly Window; with SlidingWindow in full for at least Window less
+// one sub-window, then by its weight. A FixedWindow engine is refused
+// (each window's end would drop every request in flight).
+//
+// A refusal's Retry-After (and t=) is when the oldest unit's lease ends,
+// if none is given back before: an upper bound, as a slot frees as soon as
+// a request finishes.
+//
+// It needs a limiter that can hold units: an *engine.Engine, or a
+// ReservingLimiter. It cannot be combined with WithSettle. With NewMulti
+// it puts every policy in flight; Policy.InFlight puts one.
+func WithInFlight() Option {
+	return func(c *config) error { c.inFlight = true; return nil }
+}
+
+// checkHold checks WithInFlight and WithSettle against the limiter l of
+// backend b, named where (a policy, or "").
+func checkHold(where string, l any, b adapter.Backend, inFlight, settle bool) []error {
+	var errs []error
+	if inFlight {
+		if err := adapter.CheckHold("WithInFlight", l, b); err != nil {
+			errs = append(errs, fmt.Errorf("httplimit: %s%w", where, err))
+		}
+	}
+	if settle {
+		if err := adapter.CheckHold("WithSettle", l, b); err != nil {
+			errs = append(errs, fmt.Errorf("httplimit: %s%w", where, err))
+		}
+	}
+	return errs
+}
+
+// errInFlightSettle is the construction error of WithInFlight with
+// WithSettle on one limit.
+var errInFlightSettle = errors.New("httplimit: WithInFlight and WithSettle cannot be combined: WithInFlight gives every unit back, leaving nothing to settle (with NewMulti, put some policies in flight with Policy.InFlight and settle the others)")
+
+// serveHeld is serve for a middleware that holds a request's units across
+// its handler (WithInFlight, WithSettle).
+func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, key string, cost int64) {
+	d, h, err := m.limiter.Reserve(r.Context(), key, cost)
+	if err != nil {
+		if adapter.CallerGone(r.Context(), err) != nil {
+			m.callerGone(w, r)
+			return
+		}
+		m.limiterFailed(w, r, m.unheld(next), d, err) // a failure policy's admission holds nothing
+		return
+	}
+	if adapter.Classify(d, cost) == adapter.Admitted {
+		m.counts.Allowed.Add(1)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
+		held, costs := [1]adapter.Held{h}, [1]int64{cost}
+		m.run(w, r, next, held[:], costs[:])
+		return
+	}
+	m.refuse(w, r, m.unheld(next), d, cost, m.fields)
+}
+
+// unheld is next for a request that holds nothing (a failure policy's
+// admission, WithDryRun's let-through), whose handler still gets ReportCost.
+func (m *Middleware) unheld(next http.Handler) http.Handler {
+	if m.settle == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.run(w, r, next, nil, nil) })
+}
+
+// run calls next with what the request holds: a cell for ReportCost (when
+// a policy settles) and, when one is in flight, a writer that notes a
+// Hijack; when next returns or panics, it gives back or settles held, whose
+// estimates are costs (policy i is in flight when bit i of m.inFlight is
+// set, settled when bit i of m.settle is).
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, held []adapter.Held, costs []int64) {
+	var cell *adapter.Reported
+	if m.settle != 0 {
+		var ctx context.Context
+		ctx, cell = adapter.WithReported(r.Context())
+		r = r.WithContext(ctx)
+	}
+	if len(held) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	var hw *heldWriter
+	if m.inFlight != 0 {
+		hw = &heldWriter{ResponseWriter: w}
+		w = hw
+	}
+	defer m.finish(r.Context(), held, cell, hw, costs)
+	next.ServeHTTP(w, r)
+}
+
+// finish ends what the request held (adapter.Finish), as the handler
+// returns or panics; a hijacked connection keeps its units in flight.
+func (m *Middleware) finish(ctx context.Context, held []adapter.Held, cell *adapter.Reported, hw *heldWriter, costs []int64) {
+	if n := adapter.Finish(ctx, held, m.inFlight, m.settle, hw != nil && hw.hijacked.Load(), cell, costs); n > 0 {
+		m.counts.SettleErrors.Add(n)
+	}
+}
+
+// heldWriter notes whether the handler hijacked the connection. Unwrap
+// lets http.ResponseController reach the writer underneath.
+type heldWriter struct {
+	http.ResponseWriter
+	hijacked atomic.Bool // atomic: a handler may hijack from a goroutine it waits for
+}
+
+// Flush flushes the writer underneath, if it can.
+func (w *heldWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Hijack hands the connection to the handler: the request stays in flight
+// until its lease ends.
+func (w *heldWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked.Store(true)
+	}
+	return c, rw, err
+}
+
+func (w *heldWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
