@@ -172,6 +172,7 @@ const (
 	evUnadmit              // n units of the admission id (admitted at ref) are being returned (a Cancel, before the engine's)
 	evReadmit              // the engine did not take them back after all: the unadmit id is undone
 	evKept                 // the engine took them back: the unadmit id stands
+	evReset                // the key's counts were dropped at t (Engine.Reset; auditreset.go)
 )
 
 // auditEvent is one sampled decision, as the buffer holds it.
@@ -774,6 +775,10 @@ func (q quarantine) holds(t int64) bool { return t >= q.from && t < q.until }
 
 // replay applies one event to its key's log and counts it.
 func (a *auditor) replay(ev *auditEvent, q quarantine) {
+	if ev.kind == evReset {
+		a.replayReset(ev)
+		return
+	}
 	if len(a.skipped) > 0 { // usually none: one map lookup less per decision
 		if until, ok := a.skipped[ev.key]; ok {
 			if ev.t < *until {
