@@ -167,30 +167,29 @@ func TestResetRacingDecisions(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit = 20
 			e := newEngine(t, engine.Config{Limit: limit, Window: time.Second, Algorithm: alg, DisableEviction: true})
+			require.True(t, e.AllowAt("k", 1, t0).Allowed) // the key exists from the start
 			var admitted, resets atomic.Int64
+			admitted.Store(1)
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := 0; i < 300; i++ {
+				for !stop.Load() {
 					if e.Reset("k") {
 						resets.Add(1)
 					}
-					if i%16 == 0 {
-						time.Sleep(0) // let the deciders fill the count now and then
-					}
 				}
-				stop.Store(true)
 			}()
 			burst(t, func(g int) error {
-				for !stop.Load() {
+				for i := 0; i < 2000; i++ {
 					if e.AllowAt("k", 1, t0).Allowed {
 						admitted.Add(1)
 					}
 				}
 				return nil
 			})
+			stop.Store(true)
 			wg.Wait()
 			require.LessOrEqual(t, admitted.Load(), limit*(resets.Load()+1))
 			// And the count after the last Reset is exact.
@@ -214,17 +213,16 @@ func TestResetRacingReservations(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				for i := 0; i < 200; i++ {
+				for i := 0; !stop.Load(); i++ {
 					e.Reset("k")
 					if alg == engine.SlidingLog && i%50 == 0 {
-						_ = e.SetLimitAt("k", limit+int64(i), t0) // a grown log across Resets
+						_ = e.SetLimitAt("k", limit+int64(i%1000), t0) // a grown log across Resets
 						_ = e.SetLimitAt("k", limit, t0)
 					}
 				}
-				stop.Store(true)
 			}()
 			burst(t, func(g int) error {
-				for i := 0; !stop.Load(); i++ {
+				for i := 0; i < 1000; i++ {
 					r := e.ReserveAt("k", 1, t0)
 					if !r.Decision().Allowed {
 						continue
@@ -239,6 +237,7 @@ func TestResetRacingReservations(t *testing.T) {
 				}
 				return nil
 			})
+			stop.Store(true)
 			<-done
 			require.True(t, e.Reset("k"))
 			require.Equal(t, int64(limit), fillAt(e, "k", t0))
