@@ -2,42 +2,20 @@ package engine
 
 import "github.com/ringlimit/ringlimit/ringslot"
 
-// Reset forgets the units key has used: its counts start again from zero,
-// as if nothing had been admitted or charged for it (for example, to
-// forgive a user's failed logins once one succeeds). It reports whether
-// the engine held state for key; false means there was nothing to forget
-// (a key never seen, reclaimed after being idle, or longer than
-// Config.MaxKeyBytes), and nothing is created.
+// Reset forgets the units key has used: its count starts again from zero
+// (to forgive a user's failed logins after a success, say). It reports
+// whether the engine held state for key; a key it does not hold (never
+// seen, reclaimed, longer than Config.MaxKeyBytes) is not created.
 //
-// What a Reset keeps and what it drops:
-//   - The key's limit is kept: a SetLimit override, or the limit
-//     Config.KeyLimit gave the key, stays in force. Only the counts go.
-//   - The key stays one key: it keeps its place under Config.MaxKeys, and
-//     is reclaimed when idle as before (a Reset is not activity).
-//   - The key's time does not move back: decisions after the Reset are
-//     made at the key's newest time or later (SlidingLog: 1 ns later).
-//   - A Reservation admitted before the Reset gives nothing back to the
-//     fresh count: its Cancel reports false, and a Settle below its units
-//     returns nothing, as after the key was reclaimed. A Settle above its
-//     units still charges the difference, at its now, to the key's
-//     current state: that work's cost is known only then, as with ChargeAt.
-//   - Waiters in Wait are not woken; they retry at their RetryAfter.
-//
-// A Reset is linearizable with the key's decisions: each one is made
-// entirely before it (and its units are forgotten) or entirely after it
-// (on the fresh count). Under concurrency a decision that raced the Reset
-// may be refused on the old count, a false denial; none is admitted on a
-// count the Reset dropped after it was taken.
-//
-// With Config.Audit, the self-audit learns of the Reset, and judges none of
-// the key's decisions until the forgotten units have left the window (one
-// Window and one sub-window after the key's newest time), so that it never
-// reports a false admit the Reset caused; those decisions count as
-// Unjudged. docs/semantics.md ("Resetting a key") and docs/design.md §5
-// have the details.
-//
-// Reset takes the key's map bucket lock, as creating a key does, and
-// allocates the key's fresh state; the decision path is unchanged.
+// It keeps the key's limit (a SetLimit override, or KeyLimit's), its
+// place under Config.MaxKeys, and its time: later decisions are made at
+// the key's newest time or after (SlidingLog: 1 ns after). A Reservation
+// admitted before it gives nothing back to the fresh count (Cancel
+// reports false); a Settle above its units still charges the difference
+// at its now. A Reset is linearizable with the key's decisions, and does
+// not wake Wait. With Config.Audit, the key's decisions for one Window and
+// one sub-window after it are Unjudged, never false admits.
+// docs/semantics.md ("Resetting a key") has the details.
 func (e *Engine) Reset(key string) bool {
 	if len(key) > e.cfg.maxKey {
 		return false
