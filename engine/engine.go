@@ -382,26 +382,21 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 
 // SetLimitAt sets key's own limit, creating the key's state at now if it
 // has none, and keeps its counts. It needs Config.PerKeyLimits or
-// Config.KeyLimit. A lower limit applies from the next decision; units
-// already admitted stay. A change is linearizable with the key's
-// decisions, also those in flight: each admission fits the limit in force
-// when it is made, never one it read before a lowering (such a decision
-// decides again); a decision in flight when the limit is raised may still
-// be refused under the old one, a false denial (docs/design.md §3c). The
-// override lasts until the key is reclaimed
-// after being idle for longer than Window plus one sub-window (FixedWindow:
-// 2·Window; SlidingLog: Window), or, with eviction disabled, until a request
-// comes 2^21 or more sub-windows after the key's newest one; after that
-// Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
-// belong in KeyLimit. Setting a limit is activity at now: the key's time
-// moves to now (never backwards). A now before 1970 or past 2262-04-11 is
-// an error, and changes nothing. A key that is new while Config.MaxKeys
-// keys are held gets an error wrapping ErrKeysFull, and nothing is stored.
+// Config.KeyLimit. The change is linearizable with the key's decisions,
+// also those in flight: each admission fits the limit in force when it is
+// made; a decision in flight when the limit is raised may still be refused
+// under the old one. Setting a limit is activity at now: the key's time
+// moves to now (never backwards). The override lasts until the key is
+// reclaimed when idle (or retired by a request 2^21 or more sub-windows
+// after its newest one); then Config.KeyLimit (or Limit) applies again, so
+// durable per-tenant limits belong in KeyLimit.
 //
-// With SlidingLog the limit must be at most Config.MaxLogLimit. A limit
-// above the one the key's log was allocated for moves the log into a larger
-// allocation, with every admitted unit, while the key's map bucket is
-// locked; decisions on the key wait for the copy.
+// Errors change nothing: a limit outside 1 … MaxLimit (SlidingLog: 1 …
+// Config.MaxLogLimit), a now outside 1970 … 2262-04-11, a key longer
+// than Config.MaxKeyBytes, and a new key while Config.MaxKeys keys are
+// held (wrapping ErrKeysFull). With SlidingLog a limit above the one the
+// key's log was allocated for moves the log into a larger allocation,
+// under the key's map bucket lock.
 func (e *Engine) SetLimitAt(key string, limit int64, now time.Time) error {
 	return e.setLimit("SetLimitAt", key, limit, clock.UnixNano(now))
 }
