@@ -47,6 +47,7 @@ type breaker struct {
 	check   func(ctx context.Context) error // one round trip that runs the script
 	replies func() uint64                   // replies Redis gave so far, to any round trip; nil: only check's count
 	bg      context.Context                 // check's parent, cancelled by Close
+	budget  time.Duration                   // the silence, in the process's own time, that is an outage (liveBudget)
 	off     bool                            // WithBreaker(0, 0): verdicts for the callers waiting, but never open
 	wrap    func(cause error) error         // the cause as an open breaker's answer says it, if set
 	onOpen  func()                          // called by the trip that opened the breaker, if set; must not block
@@ -61,7 +62,7 @@ type breaker struct {
 }
 
 func newBreaker(probe func(abort <-chan struct{}) error, minWait, maxWait time.Duration, manual bool) *breaker {
-	return &breaker{probe: probe, minWait: minWait, maxWait: max(minWait, maxWait), manual: manual, stopCh: make(chan struct{}), bg: context.Background()}
+	return &breaker{probe: probe, minWait: minWait, maxWait: max(minWait, maxWait), manual: manual, stopCh: make(chan struct{}), bg: context.Background(), budget: confirmBudget}
 }
 
 // err returns nil while the breaker is closed or confirming, else the

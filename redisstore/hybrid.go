@@ -248,8 +248,10 @@ func (l *Limiter) startHybrid() error {
 	h.br.onClose = l.startCheck // the outage may have been a restart or a failover: another server
 	h.br.onOpen = h.opened
 	h.br.bg = l.bg
-	h.br.check = func(ctx context.Context) error { return l.check(ctx, "") }
-	h.br.replies = l.replies.Load
+	addr, node := l.node(l.bg, "")
+	h.br.budget = l.live
+	h.br.check = func(ctx context.Context) error { return l.check(ctx, addr, node, "") }
+	h.br.replies = l.nodeReplies(addr, node)
 	l.hyb = h
 	if !o.manual {
 		h.loop.Add(1)

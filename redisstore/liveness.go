@@ -43,9 +43,11 @@ const (
 	// (see stalled): a server slower than one caller's budget, answering
 	// others, is not suspected at all.
 	suspectAfter = 100 * time.Millisecond
-	// confirmBudget is how long, in the process's own time, Redis may
-	// leave every round trip unanswered before the silence is an outage:
-	// a pause shorter than this (a fork, a slow command) is ridden out.
+	// confirmBudget is the least time, in the process's own time, Redis
+	// may leave every round trip unanswered before the silence is an
+	// outage; the budget is the client's ReadTimeout when longer
+	// (liveBudget): a pause or a round trip shorter than that (a fork, a
+	// slow command, a distant server) is ridden out.
 	confirmBudget = 250 * time.Millisecond
 	// confirmTick is the confirmation's clock; a tick is credited at most
 	// twice its length.
@@ -74,9 +76,6 @@ func classify(err error) evidence {
 	return suspicion
 }
 
-// errSilent is the cause of an outage found by a confirmation: no reply.
-var errSilent = fmt.Errorf("no reply from Redis for %v of this process's own time, to a probe or any other round trip", confirmBudget)
-
 // confirm is a confirmation's goroutine: it judges v (see above) and ends
 // when v is final.
 func (b *breaker) confirm(v *verdict) {
@@ -91,7 +90,7 @@ func (b *breaker) confirm(v *verdict) {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			ctx, cancel := context.WithTimeout(b.bg, probeTimeout)
+			ctx, cancel := context.WithTimeout(b.bg, 2*b.budget) // the ticks judge; this bounds the round trip
 			defer cancel()
 			err := b.check(ctx)
 			if err == nil {
@@ -128,9 +127,9 @@ func (b *breaker) confirm(v *verdict) {
 				resend = false
 				send()
 			}
-			if credited >= confirmBudget && !replied() {
+			if credited >= b.budget && !replied() {
 				if passes == 2 {
-					down = errSilent
+					down = fmt.Errorf("no reply from Redis for %v of this process's own time, to a check on a connection of the limiter's own or to any other round trip", b.budget)
 				} else {
 					passes++
 					runtime.Gosched() // behind the goroutines woken for replies already in the socket

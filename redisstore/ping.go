@@ -27,7 +27,7 @@ import (
 func (l *Limiter) Ping(ctx context.Context) error {
 	cc, ok := l.client.(*redis.ClusterClient)
 	if !ok {
-		if err := l.probeCall(ctx, ""); err != nil {
+		if err := l.probeCall(ctx, l.client, ""); err != nil {
 			return fmt.Errorf("redisstore: Ping: %w", err)
 		}
 		return nil
@@ -56,7 +56,7 @@ func (l *Limiter) Ping(ctx context.Context) error {
 			continue
 		}
 		delete(masters, addr)
-		if err := l.probeCall(ctx, k); err != nil {
+		if err := l.probeCall(ctx, l.client, k); err != nil {
 			errs = append(errs, fmt.Errorf("redisstore: Ping: %s: %w", addr, err))
 		}
 	}

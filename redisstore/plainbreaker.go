@@ -47,8 +47,8 @@ const (
 //
 // Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns it
 // off: every decision tries Redis, and failures are still judged so. With
-// a ClusterClient there is one breaker per master node; with any other
-// client, one per Limiter. New refuses WithBreaker with WithHybrid, which
+// a ClusterClient there is one breaker per master node, with a Ring one
+// per shard; with any other client, one per Limiter. New refuses WithBreaker with WithHybrid, which
 // has its own failure state.
 func WithBreaker(minWait, maxWait time.Duration) Option {
 	return func(o *options) error {
@@ -66,24 +66,25 @@ func WithBreaker(minWait, maxWait time.Duration) Option {
 
 // plainBreaker is one breaker of the plain mode, with the key its probe
 // writes near: the Limiter's only one, or with a ClusterClient one per
-// master node.
+// master node (with a Ring, one per shard).
 type plainBreaker struct {
 	*breaker
-	l   *Limiter
-	key atomic.Pointer[string] // the user key whose failure last tripped it, or was last suspected
+	l    *Limiter
+	addr string                 // the node's address ("": the one server)
+	node *redis.Client          // the node's client, for its checker (nil: unknown)
+	key  atomic.Pointer[string] // the user key whose failure last tripped it, or was last suspected
 }
 
-func (l *Limiter) newPlainBreaker() *plainBreaker {
-	pb := &plainBreaker{l: l}
+func (l *Limiter) newPlainBreaker(addr string, node *redis.Client) *plainBreaker {
+	pb := &plainBreaker{l: l, addr: addr, node: node}
 	b := newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
 	b.onClose = l.startCheck // the outage may have been a restart or a failover: another server
 	b.onOpen = func() { l.breakerOpens.Add(1) }
 	b.off = l.opts.brMax == 0
 	b.bg = l.bg
-	b.check = func(ctx context.Context) error { return l.check(ctx, pb.lastKey()) }
-	if l.cluster == nil {
-		b.replies = l.replies.Load // with a ClusterClient, other nodes' replies say nothing of this one
-	}
+	b.budget = l.live
+	b.check = func(ctx context.Context) error { return l.check(ctx, addr, node, pb.lastKey()) }
+	b.replies = l.nodeReplies(addr, node)
 	b.wrap = func(cause error) error {
 		return fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", pb.lastKey(), cause)
 	}
@@ -100,31 +101,27 @@ func (pb *plainBreaker) lastKey() string {
 
 // startBreaker sets up the plain mode's breaker (its goroutines start with
 // the first failure); WithBreaker(0, 0) makes it one that confirms outages
-// but never opens. With a ClusterClient, breakers are per master node and
-// made at their node's first failure.
+// but never opens. With a ClusterClient or a Ring, breakers are per node
+// (master, shard) and made at their node's first failure.
 func (l *Limiter) startBreaker() {
-	if cc, ok := l.client.(*redis.ClusterClient); ok {
-		l.cluster = cc
+	if l.multi {
 		return
 	}
-	l.br = l.newPlainBreaker()
+	l.br = l.newPlainBreaker(l.node(context.Background(), ""))
 }
 
 // breakerFor returns the breaker that guards key: the Limiter's one, or
-// the one of the master node that owns key's slot (address "" when the
-// ClusterClient cannot say), made if create and none exists yet. It
-// returns nil when there is none, or after Close.
+// the one of the node that serves key (a master that owns its slot, a
+// Ring's shard; address "" when the client cannot say), made if create
+// and none exists yet. It returns nil when there is none, or after Close.
 func (l *Limiter) breakerFor(ctx context.Context, key string, create bool) *plainBreaker {
-	if l.cluster == nil {
+	if !l.multi {
 		return l.br
 	}
 	if !create && l.nodeCount.Load() == 0 {
 		return nil // no node has failed yet: no lookup
 	}
-	var addr string
-	if c, err := l.cluster.MasterForKey(ctx, l.Key(key)); err == nil {
-		addr = c.Options().Addr
-	}
+	addr, node := l.node(ctx, key)
 	if v, ok := l.nodes.Load(addr); ok {
 		return v.(*plainBreaker)
 	}
@@ -136,7 +133,7 @@ func (l *Limiter) breakerFor(ctx context.Context, key string, create bool) *plai
 	if l.closed.Load() {
 		return nil // Close stops every breaker made before it, under nodeMu
 	}
-	v, loaded := l.nodes.LoadOrStore(addr, l.newPlainBreaker())
+	v, loaded := l.nodes.LoadOrStore(addr, l.newPlainBreaker(addr, node))
 	if !loaded {
 		l.nodeCount.Add(1)
 	}
@@ -273,9 +270,9 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	default:
 	}
 	l := pb.l
-	ctx, cancel := context.WithTimeout(l.bg, probeTimeout)
+	ctx, cancel := context.WithTimeout(l.bg, max(probeTimeout, l.live))
 	defer cancel()
-	err := l.check(ctx, pb.lastKey())
+	err := l.check(ctx, pb.addr, pb.node, pb.lastKey())
 	if err == nil {
 		return nil
 	}
@@ -288,15 +285,39 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 }
 
 // check is one round trip that shows whether Redis can decide: the probe
-// script on key's probe key (see probeCall). A reply counts as any reply
+// script on key's probe key (see probeCall), on the checker of the node
+// at addr (client.go), never in the client's pool (through l.client only
+// when the client's type has no checker). A reply counts as any reply
 // does (answered).
-func (l *Limiter) check(ctx context.Context, key string) error {
-	l.sending()
-	err := l.probeCall(ctx, key)
+func (l *Limiter) check(ctx context.Context, addr string, node *redis.Client, key string) error {
+	var c redis.Scripter = l.client
+	if ck := l.checkerFor(addr, node); ck != nil {
+		c = ck.c
+	} else if l.closed.Load() {
+		return errAborted
+	}
+	err := l.probeCall(ctx, c, key)
 	if err == nil {
 		l.answered()
 	}
 	return err
+}
+
+// nodeReplies returns the count of replies that show the node at addr
+// answers: its checker's handshakes and, with a client of one server,
+// every round trip's reply (answered). Other nodes' replies say nothing
+// of this one.
+func (l *Limiter) nodeReplies(addr string, node *redis.Client) func() uint64 {
+	return func() uint64 {
+		var n uint64
+		if v, ok := l.checkers.Load(addr); ok && node != nil {
+			n = v.(*checker).handshakes.Load()
+		}
+		if !l.multi {
+			n += l.replies.Load()
+		}
+		return n
+	}
 }
 
 // probeName returns the Redis key a probe writes to for user key k: the
@@ -307,16 +328,16 @@ func (l *Limiter) probeName(k string) string { return l.Key(k) + ":probe" }
 // one unit, unchecked, to the probe key (which expires as any key does),
 // so that the server must run the script and write. An explicit NOSCRIPT
 // loads it (the script did not run).
-func (l *Limiter) probeCall(ctx context.Context, key string) error {
+func (l *Limiter) probeCall(ctx context.Context, c redis.Scripter, key string) error {
 	keys := []string{l.probeName(key)}
 	args := make([]any, 0, 9)
 	args = append(args, 1, l.cfg.Limit)
 	args = append(args, l.args...)
 	args = append(args, "1", 0, 0)
-	res, err := script.EvalSha(ctx, l.client, keys, args...).Result()
+	res, err := script.EvalSha(ctx, c, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		l.noscript.Add(1)
-		res, err = script.Eval(ctx, l.client, keys, args...).Result()
+		res, err = script.Eval(ctx, c, keys, args...).Result()
 	}
 	if err != nil {
 		return err
