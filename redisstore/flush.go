@@ -83,9 +83,12 @@ func (h *hybrid) flush(start time.Time) {
 		// passed, a lost connection) is a suspicion: the batches stay
 		// unconfirmed, the next flush sends them again, and only a
 		// confirmed silence opens it (liveness.go).
-		if classify(err) == proof {
+		switch {
+		case l.multi:
+			h.judgeNodes(items, replies, err)
+		case classify(err) == proof:
 			h.br.trip(err)
-		} else {
+		default:
 			h.br.suspect()
 		}
 	default:
@@ -96,6 +99,37 @@ func (h *hybrid) flush(start time.Time) {
 		if bad > 0 {
 			l.failures.Add(1)
 			l.report(fmt.Errorf("redisstore: hybrid flush: %d of %d keys failed, their units given up: %w", bad, len(items), firstErr(replies)))
+		}
+	}
+}
+
+// judgeNodes judges a failed flush node by node (a ClusterClient's
+// masters, a Ring's shards; each has its own failure state): each item
+// with no reply (err: its pipeline's failure) or a failed one is evidence
+// against its key's node, once per node. Another node's reply says
+// nothing of it.
+func (h *hybrid) judgeNodes(items []flushItem, replies []reply, err error) {
+	l := h.l
+	seen := map[*plainBreaker]bool{}
+	for i, it := range items {
+		e := err
+		if i < len(replies) {
+			e = replies[i].err
+		}
+		if e == nil || keyError(e) || errors.Is(e, errNotSent) || classify(e) == noEvidence {
+			continue
+		}
+		pb := l.breakerFor(context.Background(), it.key, true)
+		if pb == nil || seen[pb] {
+			continue
+		}
+		seen[pb] = true
+		key := it.key
+		pb.key.Store(&key)
+		if classify(e) == proof {
+			pb.trip(e)
+		} else {
+			pb.suspect()
 		}
 	}
 }
@@ -140,8 +174,8 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	h.seq++
 	seq := h.seq
 	for key, k := range h.keys {
-		if k.pulling {
-			continue
+		if k.pulling || h.nodeDown(k, key) {
+			continue // a node in its failure state: its probe, then a flush, sends the batch
 		}
 		if k.batch > 0 && now.Sub(k.batchAt) > h.horizon {
 			h.l.lostUnits.Add(uint64(k.batch))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -208,6 +209,8 @@ type hkey struct {
 	dFlight  int64     // units of exact decisions in flight (F4 in the proof at hybrid)
 	dDone    int64     // units of exact decisions that admitted or failed, not yet shown to be in est
 	calls    int32     // exact decisions in flight
+	node     string    // the key's node's address (multi-node clients; see nodeOf)
+	nodeSet  bool      // node is known
 	acks     uint32    // pull replies applied so far
 	seen     bool      // est holds an observation
 	pulling  bool      // a flush carrying the key is in flight
@@ -271,7 +274,11 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		h.mu.Unlock()
 		return l.exactAfterClose(ctx, key, n, reserve)
 	}
-	if err := h.br.err(); err != nil {
+	err := h.br.err()
+	if err == nil && l.multi {
+		err = l.breakerErr(ctx, key) // the key's node's failure state
+	}
+	if err != nil {
 		h.mu.Unlock()
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
@@ -315,7 +322,15 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	}
 	h.mu.Unlock()
 	if err != nil {
-		return l.fail(ctx, key, n, limit, err) // judges it for h.br, as for a plain breaker
+		var held *heldError
+		if errors.As(err, &held) { // its node's failure state began while it was queued: never sent
+			if cerr := ctxDone(ctx); cerr != nil {
+				return l.gone(key, limit, cerr, nil)
+			}
+			l.fallbacks.Add(1)
+			return l.policy(key, n, limit), held.err
+		}
+		return l.fail(ctx, key, n, limit, err) // judges it for h.br (per node: the node's), as for a plain breaker
 	}
 	l.redisDecisions.Add(1)
 	l.answeredDecision()
@@ -369,6 +384,41 @@ func (h *hybrid) local(k *hkey, key string, n int64) engine.Decision {
 		}
 	}
 	return d
+}
+
+// nodeOf returns the address of k's node (with a ClusterClient or a
+// Ring), looked up once. h.mu is held.
+func (h *hybrid) nodeOf(k *hkey, key string) string {
+	if !k.nodeSet {
+		k.node, _ = h.l.node(context.Background(), key)
+		k.nodeSet = true
+	}
+	return k.node
+}
+
+// nodeDown reports whether the failure state of k's node holds (with a
+// ClusterClient or a Ring, where each node has its own). h.mu is held.
+func (h *hybrid) nodeDown(k *hkey, key string) bool {
+	if !h.l.multi || h.l.nodeCount.Load() == 0 {
+		return false
+	}
+	v, ok := h.l.nodes.Load(h.nodeOf(k, key))
+	return ok && v.(*plainBreaker).err() != nil
+}
+
+// openedNode is opened for one node's failure state (a ClusterClient's
+// master, a Ring's shard): its keys need a new observation. Observations
+// in flight on any node are dropped too (trips), which costs exact
+// decisions, not admissions.
+func (h *hybrid) openedNode(addr string) {
+	h.mu.Lock()
+	h.trips++
+	for key, k := range h.keys {
+		if h.nodeOf(k, key) == addr {
+			k.seen = false
+		}
+	}
+	h.mu.Unlock()
 }
 
 // opened is called when the failure state begins (h.br opened): every key

@@ -79,7 +79,12 @@ func (l *Limiter) newPlainBreaker(addr string, node *redis.Client) *plainBreaker
 	pb := &plainBreaker{l: l, addr: addr, node: node}
 	b := newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
 	b.onClose = l.startCheck // the outage may have been a restart or a failover: another server
-	b.onOpen = func() { l.breakerOpens.Add(1) }
+	b.onOpen = func() {
+		l.breakerOpens.Add(1)
+		if l.hyb != nil {
+			l.hyb.openedNode(addr)
+		}
+	}
 	b.off = l.opts.brMax == 0
 	b.bg = l.bg
 	b.budget = l.live
@@ -159,7 +164,7 @@ func (l *Limiter) stopBreakers() {
 // error for a policy answer. After Close it is always nil: no prober
 // would close a breaker.
 func (l *Limiter) breakerErr(ctx context.Context, key string) error {
-	if l.hyb != nil || l.closed.Load() {
+	if l.hyb != nil && !l.multi || l.closed.Load() {
 		return nil
 	}
 	if pb := l.breakerFor(ctx, key, false); pb != nil {
@@ -243,9 +248,9 @@ func (l *Limiter) judge(ctx context.Context, key string, err error) *verdict {
 		return nil
 	}
 	var b *breaker
-	if l.hyb != nil {
+	if l.hyb != nil && !l.multi {
 		b = l.hyb.br
-	} else {
+	} else { // per node, in both modes
 		pb := l.breakerFor(ctx, key, true)
 		if pb == nil {
 			return nil

@@ -61,7 +61,8 @@ type Limiter struct {
 
 	// The plain mode's breakers (plainbreaker.go): br is the one breaker,
 	// or with a ClusterClient nodes holds one per master address, made
-	// under nodeMu. The hybrid mode's is hyb.br.
+	// under nodeMu. The hybrid mode's is hyb.br, or with a ClusterClient
+	// or a Ring the nodes' breakers, as in the plain mode.
 	br        *plainBreaker
 	multi     bool          // the client spreads keys over nodes (ClusterClient, Ring): breakers per node
 	nodes     sync.Map      // string → *plainBreaker
