@@ -3,10 +3,13 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"io"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // ErrUnboundedRoundTrip is passed to the OnError hook by New when the
@@ -107,7 +110,8 @@ func multiNode(client redis.UniversalClient) bool {
 
 // checker is one node's client for confirmations; handshakes counts the
 // connections it opened that Redis answered (the handshake: HELLO, AUTH,
-// SELECT), a reply as good as any.
+// SELECT): after a check's connection was lost, the handshake of the one
+// that replaces it shows that Redis answers (see confirm).
 type checker struct {
 	c          *redis.Client
 	handshakes atomic.Uint64
@@ -142,15 +146,16 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 		ck.handshakes.Add(1)
 		return nil
 	}
-	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	// One check at a time, so one connection; PoolSize is go-redis's count
+	// of failed dials before it stops dialing for a second or more.
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 64, 0, 1, 0
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	o.ReadTimeout, o.WriteTimeout = 2*l.live, 2*l.live // the checks' contexts are the bounds
 	o.PoolTimeout = 2 * l.live
-	if o.MaintNotificationsConfig != nil {
-		mc := *o.MaintNotificationsConfig
-		o.MaintNotificationsConfig = &mc
-	}
+	// The node's own config is the client's, which go-redis writes under
+	// a lock of its own: the checker needs none.
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	ck.c = redis.NewClient(&o)
 	l.checkers.Store(addr, ck)
 	return ck
@@ -165,4 +170,11 @@ func (l *Limiter) closeCheckers() {
 		_ = v.(*checker).c.Close()
 		return true
 	})
+}
+
+// lostConn reports whether err is a connection closed under a round trip
+// (by the peer: a killed connection, a server killed or restarted).
+func lostConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

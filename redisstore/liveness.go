@@ -99,7 +99,15 @@ func (b *breaker) confirm(v *verdict) {
 			res <- err
 		}()
 	}
-	replied := func() bool { return answered.Load() || b.replies != nil && b.replies() != seen }
+	// A check's connection lost (killed, say) is replaced by the next
+	// check's, and that one's handshake is a reply: Redis accepts
+	// connections and answers. A handshake after a check of ours timed
+	// out is not: HELLO is no write, and CLIENT PAUSE WRITE answers it.
+	lost, mark := false, uint64(0)
+	replied := func() bool {
+		return answered.Load() || b.replies != nil && b.replies() != seen ||
+			lost && b.handshakes != nil && b.handshakes() != mark
+	}
 	send()
 	tick := time.NewTicker(confirmTick)
 	defer tick.Stop()
@@ -117,6 +125,9 @@ func (b *breaker) confirm(v *verdict) {
 			case classify(err) == proof:
 				down = err
 			default: // a timeout, a lost connection: send another on the next tick (one that fails at once must not spin)
+				if lostConn(err) && !lost && b.handshakes != nil {
+					lost, mark = true, b.handshakes()
+				}
 				resend = true
 			}
 		case <-tick.C:

@@ -89,7 +89,7 @@ func (l *Limiter) newPlainBreaker(addr string, node *redis.Client) *plainBreaker
 	b.bg = l.bg
 	b.budget = l.live
 	b.check = func(ctx context.Context) error { return l.check(ctx, addr, node, pb.lastKey()) }
-	b.replies = l.nodeReplies(addr, node)
+	b.replies, b.handshakes = l.nodeReplies(), l.handshakes(addr)
 	b.wrap = func(cause error) error {
 		return fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", pb.lastKey(), cause)
 	}
@@ -266,7 +266,7 @@ func (l *Limiter) judge(ctx context.Context, key string, err error) *verdict {
 }
 
 // probe is a plain breaker's probe: the script on the probe key of the
-// key that last tripped it, within probeTimeout. Its failure is counted and
+// key that last tripped it, within max(probeTimeout, the budget). Its failure is counted and
 // reported.
 func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	select {
@@ -277,8 +277,16 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	l := pb.l
 	ctx, cancel := context.WithTimeout(l.bg, max(probeTimeout, l.live))
 	defer cancel()
-	err := l.check(ctx, pb.addr, pb.node, pb.lastKey())
+	// Through the client, as decisions go: a probe that succeeds there has
+	// also cleared the pool of connections that fail (to a demoted node
+	// after a failover, say). Only if it got no connection (the
+	// application holds the pool: no evidence) does the checker answer.
+	err := l.probeCall(ctx, l.client, pb.lastKey())
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		err = l.check(ctx, pb.addr, pb.node, pb.lastKey())
+	}
 	if err == nil {
+		l.answered()
 		return nil
 	}
 	if l.bg.Err() != nil {
@@ -302,26 +310,35 @@ func (l *Limiter) check(ctx context.Context, addr string, node *redis.Client, ke
 		return errAborted
 	}
 	err := l.probeCall(ctx, c, key)
+	if lostConn(err) && ctx.Err() == nil {
+		// A pooled connection that the server closed (killed, or the
+		// server restarted): once more, on a new one.
+		err = l.probeCall(ctx, c, key)
+	}
 	if err == nil {
 		l.answered()
 	}
 	return err
 }
 
-// nodeReplies returns the count of replies that show the node at addr
-// answers: its checker's handshakes and, with a client of one server,
-// every round trip's reply (answered). Other nodes' replies say nothing
-// of this one.
-func (l *Limiter) nodeReplies(addr string, node *redis.Client) func() uint64 {
+// nodeReplies returns the count of replies that show the node answers:
+// with a client of one server, every round trip's (answered); nil with a
+// ClusterClient or a Ring, where other nodes' replies say nothing of it.
+func (l *Limiter) nodeReplies() func() uint64 {
+	if l.multi {
+		return nil
+	}
+	return l.replies.Load
+}
+
+// handshakes returns the count of the handshakes of the checker of the
+// node at addr (0 while it has none).
+func (l *Limiter) handshakes(addr string) func() uint64 {
 	return func() uint64 {
-		var n uint64
-		if v, ok := l.checkers.Load(addr); ok && node != nil {
-			n = v.(*checker).handshakes.Load()
+		if v, ok := l.checkers.Load(addr); ok {
+			return v.(*checker).handshakes.Load()
 		}
-		if !l.multi {
-			n += l.replies.Load()
-		}
-		return n
+		return 0
 	}
 }
 
