@@ -50,8 +50,11 @@ import (
 // WithBreaker): an error reply (other than WRONGTYPE, which fails that key
 // alone: its units are given up) or a refused connection at once; a flush
 // past its deadline or a lost connection only once a confirmation finds
-// Redis silent for 250 ms of the process's own time (the batches stay
-// unconfirmed meanwhile, and the next flush sends them again). Each failed
+// Redis silent for the client's ReadTimeout (at least 250 ms) of the
+// process's own time (the batches stay unconfirmed meanwhile, and the
+// next flush sends them again). With a ClusterClient or a Ring the
+// failure state is per node (master, shard), as the plain mode's
+// breakers: a node's keys get the policy, the others' do not. Each failed
 // flush is reported to the OnError hook. In the failure state the failure
 // policy answers every decision at once, with an error wrapping
 // ErrUnavailable, and a probe resends the unconfirmed batches in the

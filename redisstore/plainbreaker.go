@@ -40,16 +40,19 @@ const (
 // on an error reply (except WRONGTYPE, which fails its key alone) or a
 // refused connection; after a round trip that got no answer (a timeout, a
 // lost connection, callers' deadlines passing while round trips went
-// unanswered for 100 ms) only once a confirmation finds Redis silent for
-// 250 ms of the process's own time (docs/design.md §10). Until then
-// decisions keep going to Redis; a caller whose round trip failed waits
-// for the verdict, and gets ErrNoReply if Redis answers.
+// unanswered for 100 ms; not a call that got no connection from the
+// client's pool, which only asks for a confirmation) only once a
+// confirmation, on a connection of the limiter's own, finds the node
+// silent for the client's ReadTimeout (at least 250 ms; 5 s when unset)
+// of the process's own time (docs/design.md §10). Until then decisions
+// keep going to Redis; a caller whose round trip failed waits for the
+// verdict, and gets ErrNoReply if Redis answers.
 //
 // Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns it
 // off: every decision tries Redis, and failures are still judged so. With
 // a ClusterClient there is one breaker per master node, with a Ring one
-// per shard; with any other client, one per Limiter. New refuses WithBreaker with WithHybrid, which
-// has its own failure state.
+// per shard; with any other client, one per Limiter. New refuses
+// WithBreaker with WithHybrid, which has its own failure state.
 func WithBreaker(minWait, maxWait time.Duration) Option {
 	return func(o *options) error {
 		if minWait == 0 && maxWait == 0 {
