@@ -174,7 +174,7 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	h.seq++
 	seq := h.seq
 	for key, k := range h.keys {
-		if k.pulling || h.nodeDown(k, key) {
+		if k.pulling || h.nodeErr(k, key) != nil {
 			continue // a node in its failure state: its probe, then a flush, sends the batch
 		}
 		if k.batch > 0 && now.Sub(k.batchAt) > h.horizon {

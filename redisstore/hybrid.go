@@ -277,11 +277,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		h.mu.Unlock()
 		return l.exactAfterClose(ctx, key, n, reserve)
 	}
-	err := h.br.err()
-	if err == nil && l.multi {
-		err = l.breakerErr(ctx, key) // the key's node's failure state
-	}
-	if err != nil {
+	if err := h.br.err(); err != nil {
 		h.mu.Unlock()
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
@@ -290,6 +286,11 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	if k == nil {
 		k = &hkey{}
 		h.keys[key] = k
+	}
+	if err := h.nodeErr(k, key); err != nil { // the key's node's failure state
+		h.mu.Unlock()
+		l.fallbacks.Add(1)
+		return l.policy(key, n, limit), err
 	}
 	k.used = true
 	if k.seen && (n <= h.maxLocal || n > limit) {
@@ -399,14 +400,17 @@ func (h *hybrid) nodeOf(k *hkey, key string) string {
 	return k.node
 }
 
-// nodeDown reports whether the failure state of k's node holds (with a
-// ClusterClient or a Ring, where each node has its own). h.mu is held.
-func (h *hybrid) nodeDown(k *hkey, key string) bool {
-	if !h.l.multi || h.l.nodeCount.Load() == 0 {
-		return false
+// nodeErr is nil unless the failure state of k's node holds (with a
+// ClusterClient or a Ring, where each node has its own): then it is the
+// error for a policy answer. h.mu is held.
+func (h *hybrid) nodeErr(k *hkey, key string) error {
+	if !h.l.multi || h.l.nodeCount.Load() == 0 || h.l.closed.Load() {
+		return nil
 	}
-	v, ok := h.l.nodes.Load(h.nodeOf(k, key))
-	return ok && v.(*plainBreaker).err() != nil
+	if v, ok := h.l.nodes.Load(h.nodeOf(k, key)); ok {
+		return v.(*plainBreaker).err()
+	}
+	return nil
 }
 
 // openedNode is opened for one node's failure state (a ClusterClient's
