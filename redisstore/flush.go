@@ -103,37 +103,6 @@ func (h *hybrid) flush(start time.Time) {
 	}
 }
 
-// judgeNodes judges a failed flush node by node (a ClusterClient's
-// masters, a Ring's shards; each has its own failure state): each item
-// with no reply (err: its pipeline's failure) or a failed one is evidence
-// against its key's node, once per node. Another node's reply says
-// nothing of it.
-func (h *hybrid) judgeNodes(items []flushItem, replies []reply, err error) {
-	l := h.l
-	seen := map[*plainBreaker]bool{}
-	for i, it := range items {
-		e := err
-		if i < len(replies) {
-			e = replies[i].err
-		}
-		if e == nil || keyError(e) || errors.Is(e, errNotSent) || classify(e) == noEvidence {
-			continue
-		}
-		pb := l.breakerFor(context.Background(), it.key, true)
-		if pb == nil || seen[pb] {
-			continue
-		}
-		seen[pb] = true
-		key := it.key
-		pb.key.Store(&key)
-		if classify(e) == proof {
-			pb.trip(e)
-		} else {
-			pb.suspect()
-		}
-	}
-}
-
 // keyError reports whether err fails one key only, Redis being up: the
 // key holds another type (another client wrote there). Such a key's units
 // are given up, and the limiter does not enter its failure state for it.

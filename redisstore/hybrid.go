@@ -390,44 +390,6 @@ func (h *hybrid) local(k *hkey, key string, n int64) engine.Decision {
 	return d
 }
 
-// nodeOf returns the address of k's node (with a ClusterClient or a
-// Ring), looked up once. h.mu is held.
-func (h *hybrid) nodeOf(k *hkey, key string) string {
-	if !k.nodeSet {
-		k.node, _ = h.l.node(context.Background(), key)
-		k.nodeSet = true
-	}
-	return k.node
-}
-
-// nodeErr is nil unless the failure state of k's node holds (with a
-// ClusterClient or a Ring, where each node has its own): then it is the
-// error for a policy answer. h.mu is held.
-func (h *hybrid) nodeErr(k *hkey, key string) error {
-	if !h.l.multi || h.l.nodeCount.Load() == 0 || h.l.closed.Load() {
-		return nil
-	}
-	if v, ok := h.l.nodes.Load(h.nodeOf(k, key)); ok {
-		return v.(*plainBreaker).err()
-	}
-	return nil
-}
-
-// openedNode is opened for one node's failure state (a ClusterClient's
-// master, a Ring's shard): its keys need a new observation. Observations
-// in flight on any node are dropped too (trips), which costs exact
-// decisions, not admissions.
-func (h *hybrid) openedNode(addr string) {
-	h.mu.Lock()
-	h.trips++
-	for key, k := range h.keys {
-		if h.nodeOf(k, key) == addr {
-			k.seen = false
-		}
-	}
-	h.mu.Unlock()
-}
-
 // opened is called when the failure state begins (h.br opened): every key
 // needs a new observation, since its est is as old as the outage will be.
 func (h *hybrid) opened() {
