@@ -54,7 +54,7 @@ func TestClusterStoppedNodeDetectedPerNode(t *testing.T) {
 			t.Parallel()
 			nodes := redistest.StartCluster(t, 3)
 			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes), MaxRetries: -1, PoolSize: 64,
-				DialTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
+				DialTimeout: 200 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 			defer cc.Close()
 			opts := []Option{WithPolicy(FailClosed)}
 			if hybrid {
