@@ -156,6 +156,11 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 	// The node's own config is the client's, which go-redis writes under
 	// a lock of its own: the checker needs none.
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	// Nothing shared with the node's client or cached: a check must reach
+	// Redis.
+	o.PushNotificationProcessor = nil
+	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+	o.Limiter = nil
 	ck.c = redis.NewClient(&o)
 	l.checkers.Store(addr, ck)
 	return ck
