@@ -24,19 +24,26 @@ import (
 //     deadline, a caller's deadline while round trips have gone
 //     unanswered for suspectAfter) or a connection lost mid-call. It
 //     starts a confirmation, and decisions keep going to Redis meanwhile.
+//     A call that got no connection from the client's pool is no evidence
+//     (the application may hold the pool): it only starts a confirmation.
 //   - nothing: a call that was never sent, or a caller's cancellation.
 //
-// A confirmation sends the script (check) and counts how long Redis leaves
-// it and every other round trip unanswered, in the process's own time:
-// ticks of confirmTick, each credited at most 2 × confirmTick however late
-// it fires, so time the process spent without the CPU counts for little.
-// Any reply (to the check, or, with one breaker per limiter, to any round
-// trip) ends it: Redis answers. An error reply or a refused connection
-// ends it as an outage. After confirmBudget of credited time it passes
-// the scheduler's global run queue twice (runtime.Gosched, one tick
-// apart), behind every goroutine the network poller had woken for a reply
-// already in the socket, and only if no reply came then either is the
-// silence an outage.
+// A confirmation, one per node (a ClusterClient's master, a Ring's shard,
+// or the one server), sends the script (check) on the node's checker, a
+// connection of the limiter's own (client.go), never in the client's
+// pool, and counts how long the node leaves it unanswered, in the
+// process's own time: ticks of confirmTick, each credited at most 2 ×
+// confirmTick however late it fires, so time the process spent without
+// the CPU counts for little. Any reply of the node ends it: Redis
+// answers. That is the check's; after a check's connection was lost, the
+// handshake of the next one; with a client of one server, any round
+// trip's (another node's says nothing of this one). An error reply or a
+// refused connection ends it as an outage. After the budget (the
+// client's ReadTimeout, at least confirmBudget: liveBudget) of credited
+// time it passes the scheduler's global run queue twice
+// (runtime.Gosched, one tick apart), behind every goroutine the network
+// poller had woken for a reply already in the socket, and only if no
+// reply came then either is the silence an outage.
 const (
 	// suspectAfter: a caller's deadline that passes during its call is a
 	// suspicion only when round trips have gone unanswered this long
