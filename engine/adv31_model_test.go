@@ -261,3 +261,14 @@ func (m *advModel) settle(e, n, actual, t int64) engine.Decision {
 	}
 	return m.peek(t)
 }
+
+// cancelWould reports whether units recorded at e can still be given back.
+func (m *advModel) cancelWould(e int64) bool {
+	switch m.alg {
+	case engine.SlidingLog:
+		return e > m.last-m.window
+	case engine.FixedWindow:
+		return e == m.last
+	}
+	return e >= m.last-m.n
+}

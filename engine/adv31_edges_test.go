@@ -1,0 +1,195 @@
+package engine_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/stretchr/testify/require"
+)
+
+// The zero Reservation "is a denied one with nothing to cancel"
+// (Reservation's doc): Settle and SettleAt on it report ErrNotReserved.
+func TestAdv31ZeroReservationSettle(t *testing.T) {
+	var r engine.Reservation
+	_, err := r.SettleAt(3, advAt(0))
+	require.ErrorIs(t, err, engine.ErrNotReserved)
+	_, err = r.Settle(3)
+	require.ErrorIs(t, err, engine.ErrNotReserved)
+	require.False(t, r.Cancel())
+}
+
+// "A negative actual, a debt above MaxLimit or a now outside 1970 … 2262 is
+// an error that changes nothing and claims nothing" (semantics.md): the
+// reservation can still be cancelled after each of them.
+func TestAdv31SettleBadInputClaimsNothing(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+			at := advAt(0)
+			r := e.ReserveAt("k", 3, at)
+			require.True(t, r.Decision().Allowed)
+			for _, c := range []struct {
+				actual int64
+				now    time.Time
+			}{
+				{-1, at},
+				{math.MinInt64, at},
+				{math.MaxInt64, at},
+				{3 + engine.MaxLimit + 1, at},
+				{5, time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)},
+				{5, time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)},
+				{5, time.Time{}},
+				{1, time.Unix(0, -1)},
+			} {
+				d, err := r.SettleAt(c.actual, c.now)
+				require.Error(t, err, "SettleAt(%d, %v)", c.actual, c.now)
+				require.NotErrorIs(t, err, engine.ErrSettled)
+				require.Equal(t, engine.Decision{}, d)
+				require.Equal(t, int64(7), e.AllowAt("k", 0, at).Remaining, "SettleAt(%d, %v) changed nothing", c.actual, c.now)
+			}
+			require.True(t, r.Cancel(), "no refused SettleAt claimed the reservation")
+			require.Equal(t, int64(10), e.AllowAt("k", 0, at).Remaining)
+		})
+	}
+}
+
+// "ChargeAt ... An error changes nothing" and the self-audit's Charges counts
+// "the charges replayed into the logs": a charge refused with ErrDebtFull is
+// not replayed, so the nine admissions that still fit after it are not
+// judged against units that were never charged (a false admit reported for
+// Strict and SlidingLog, which "make no false admits").
+func TestAdv31AuditIgnoresRefusedCharges(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingLog, engine.SlidingWindow, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg,
+				DisableEviction: true, Audit: 1, MaxLogLimit: 20})
+			at := advAt(0)
+			require.True(t, e.AllowAt("k", 1, at).Allowed)
+			big := int64(engine.MaxLimit)
+			if alg == engine.SlidingLog {
+				big = 20
+			}
+			_, err := e.ChargeAt("k", big, at)
+			require.ErrorIs(t, err, engine.ErrDebtFull)
+			r := e.ReserveAt("k", 1, at)
+			require.True(t, r.Decision().Allowed)
+			_, err = r.SettleAt(1+big, at)
+			require.ErrorIs(t, err, engine.ErrDebtFull)
+			for i := range 8 {
+				require.True(t, e.AllowAt("k", 1, at).Allowed, "admission %d", i)
+			}
+			require.False(t, e.AllowAt("k", 1, at).Allowed)
+			rep := e.Audit()
+			require.Zero(t, rep.Charges, "%+v", rep)
+			require.Zero(t, rep.FalseAdmits, "%+v", rep)
+			require.Zero(t, rep.FalseDenies, "%+v", rep)
+		})
+	}
+}
+
+// SlidingLog: units at s count iff t − W < s ≤ t, so a debt charged at T has
+// left the window at T + W exactly, and a second debt as large fits the log
+// then (semantics.md: "a charge past that [MaxLogLimit units in the window]
+// is refused whole").
+func TestAdv31LogDebtLeavesAtWindow(t *testing.T) {
+	W := 4 * time.Second
+	e := newEngine(t, engine.Config{Limit: 10, Window: W, Algorithm: engine.SlidingLog, DisableEviction: true, MaxLogLimit: 20})
+	_, err := e.ChargeAt("k", 15, advAt(0))
+	require.NoError(t, err)
+	_, err = e.ChargeAt("k", 15, advAt(int64(W)-1))
+	require.ErrorIs(t, err, engine.ErrDebtFull)
+	d, err := e.ChargeAt("k", 15, advAt(int64(W)))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), d.Remaining)
+	require.Equal(t, W, d.RetryAfter, "the second debt leaves at 2W")
+	require.True(t, e.AllowAt("k", 10, advAt(2*int64(W))).Allowed)
+}
+
+// SlidingLog: a settle's refund after a charge moved the log into a larger
+// allocation is returned there (design.md §3b: "Cancel follows the key's
+// current ring and removes them there").
+func TestAdv31LogRefundAfterGrowth(t *testing.T) {
+	W := 4 * time.Second
+	e := newEngine(t, engine.Config{Limit: 10, Window: W, Algorithm: engine.SlidingLog, DisableEviction: true, MaxLogLimit: 1000})
+	r := e.ReserveAt("k", 8, advAt(0))
+	require.True(t, r.Decision().Allowed)
+	_, err := e.ChargeAt("k", 5, advAt(int64(time.Second))) // 13 > 10: the log grows
+	require.NoError(t, err)
+	d, err := r.SettleAt(1, advAt(2*int64(time.Second)))
+	require.NoError(t, err)
+	require.Equal(t, int64(4), d.Remaining, "1 + 5 units live")
+	// and a settle whose own debt grows the log
+	r2 := e.ReserveAt("k2", 8, advAt(0))
+	d, err = r2.SettleAt(100, advAt(int64(time.Second)))
+	require.NoError(t, err)
+	require.Equal(t, W, d.RetryAfter)
+	require.True(t, e.AllowAt("k2", 10, advAt(int64(W+time.Second))).Allowed)
+}
+
+// A debt of MaxLimit units on the weighted counter, with an hour-long
+// sub-window: old·(w − r) is about 2^40·2^42, past int64. design.md §1: "compared
+// exactly in integers ... in 128 bits", and RetryAfter "is exact, as always".
+// With L = 10, N = 4, w = 1 h, one unit fits at epoch e+4 once
+// MaxLimit·(w − r) ≤ 9·w, that is r ≥ w − floor(9·w/MaxLimit) = w − 29 ns.
+func TestAdv31HugeDebtWeightedRetryAfter(t *testing.T) {
+	w := int64(time.Hour)
+	e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Hour, SubWindows: 4, DisableEviction: true})
+	strict := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Hour, SubWindows: 4, DisableEviction: true, Algorithm: engine.SlidingWindowStrict})
+	d, err := e.ChargeAt("k", engine.MaxLimit, advAt(0))
+	require.NoError(t, err)
+	want := time.Duration(5*w - 9*w/int64(engine.MaxLimit))
+	require.Equal(t, time.Duration(5*w-29), want)
+	require.Equal(t, want, d.RetryAfter)
+	require.False(t, e.AllowAt("k", 1, advAt(int64(want)-1)).Allowed)
+	require.True(t, e.AllowAt("k", 1, advAt(int64(want))).Allowed)
+
+	d, err = strict.ChargeAt("k", engine.MaxLimit, advAt(0))
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(5*w), d.RetryAfter)
+	_, err = strict.ChargeAt("k", 1, advAt(0))
+	require.ErrorIs(t, err, engine.ErrDebtFull)
+	d, err = strict.ChargeAt("k", 1, advAt(w)) // the next sub-window takes more
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(4*w), d.RetryAfter, "from w, one unit fits at 5w beside the second debt")
+	require.True(t, strict.AllowAt("k", 10, advAt(6*w)).Allowed)
+}
+
+// A debt whose wait would end past 2262-04-11 gives RetryAfter Never, never a
+// wrapped, negative or short wait (Decision.RetryAfter's doc).
+func TestAdv31DebtNear2262(t *testing.T) {
+	last := time.Unix(0, math.MaxInt64-int64(2*time.Hour))
+	for _, alg := range allAlgorithms {
+		e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Hour, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+		d, err := e.ChargeAt("k", 50, last)
+		require.NoError(t, err, alg)
+		require.False(t, d.Allowed)
+		require.Equal(t, engine.Never, d.RetryAfter, alg)
+	}
+}
+
+// Settle after the key was reclaimed: the refund touches nothing of the new
+// state ("nothing once ... the key's state was reclaimed"), and the debt is
+// charged on the key's current state ("a debt is the key's").
+func TestAdv31SettleAfterReclaim(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(advAt(0))
+			e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour})
+			r1 := e.ReserveAt("k", 5, advAt(0))
+			r2 := e.ReserveAt("k", 2, advAt(0))
+			clk.Advance(20 * time.Second)
+			require.Equal(t, 1, e.Sweep())
+			now := advAt(int64(20 * time.Second))
+			require.True(t, e.AllowAt("k", 3, now).Allowed)
+			d, err := r1.SettleAt(1, now)
+			require.NoError(t, err)
+			require.Equal(t, int64(7), d.Remaining, "the refund is not made to the new state")
+			d, err = r2.SettleAt(6, now)
+			require.NoError(t, err)
+			require.Equal(t, int64(3), d.Remaining, "the debt of 4 is the new state's")
+			require.Equal(t, int64(3), e.AllowAt("k", 0, now).Remaining)
+		})
+	}
+}
