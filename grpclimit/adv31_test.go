@@ -1,0 +1,170 @@
+package grpclimit
+
+// The adversarial review of issue 31 (branch adv31): WithSettle, ReportCost
+// and WithInFlight from their documentation only. (Package grpclimit for the
+// test helpers; only exported API is exercised.)
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+func advRemaining(e *engine.Engine, key string) int64 { return e.AllowN(key, 0).Remaining }
+
+// Interceptor.Limit "does not run the handler, so it cannot give units back
+// or settle them after it: with WithInFlight or WithSettle it refuses every
+// call with codes.Internal". A multi-policy interceptor with one policy in
+// flight (Policy.InFlight) or settled (Policy.Settle) holds units as surely
+// as WithInFlight does: Limit must refuse it, and charge nothing; otherwise
+// every call through go-grpc-middleware leaks an in-flight unit for a whole
+// lease.
+func TestAdv31LimitRefusesHeldPolicies(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		inFlight bool
+		settle   bool
+	}{{"Policy.InFlight", true, false}, {"Policy.Settle", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			rate, _ := newEngine(t, engine.Config{Limit: 10})
+			held, _ := newEngine(t, engine.Config{Limit: 2, Algorithm: engine.SlidingWindowStrict})
+			i, err := NewMultiInterceptor([]Policy{
+				{Name: "rate", Limiter: rate},
+				{Name: "held", Limiter: held, InFlight: c.inFlight, Settle: c.settle},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				err := i.Limit(serverCtx())
+				if status.Code(err) != codes.Internal {
+					t.Fatalf("Limit with a held policy: %v, want codes.Internal", err)
+				}
+			}
+			if got := advRemaining(held, "192.0.2.1"); got != 2 {
+				t.Fatalf("the held policy keeps %d units that nothing will give back", 2-got)
+			}
+		})
+	}
+}
+
+// WithInFlight "cannot be combined with WithSettle or WithPerMessage"; a
+// policy in flight (Policy.InFlight) with WithPerMessage is that
+// combination too (a settled one is refused, TestHeldConfigErrors).
+func TestAdv31InFlightPolicyWithPerMessageRefused(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Algorithm: engine.SlidingWindowStrict})
+	if _, err := NewMultiInterceptor([]Policy{{Name: "a", Limiter: e, InFlight: true}}, WithPerMessage()); err == nil {
+		t.Fatal("a policy in flight with WithPerMessage is accepted")
+	}
+}
+
+// ReportCost reports the cost "of the call whose context is ctx": a report
+// through a finished call's context reaches no later call.
+func TestAdv31StaleReportCostReachesNoOtherCall(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 100, Algorithm: engine.SlidingWindowStrict})
+	i := mustInterceptorT(t, e, WithSettle(), WithMethodCost(mSay, 5))
+	u := i.Unary()
+	var stale context.Context
+	if _, err := u(serverCtx(), nil, sayInfo, func(ctx context.Context, _ any) (any, error) {
+		stale = ctx
+		return "ok", ReportCost(ctx, 5)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 15 {
+		before := advRemaining(e, "192.0.2.1")
+		if _, err := u(serverCtx(), nil, sayInfo, func(ctx context.Context, _ any) (any, error) {
+			_ = ReportCost(stale, 40)
+			return "ok", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got := advRemaining(e, "192.0.2.1"); got != before-5 {
+			t.Fatalf("call %d: remaining %d, want %d: a stale report settled it", n, got, before-5)
+		}
+	}
+}
+
+// advStream is a ServerStream whose context is ctx.
+type advStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *advStream) Context() context.Context    { return s.ctx }
+func (s *advStream) SetHeader(metadata.MD) error { return nil }
+
+// Streams and unary calls in flight under one limit, with handlers that
+// return errors, panic or exit their goroutine: never more than Limit run
+// at once, and every unit is back at the end.
+func TestAdv31InFlightStreamsAndCallsNeverPassTheLimit(t *testing.T) {
+	const limit = 3
+	e, _ := newEngine(t, engine.Config{Limit: limit, Algorithm: engine.SlidingWindowStrict})
+	i := mustInterceptorT(t, e, WithInFlight())
+	u, s := i.Unary(), i.Stream()
+	var running, most, served atomic.Int64
+	work := func(mode int) error {
+		n := running.Add(1)
+		for {
+			o := most.Load()
+			if n <= o || most.CompareAndSwap(o, n) {
+				break
+			}
+		}
+		for range 20 {
+			runtime.Gosched()
+		}
+		running.Add(-1)
+		served.Add(1)
+		switch mode {
+		case 1:
+			panic("handler")
+		case 2:
+			runtime.Goexit()
+		case 3:
+			return status.Error(codes.Aborted, "no")
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 200 {
+				mode := (g + k) % 4
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					defer func() { _ = recover() }()
+					if k%2 == 0 {
+						_, _ = u(serverCtx(), nil, sayInfo, func(context.Context, any) (any, error) { return nil, work(mode) })
+						return
+					}
+					ss := &advStream{ctx: serverCtx()}
+					_ = s(nil, ss, &grpc.StreamServerInfo{FullMethod: mChat, IsClientStream: true, IsServerStream: true},
+						func(any, grpc.ServerStream) error { return work(mode) })
+				}()
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() > limit {
+		t.Fatalf("%d handlers ran at once, limit %d", most.Load(), limit)
+	}
+	if served.Load() == 0 {
+		t.Fatal("nothing served")
+	}
+	if got := advRemaining(e, "192.0.2.1"); got != limit {
+		t.Fatalf("after every call returned: remaining %d, want %d", got, limit)
+	}
+}

@@ -1,0 +1,292 @@
+package httplimit_test
+
+// The adversarial review of issue 31 (branch adv31): WithSettle, ReportCost
+// and WithInFlight from their documentation only.
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/httplimit"
+	"github.com/ringlimit/ringlimit/internal/adaptertest"
+)
+
+func advEngine(t *testing.T, limit int64, alg engine.Algorithm) *engine.Engine {
+	t.Helper()
+	e, _ := adaptertest.NewEngine(t, engine.Config{Algorithm: alg}, limit)
+	return e
+}
+
+func advDo(h http.Handler, remote string, mod func(*http.Request)) (w *httptest.ResponseRecorder, panicked any) {
+	w = httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remote
+	if mod != nil {
+		mod(r)
+	}
+	defer func() { panicked = recover() }()
+	h.ServeHTTP(w, r)
+	return w, nil
+}
+
+func remaining(e *engine.Engine, key string) int64 { return e.AllowN(key, 0).Remaining }
+
+// ReportCost "reports the actual cost of the request whose context is ctx":
+// a report made through a request's context after that request returned
+// must not reach another request. Here request A keeps its context, returns,
+// and reports 40 while request B (estimate 5, reporting nothing: "A handler
+// that reports nothing keeps the estimate") runs; B must be settled at 5.
+func TestAdv31StaleReportCostReachesNoOtherRequest(t *testing.T) {
+	e := advEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMiddleware(e, httplimit.WithSettle(), httplimit.WithCost(func(*http.Request) int64 { return 5 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stale context.Context
+	hA := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stale = r.Context()
+		if err := httplimit.ReportCost(r.Context(), 5); err != nil {
+			t.Error(err)
+		}
+	}))
+	advDo(hA, "192.0.2.1:1", nil)
+	if got := remaining(e, "192.0.2.1"); got != 95 {
+		t.Fatalf("A: remaining %d, want 95", got)
+	}
+	for i := range 50 { // B, many times, so that a pooled state is reused
+		hB := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_ = httplimit.ReportCost(stale, 40) // A's context, after A returned
+		}))
+		before := remaining(e, "192.0.2.2")
+		advDo(hB, "192.0.2.2:1", nil)
+		if got := remaining(e, "192.0.2.2"); got != before-5 {
+			t.Fatalf("B %d: remaining %d, want %d: A's late report settled B", i, got, before-5)
+		}
+		if i == 15 {
+			break
+		}
+	}
+	if got := remaining(e, "192.0.2.1"); got != 95 {
+		t.Fatalf("A after its late report: remaining %d, want 95 (settled once)", got)
+	}
+}
+
+// Nested middlewares with WithSettle: ReportCost reports "to the middlewares
+// with WithSettle around the handler", every one of them.
+func TestAdv31ReportCostReachesEveryNestedSettle(t *testing.T) {
+	a := advEngine(t, 100, engine.SlidingWindowStrict)
+	b := advEngine(t, 100, engine.SlidingWindowStrict)
+	outer, err := httplimit.NewMiddleware(a, httplimit.WithSettle(), httplimit.WithPolicy("a", 0), httplimit.WithCost(func(*http.Request) int64 { return 10 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := httplimit.NewMiddleware(b, httplimit.WithSettle(), httplimit.WithPolicy("b", 0), httplimit.WithCost(func(*http.Request) int64 { return 20 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := outer.Handler(inner.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := httplimit.ReportCost(r.Context(), 33); err != nil {
+			t.Error(err)
+		}
+	})))
+	w, _ := advDo(h, "192.0.2.1:1", nil)
+	if w.Code != 200 {
+		t.Fatal(w.Code)
+	}
+	if ga, gb := remaining(a, "192.0.2.1"), remaining(b, "192.0.2.1"); ga != 67 || gb != 67 {
+		t.Fatalf("remaining a %d, b %d; want 67 and 67", ga, gb)
+	}
+}
+
+// "The rate-limit fields ... carry the reservation's values (the estimate's
+// Remaining), and the settle's effect shows in the next response's fields."
+func TestAdv31SettleHeaders(t *testing.T) {
+	e := advEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMiddleware(e, httplimit.WithSettle(), httplimit.WithCost(func(*http.Request) int64 { return 30 }),
+		httplimit.WithHeaders(httplimit.HeadersDraft|httplimit.HeadersLegacy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = httplimit.ReportCost(r.Context(), 5)
+		w.WriteHeader(200)
+		_ = httplimit.ReportCost(r.Context(), 45)
+	}))
+	w, _ := advDo(h, "192.0.2.1:1", nil)
+	if got := w.Header().Get("X-RateLimit-Remaining"); got != "70" {
+		t.Fatalf("first: X-RateLimit-Remaining %q, want 70", got)
+	}
+	if got := remaining(e, "192.0.2.1"); got != 55 {
+		t.Fatalf("settled to the last report: remaining %d, want 55", got)
+	}
+	w, _ = advDo(h, "192.0.2.1:1", nil)
+	if got := w.Header().Get("X-RateLimit-Remaining"); got != "25" {
+		t.Fatalf("second: X-RateLimit-Remaining %q, want 25", got)
+	}
+}
+
+// WithInFlight: Limit is "the most units ... running at once per key",
+// with handlers that return, panic (also http.ErrAbortHandler) or exit
+// their goroutine (runtime.Goexit); afterwards every unit is back.
+func TestAdv31InFlightNeverPassesTheLimitNorLeaks(t *testing.T) {
+	const limit = 3
+	e := advEngine(t, limit, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMiddleware(e, httplimit.WithInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running, most atomic.Int64
+	var served atomic.Int64
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := running.Add(1)
+		for {
+			o := most.Load()
+			if n <= o || most.CompareAndSwap(o, n) {
+				break
+			}
+		}
+		for range 20 {
+			runtime.Gosched()
+		}
+		running.Add(-1)
+		served.Add(1)
+		switch r.Header.Get("X-Mode") {
+		case "panic":
+			panic("handler")
+		case "abort":
+			panic(http.ErrAbortHandler)
+		case "goexit":
+			runtime.Goexit()
+		}
+	}))
+	modes := []string{"", "panic", "abort", "goexit"}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				mode := modes[(g+i)%len(modes)]
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					advDo(h, "192.0.2.1:1", func(r *http.Request) { r.Header.Set("X-Mode", mode) })
+				}()
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() > limit {
+		t.Fatalf("%d handlers ran at once, limit %d", most.Load(), limit)
+	}
+	if served.Load() == 0 {
+		t.Fatal("nothing served")
+	}
+	if got := remaining(e, "192.0.2.1"); got != limit {
+		t.Fatalf("after every request returned: remaining %d, want %d (a unit leaked, or was returned twice)", got, limit)
+	}
+}
+
+// advReserving is a ReservingLimiter over an engine that counts the settles
+// of each reservation: the middleware "calls it at most once".
+type advReserving struct {
+	e       *engine.Engine
+	mu      sync.Mutex
+	settles []int // per reservation
+	actual  []int64
+	refuse  bool
+}
+
+func (l *advReserving) AllowN(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return l.e.AllowN(key, n), nil
+}
+
+func (l *advReserving) ReserveN(_ context.Context, key string, n int64) (engine.Decision, httplimit.SettleFunc, error) {
+	if l.refuse {
+		return engine.Decision{Limit: 5, Remaining: 0, RetryAfter: time.Second}, nil, nil
+	}
+	r := l.e.Reserve(key, n)
+	if !r.Decision().Allowed {
+		return r.Decision(), nil, nil
+	}
+	l.mu.Lock()
+	i := len(l.settles)
+	l.settles = append(l.settles, 0)
+	l.actual = append(l.actual, -1)
+	l.mu.Unlock()
+	return r.Decision(), func(ctx context.Context, actual int64) (engine.Decision, error) {
+		l.mu.Lock()
+		l.settles[i]++
+		l.actual[i] = actual
+		l.mu.Unlock()
+		if actual == 0 {
+			r.Cancel()
+			return r.Decision(), nil
+		}
+		return r.Settle(actual)
+	}, nil
+}
+
+// NewMulti: "A request that one policy refuses holds nothing of the others
+// (all or nothing, as above; a shared limiter that can hold units, a
+// ReservingLimiter, gives back what it admitted)". Mixed engines and shared
+// limiters, in flight and settled, in both orders.
+func TestAdv31MultiRefusalHoldsNothing(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		sharedFirst       bool
+		inFlight, settled bool
+	}{
+		{"shared in flight, then engine refuses", true, true, false},
+		{"shared settled, then engine refuses", true, false, true},
+		{"engine in flight, then shared refuses", false, true, false},
+		{"engine settled, then shared refuses", false, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			se := advEngine(t, 5, engine.SlidingWindowStrict)
+			shared := &advReserving{e: se}
+			local := advEngine(t, 5, engine.SlidingWindowStrict)
+			sp := httplimit.Policy{Name: "shared", Limiter: shared, InFlight: c.inFlight, Settle: c.settled}
+			lp := httplimit.Policy{Name: "local", Limiter: local, InFlight: c.inFlight, Settle: c.settled}
+			var ps []httplimit.Policy
+			if c.sharedFirst {
+				local.AllowN("192.0.2.1", 5) // the engine refuses
+				ps = []httplimit.Policy{sp, lp}
+			} else {
+				shared.refuse = true
+				ps = []httplimit.Policy{lp, sp}
+			}
+			m, err := httplimit.NewMulti(ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ran := false
+			w, _ := advDo(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })), "192.0.2.1:1", nil)
+			if w.Code != http.StatusTooManyRequests || ran {
+				t.Fatalf("status %d, ran %v", w.Code, ran)
+			}
+			if c.sharedFirst {
+				if got := remaining(se, "192.0.2.1"); got != 5 {
+					t.Fatalf("the shared limiter holds %d units after the refusal", 5-got)
+				}
+				shared.mu.Lock()
+				defer shared.mu.Unlock()
+				for i, n := range shared.settles {
+					if n != 1 || shared.actual[i] != 0 {
+						t.Fatalf("reservation %d settled %d times, last to %d; want once, to 0", i, n, shared.actual[i])
+					}
+				}
+			} else if got := remaining(local, "192.0.2.1"); got != 5 {
+				t.Fatalf("the engine holds %d units after the refusal", 5-got)
+			}
+		})
+	}
+}
