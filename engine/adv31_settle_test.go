@@ -49,7 +49,7 @@ func TestAdv31SettleChargeSequencesMatchModel(t *testing.T) {
 
 func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 	cfg := engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg,
-		DisableEviction: true, Audit: 1, MaxLogLimit: 100_000}
+		DisableEviction: true, Audit: 1, MaxLogLimit: 100_000, PerKeyLimits: true}
 	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	defer e.Close()
@@ -71,15 +71,24 @@ func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 		if advTrace {
 			t.Logf("%s", ctx)
 		}
-		switch op := rng.IntN(7); op {
+		switch op := rng.IntN(8); op {
+		case 7: // SetLimitAt, rarely
+			if rng.IntN(4) != 0 {
+				continue
+			}
+			l := 3 + rng.Int64N(20)
+			require.NoError(t, e.SetLimitAt(key, l, at), ctx)
+			advLog(t, "SetLimitAt(%d)", l)
+			m.eff(now)
+			m.limit = l
 		case 0: // AllowAt
-			n := rng.Int64N(5)
+			n := rng.Int64N(min(5, m.limit+1))
 			want, _ := m.decide(n, now)
 			got := e.AllowAt(key, n, at)
 			advLog(t, "AllowAt(%d) = %+v", n, got)
 			require.Equal(t, want, got, "%s AllowAt(%d)", ctx, n)
 		case 1, 2: // ReserveAt
-			n := 1 + rng.Int64N(5)
+			n := 1 + rng.Int64N(min(5, m.limit))
 			want, ep := m.decide(n, now)
 			r := e.ReserveAt(key, n, at)
 			advLog(t, "ReserveAt(%d) = %+v", n, r.Decision())
@@ -92,7 +101,7 @@ func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 				continue
 			}
 			x := res[rng.IntN(len(res))]
-			actual := rng.Int64N(2*cfg.Limit + 1)
+			actual := rng.Int64N(2*m.limit + 1)
 			got, err := x.r.SettleAt(actual, at)
 			advLog(t, "SettleAt(%d) of %d at epoch %d = %+v %v", actual, x.n, x.e, got, err)
 			if x.done {
@@ -127,7 +136,7 @@ func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 				unadmits++
 			}
 		case 6: // ChargeAt, or a peek
-			n := rng.Int64N(2 * cfg.Limit)
+			n := rng.Int64N(2 * m.limit)
 			if rng.IntN(3) == 0 {
 				want, _ := m.decide(0, now)
 				got := e.AllowAt(key, 0, at)
