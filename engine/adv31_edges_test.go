@@ -193,3 +193,79 @@ func TestAdv31SettleAfterReclaim(t *testing.T) {
 		})
 	}
 }
+
+// A debt of MaxLimit units under the self-audit: the audit's log holds
+// "one [entry] per admitted decision still inside its key's window" (32
+// bytes each, AuditMaxEntries), so a huge charge costs one entry, and the
+// decisions after it are judged with it.
+func TestAdv31AuditHugeDebt(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow} {
+		e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true, Audit: 1})
+		_, err := e.ChargeAt("k", engine.MaxLimit, advAt(0))
+		require.NoError(t, err)
+		r := e.ReserveAt("j", 1, advAt(0))
+		_, err = r.SettleAt(engine.MaxLimit, advAt(0))
+		require.NoError(t, err)
+		require.False(t, e.AllowAt("k", 1, advAt(int64(time.Second))).Allowed)
+		require.False(t, e.AllowAt("j", 1, advAt(int64(time.Second))).Allowed)
+		rep := e.Audit()
+		require.Equal(t, int64(2), rep.Charges, alg)
+		require.LessOrEqual(t, rep.Entries, int64(4), "%v: %+v", alg, rep)
+		require.Zero(t, rep.FalseDenies, "%v: %+v", alg, rep)
+		require.Zero(t, rep.KeysSkipped, "%v: %+v", alg, rep)
+	}
+}
+
+// The caps are inclusive: a log holds "up to Config.MaxLogLimit units", a
+// slot "at most 2⁴⁰ − 1 units"; one more is refused whole, and a refused
+// charge records nothing.
+func TestAdv31DebtCapsInclusive(t *testing.T) {
+	e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, Algorithm: engine.SlidingLog, DisableEviction: true, MaxLogLimit: 20})
+	require.True(t, e.AllowAt("k", 3, advAt(0)).Allowed)
+	_, err := e.ChargeAt("k", 17, advAt(1))
+	require.NoError(t, err)
+	_, err = e.ChargeAt("k", 1, advAt(2))
+	require.ErrorIs(t, err, engine.ErrDebtFull)
+	d, err := e.ChargeAt("k", 3, advAt(int64(4*time.Second)))
+	require.NoError(t, err, "the 3 admitted units left at W")
+	require.False(t, d.Allowed)
+
+	c := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: engine.SlidingWindowStrict, DisableEviction: true})
+	require.True(t, c.AllowAt("k", 3, advAt(0)).Allowed)
+	_, err = c.ChargeAt("k", engine.MaxLimit-3, advAt(0))
+	require.NoError(t, err)
+	_, err = c.ChargeAt("k", 1, advAt(0))
+	require.ErrorIs(t, err, engine.ErrDebtFull)
+	_, err = c.ChargeAt("k", -1, advAt(0))
+	require.Error(t, err)
+	_, err = c.ChargeAt("k", engine.MaxLimit+1, advAt(int64(time.Second)))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, engine.ErrDebtFull, "n outside 0 … MaxLimit is its own error")
+	d, err = c.ChargeAt("k", 0, advAt(int64(time.Second)))
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, d.RetryAfter)
+	_, err = c.ChargeAt(string(make([]byte, engine.DefaultMaxKeyBytes+1)), 1, advAt(0))
+	require.Error(t, err)
+	_, err = c.ChargeAt("k", 1, time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC))
+	require.Error(t, err)
+}
+
+// MaxKeys: a charge for a new key is refused with ErrKeysFull and creates
+// nothing; a settle's debt on a key reclaimed meanwhile is refused the same
+// way and "leaves the reservation settled at its n units".
+func TestAdv31ChargeAtMaxKeys(t *testing.T) {
+	clk := engine.NewManualClock(advAt(0))
+	e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Clock: clk, MaxKeys: 1, SweepInterval: time.Hour})
+	r := e.ReserveAt("a", 2, advAt(0))
+	require.True(t, r.Decision().Allowed)
+	_, err := e.ChargeAt("b", 1, advAt(0))
+	require.ErrorIs(t, err, engine.ErrKeysFull)
+	require.Equal(t, int64(1), e.Len())
+	clk.Advance(time.Minute)
+	require.Equal(t, 1, e.Sweep())
+	require.True(t, e.AllowAt("c", 1, advAt(int64(time.Minute))).Allowed)
+	_, err = r.SettleAt(5, advAt(int64(time.Minute)))
+	require.ErrorIs(t, err, engine.ErrKeysFull)
+	require.False(t, r.Cancel(), "settled at its n units")
+	require.Equal(t, int64(1), e.Len())
+}

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -171,3 +172,55 @@ func TestAdv31AuditDebtsRacingAdmissions(t *testing.T) {
 		})
 	}
 }
+
+// SlidingLog: a settle's refund racing a charge (or a SetLimit) that moves
+// the key's log into a larger allocation. design.md §3b: "Cancel follows
+// the key's current ring and removes them there"; Cancel "reports whether
+// it did", and a settle's refund is Cancel's. Whichever goes first, the
+// count afterwards is the charge plus what the settle kept.
+func TestAdv31LogRefundRacingGrowth(t *testing.T) {
+	e := newEngine(t, engine.Config{Limit: 100, Window: time.Hour, Algorithm: engine.SlidingLog, DisableEviction: true, MaxLogLimit: 100_000, PerKeyLimits: true})
+	at := advAt(0)
+	for i := range 300 {
+		key := "k" + itoaAdv(i)
+		r := e.ReserveAt(key, 50, at)
+		require.True(t, r.Decision().Allowed)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var refunded atomic.Bool
+		keep := int64(i % 3 * 10) // 0, 10, 20
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			if i%2 == 0 {
+				_, err := e.ChargeAt(key, 60, at)
+				require.NoError(t, err)
+			} else {
+				require.NoError(t, e.SetLimitAt(key, 1000, at))
+				_, err := e.ChargeAt(key, 60, at)
+				require.NoError(t, err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			if keep == 0 {
+				refunded.Store(r.Cancel())
+				return
+			}
+			_, err := r.SettleAt(keep, at)
+			refunded.Store(err == nil)
+		}()
+		close(start)
+		wg.Wait()
+		require.True(t, refunded.Load(), "iteration %d", i)
+		limit := int64(100)
+		if i%2 == 1 {
+			limit = 1000
+		}
+		require.Equal(t, max(0, limit-60-keep), e.AllowAt(key, 0, at).Remaining, "iteration %d: kept %d", i, keep)
+	}
+}
+
+func itoaAdv(i int) string { return fmt.Sprint(i) }
