@@ -269,3 +269,66 @@ func TestAdv31ChargeAtMaxKeys(t *testing.T) {
 	require.False(t, r.Cancel(), "settled at its n units")
 	require.Equal(t, int64(1), e.Len())
 }
+
+// Debts at the edges of the arithmetic: MaxLimit in several sub-windows of
+// an hour, and in a window of MaxWindow (2^60 ns, N = 1), where
+// old·(w − r) is about 2^100. RetryAfter "is exact": the least wait after
+// which one unit fits, (full + 1)·w + old·(w − r) ≤ L·w (design.md §1).
+func TestAdv31HugeDebtsHugeWindows(t *testing.T) {
+	w := int64(time.Hour)
+	e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Hour, SubWindows: 4, DisableEviction: true})
+	for k := range int64(4) {
+		_, err := e.ChargeAt("k", engine.MaxLimit, advAt(k*w))
+		require.NoError(t, err)
+	}
+	d := e.AllowAt("k", 1, advAt(3*w))
+	require.Equal(t, time.Duration(5*w-29), d.RetryAfter, "at 7w + w − 29")
+	require.False(t, e.AllowAt("k", 1, advAt(8*w-30)).Allowed)
+	require.True(t, e.AllowAt("k", 1, advAt(8*w-29)).Allowed)
+
+	big := newEngine(t, engine.Config{Limit: 10, Window: engine.MaxWindow, SubWindows: 1, DisableEviction: true})
+	t1 := time.Unix(1000, 0)
+	d, err := big.ChargeAt("k", engine.MaxLimit, t1)
+	require.NoError(t, err)
+	wantAt := int64(1)<<61 - 9437184 // floor(9·2^60/(2^40 − 1)) = 9·2^20
+	require.Equal(t, time.Duration(wantAt-t1.UnixNano()), d.RetryAfter)
+	require.False(t, big.AllowAt("k", 1, time.Unix(0, wantAt-1)).Allowed)
+	require.True(t, big.AllowAt("k", 1, time.Unix(0, wantAt)).Allowed)
+}
+
+// "It allocates nothing" (SettleAt, except a log's growth) and ChargeAt
+// "allocates nothing for an existing key".
+func TestAdv31SettleChargeAllocateNothing(t *testing.T) {
+	if raceOn {
+		t.Skip("allocations differ under -race")
+	}
+	for _, alg := range allAlgorithms {
+		e := newEngine(t, engine.Config{Limit: 100_000, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true, MaxLogLimit: 400_000})
+		var now int64
+		e.AllowAt("k", 1, advAt(0))
+		// grow the log once, so that no growth comes later
+		_, _ = e.ChargeAt("k", 50_000, advAt(0))
+		now = int64(10 * time.Second)
+		allocs := testing.AllocsPerRun(500, func() {
+			now += int64(time.Millisecond)
+			_, _ = e.ChargeAt("k", 2, advAt(now))
+		})
+		require.Zero(t, allocs, "%v ChargeAt", alg)
+		allocs = testing.AllocsPerRun(500, func() {
+			now += int64(time.Millisecond)
+			r := e.ReserveAt("k", 1, advAt(now))
+			if _, err := r.SettleAt(3, advAt(now)); err != nil {
+				panic(err)
+			}
+		})
+		require.Zero(t, allocs, "%v ReserveAt + SettleAt above", alg)
+		allocs = testing.AllocsPerRun(500, func() {
+			now += int64(time.Millisecond)
+			r := e.ReserveAt("k", 3, advAt(now))
+			if _, err := r.SettleAt(1, advAt(now)); err != nil {
+				panic(err)
+			}
+		})
+		require.Zero(t, allocs, "%v ReserveAt + SettleAt below", alg)
+	}
+}

@@ -356,3 +356,61 @@ func TestAdv31FailedHijackHTTP2(t *testing.T) {
 		}
 	}
 }
+
+// ReportCost "is safe to call from any goroutine": reports racing the
+// handler's return and the settle (run under -race), and the settle takes
+// one of the reported costs, each a whole report.
+func TestAdv31ReportCostRacingTheSettle(t *testing.T) {
+	e := advEngine(t, 1_000_000, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMiddleware(e, httplimit.WithSettle(), httplimit.WithCost(func(*http.Request) int64 { return 7 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		wg.Add(2)
+		for range 2 {
+			go func() {
+				defer wg.Done()
+				for range 100 {
+					_ = httplimit.ReportCost(ctx, 100)
+				}
+			}()
+		}
+		runtime.Gosched()
+	}))
+	for i := range 200 {
+		key := "192.0.2." + string(rune('0'+i%10)) + ":1"
+		before := remaining(e, key[:len(key)-2])
+		advDo(h, key, nil)
+		got := before - remaining(e, key[:len(key)-2])
+		if got != 7 && got != 100 {
+			t.Fatalf("request %d settled to %d, neither the estimate nor a report", i, got)
+		}
+	}
+	wg.Wait()
+}
+
+// "a report allocates nothing", also a refused one without a settling
+// middleware? (only the report into a settling middleware is checked).
+func TestAdv31ReportCostAllocatesNothing(t *testing.T) {
+	e := advEngine(t, 1_000_000, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMiddleware(e, httplimit.WithSettle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allocs float64
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		n := int64(0)
+		allocs = testing.AllocsPerRun(100, func() {
+			n++
+			_ = httplimit.ReportCost(ctx, n)
+		})
+	}))
+	advDo(h, "192.0.2.1:1", nil)
+	if allocs != 0 {
+		t.Fatalf("ReportCost allocates %v per report", allocs)
+	}
+}
