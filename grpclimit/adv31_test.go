@@ -168,3 +168,30 @@ func TestAdv31InFlightStreamsAndCallsNeverPassTheLimit(t *testing.T) {
 		t.Fatalf("after every call returned: remaining %d, want %d", got, limit)
 	}
 }
+
+// BREAK (false admission): the twin of httplimit's
+// TestAdv31ZeroEstimateNeverWaitsOutADebt. WithSettle: "more are charged
+// past the limit, a debt later calls wait out". A call estimated at 0
+// (WithMethodCost(m, 0)) is admitted as AllowN(0) is, always, so calls to
+// that method never wait a debt out: five calls reporting 500 each against
+// a limit of 100 are all served. The second should be ResourceExhausted.
+func TestAdv31ZeroEstimateNeverWaitsOutADebt(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Limit: 100, Algorithm: engine.SlidingWindowStrict})
+	i := mustInterceptorT(t, e, WithSettle(), WithMethodCost(mSay, 0))
+	u := i.Unary()
+	served := 0
+	var errs []error
+	for range 5 {
+		_, err := u(serverCtx(), nil, sayInfo, func(ctx context.Context, _ any) (any, error) {
+			served++
+			return "ok", ReportCost(ctx, 500)
+		})
+		errs = append(errs, err)
+	}
+	if d := e.AllowN("192.0.2.1", 1); d.Allowed {
+		t.Fatalf("the key is not in debt: %+v", d)
+	}
+	if served > 1 {
+		t.Fatalf("%d calls served while the key was in debt past its limit (errors %v)", served, errs)
+	}
+}

@@ -414,3 +414,39 @@ func TestAdv31ReportCostAllocatesNothing(t *testing.T) {
 		t.Fatalf("ReportCost allocates %v per report", allocs)
 	}
 }
+
+// BREAK (false admission, by design choice?): WithSettle promises "more
+// [units] are charged past the limit, a debt that later requests wait out",
+// and semantics.md "Later requests are refused until enough of the window,
+// the debt included, has left it". A request whose estimate is 0 is
+// reserved "as AllowN would decide it", and AllowN admits n = 0 always, so
+// requests estimated at 0 never wait a debt out: each is served and
+// charged afterwards, and a key can run up any debt (here 5 requests of 500
+// tokens each against a limit of 100 tokens per window, all served). An
+// estimator that returns 0 for a request it cannot size (no max_tokens)
+// turns the tokens-per-minute limit off for that key. The second request,
+// made while the key owes 400 tokens, should be refused with 429.
+func TestAdv31ZeroEstimateNeverWaitsOutADebt(t *testing.T) {
+	e := advEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMiddleware(e, httplimit.WithSettle(), httplimit.WithCost(func(*http.Request) int64 { return 0 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		_ = httplimit.ReportCost(r.Context(), 500)
+	}))
+	codes := []int{}
+	for range 5 {
+		w, _ := advDo(h, "192.0.2.1:1", nil)
+		codes = append(codes, w.Code)
+	}
+	if d := e.AllowN("192.0.2.1", 1); d.Allowed {
+		t.Fatalf("the key is not in debt: %+v", d)
+	}
+	if served > 1 {
+		t.Fatalf("%d requests served while the key was in debt past its limit (statuses %v); the key owes %d units against a limit of 100",
+			served, codes, 500*served-100)
+	}
+}
