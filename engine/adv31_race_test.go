@@ -224,3 +224,52 @@ func TestAdv31LogRefundRacingGrowth(t *testing.T) {
 }
 
 func itoaAdv(i int) string { return fmt.Sprint(i) }
+
+// A settle's debt, and a plain charge, racing the sweep that reclaims the
+// key: "a debt is the key's, charged on its current state (the
+// reservation's ring when it is still live, else the ring the table holds,
+// created or replaced as for a decision)", and Sweep: "An increment racing
+// with the reclamation is retried on a fresh state, never lost". So after
+// the race the key counts the debt at now, whichever won: a lost debt
+// would let the next requests be admitted past it (a false admission).
+func TestAdv31DebtRacingReclamation(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(advAt(0))
+			e := newEngine(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour, MaxLogLimit: 1000})
+			for i := range 400 {
+				key := "k" + itoaAdv(i%7)
+				now := advAt(clk.UnixNano() - advBase.UnixNano())
+				r := e.ReserveAt(key, 2, now)
+				require.True(t, r.Decision().Allowed, "iteration %d", i)
+				clk.Advance(5 * time.Second) // the key is idle long enough to be reclaimed
+				now = advAt(clk.UnixNano() - advBase.UnixNano())
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					<-start
+					e.Sweep()
+				}()
+				go func() {
+					defer wg.Done()
+					<-start
+					var err error
+					if i%2 == 0 {
+						_, err = r.SettleAt(2+7, now) // a debt of 7
+					} else {
+						_, err = e.ChargeAt(key, 7, now)
+					}
+					require.NoError(t, err)
+				}()
+				close(start)
+				wg.Wait()
+				require.Equal(t, int64(3), e.AllowAt(key, 0, now).Remaining, "iteration %d: the debt of 7 at now", i)
+				require.True(t, e.AllowAt(key, 3, now).Allowed)
+				require.False(t, e.AllowAt(key, 1, now).Allowed, "iteration %d", i)
+			}
+			require.Greater(t, e.Stats().Evicted, int64(100), "the sweeps reclaimed keys under the settles")
+		})
+	}
+}
