@@ -450,3 +450,49 @@ func TestAdv31ZeroEstimateNeverWaitsOutADebt(t *testing.T) {
 			served, codes, 500*served-100)
 	}
 }
+
+// "A FixedWindow engine is refused" for requests in flight: through
+// Policy.InFlight and through WithInFlight on NewMulti too.
+func TestAdv31InFlightFixedRefusedInMulti(t *testing.T) {
+	fixed := advEngine(t, 5, engine.FixedWindow)
+	other := advEngine(t, 5, engine.SlidingWindowStrict)
+	if _, err := httplimit.NewMulti([]httplimit.Policy{{Name: "a", Limiter: other}, {Name: "b", Limiter: fixed, InFlight: true}}); err == nil {
+		t.Error("Policy.InFlight on a FixedWindow engine is accepted")
+	}
+	if _, err := httplimit.NewMulti([]httplimit.Policy{{Name: "a", Limiter: other}, {Name: "b", Limiter: fixed}}, httplimit.WithInFlight()); err == nil {
+		t.Error("WithInFlight on NewMulti with a FixedWindow engine is accepted")
+	}
+	// a settled FixedWindow policy is fine: a settle is not a lease
+	if _, err := httplimit.NewMulti([]httplimit.Policy{{Name: "b", Limiter: fixed, Settle: true}}); err != nil {
+		t.Errorf("Policy.Settle on FixedWindow: %v", err)
+	}
+}
+
+// NewMulti's twin of TestAdv31ZeroEstimateNeverWaitsOutADebt: a settled
+// policy whose Cost is 0 (Policy.Cost) beside a requests-per-minute policy.
+// BREAK (false admission) as there: the tokens policy never refuses.
+func TestAdv31ZeroEstimateMulti(t *testing.T) {
+	rpm := advEngine(t, 1000, engine.SlidingWindowStrict)
+	tpm := advEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMulti([]httplimit.Policy{
+		{Name: "rpm", Limiter: rpm},
+		{Name: "tpm", Limiter: tpm, Settle: true, Cost: func(*http.Request) int64 { return 0 }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		_ = httplimit.ReportCost(r.Context(), 500)
+	}))
+	for range 5 {
+		advDo(h, "192.0.2.1:1", nil)
+	}
+	if got := remaining(tpm, "192.0.2.1"); got != 0 {
+		t.Fatalf("tpm not in debt: %d", got)
+	}
+	if served > 1 {
+		t.Fatalf("%d requests served while tpm was in debt past its limit", served)
+	}
+}
