@@ -496,3 +496,30 @@ func TestAdv31ZeroEstimateMulti(t *testing.T) {
 		t.Fatalf("%d requests served while tpm was in debt past its limit", served)
 	}
 }
+
+// BREAK (wrong count, minor): Stats.SettleErrors "counts the requests whose
+// held units ... the limiter would not give back or settle" (httplimit;
+// grpclimit's doc says "one per policy", httplimit's does not): one request whose two settled policies both refuse the report
+// counts once, and every other counter counts it once ("it never counts
+// one twice").
+func TestAdv31SettleErrorsCountRequests(t *testing.T) {
+	a := advEngine(t, 100, engine.SlidingWindowStrict)
+	b := advEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMulti([]httplimit.Policy{
+		{Name: "a", Limiter: a, Settle: true},
+		{Name: "b", Limiter: b, Settle: true},
+	}, httplimit.WithCost(func(*http.Request) int64 { return 5 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = httplimit.ReportCost(r.Context(), 1<<41)
+	}))
+	advDo(h, "192.0.2.1:1", nil)
+	if s := m.Stats(); s.SettleErrors != 1 || s.Allowed != 1 {
+		t.Fatalf("Stats %+v: want SettleErrors 1 (one request), Allowed 1", s)
+	}
+	if ga, gb := remaining(a, "192.0.2.1"), remaining(b, "192.0.2.1"); ga != 95 || gb != 95 {
+		t.Fatalf("the estimate stays: a %d, b %d", ga, gb)
+	}
+}
