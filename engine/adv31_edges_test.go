@@ -1,7 +1,9 @@
 package engine_test
 
 import (
+	"context"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -330,5 +332,37 @@ func TestAdv31SettleChargeAllocateNothing(t *testing.T) {
 			}
 		})
 		require.Zero(t, allocs, "%v ReserveAt + SettleAt below", alg)
+	}
+}
+
+// Wait over a debt: "A debt of 10·L blocks no longer than one of L", and
+// Wait sleeps until the denial's RetryAfter on the engine's clock.
+func TestAdv31WaitOutADebt(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(advAt(0))
+			e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, MaxLogLimit: 1000})
+			d, err := e.Charge("k", 100)
+			require.NoError(t, err)
+			want := 5 * time.Second // Strict and weighted: N+1 sub-windows (weighted: by its weight, at the end of the last)
+			switch alg {
+			case engine.SlidingLog, engine.FixedWindow:
+				want = 4 * time.Second
+			case engine.SlidingWindow:
+				want = 4*time.Second + time.Second - 9*time.Second/100 // 100·(w − r) ≤ 9·w
+			}
+			require.Equal(t, want, d.RetryAfter)
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Wait(context.Background(), "k", 1)
+				done <- err
+			}()
+			for clk.Waits() == 0 {
+				runtime.Gosched()
+			}
+			clk.Advance(want - 1)
+			clk.Advance(time.Millisecond + 1) // past the jitter (at most 1 ms)
+			require.NoError(t, <-done)
+		})
 	}
 }
