@@ -523,3 +523,68 @@ func TestAdv31SettleErrorsCountRequests(t *testing.T) {
 		t.Fatalf("the estimate stays: a %d, b %d", ga, gb)
 	}
 }
+
+// NewMulti under concurrency: a per-IP rate beside a per-tenant limit in
+// flight. Never more than the in-flight limit run at once; afterwards the
+// tenant holds nothing, and the rate was charged exactly once per request
+// served ("a request that one policy refuses charges none of the others").
+func TestAdv31MultiInFlightConcurrent(t *testing.T) {
+	const inflight = 3
+	rate := advEngine(t, 1_000_000, engine.SlidingWindowStrict)
+	conc := advEngine(t, inflight, engine.SlidingWindowStrict)
+	m, err := httplimit.NewMulti([]httplimit.Policy{
+		{Name: "rate", Limiter: rate},
+		{Name: "conc", Limiter: conc, Key: httplimit.KeyFunc(func(*http.Request) (string, error) { return "tenant", nil }), InFlight: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running, most, served, refused atomic.Int64
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := running.Add(1)
+		for {
+			o := most.Load()
+			if n <= o || most.CompareAndSwap(o, n) {
+				break
+			}
+		}
+		for range 10 {
+			runtime.Gosched()
+		}
+		running.Add(-1)
+		served.Add(1)
+		if r.Header.Get("X-Panic") != "" {
+			panic("x")
+		}
+	}))
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				w, _ := advDo(h, "192.0.2.1:1", func(r *http.Request) {
+					if (g+i)%5 == 0 {
+						r.Header.Set("X-Panic", "1")
+					}
+				})
+				if w.Code == http.StatusTooManyRequests {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() > inflight {
+		t.Fatalf("%d ran at once, in-flight limit %d", most.Load(), inflight)
+	}
+	if got := remaining(conc, "tenant"); got != inflight {
+		t.Fatalf("tenant holds %d units after every request returned", inflight-got)
+	}
+	if got := 1_000_000 - remaining(rate, "192.0.2.1"); got != served.Load() {
+		t.Fatalf("rate charged %d units for %d requests served (%d refused)", got, served.Load(), refused.Load())
+	}
+	if refused.Load() == 0 {
+		t.Log("no refusal happened; the race was not exercised")
+	}
+}
