@@ -366,3 +366,30 @@ func TestAdv31WaitOutADebt(t *testing.T) {
 		})
 	}
 }
+
+// ErrNotReserved: "the reservation recorded no units (it was refused, or
+// reserved 0) ... Nothing was changed", and it stays unclaimed-looking:
+// Cancel reports false.
+func TestAdv31SettleOfNothing(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true})
+		at := advAt(0)
+		require.True(t, e.AllowAt("k", 8, at).Allowed)
+		denied := e.ReserveAt("k", 5, at)
+		require.False(t, denied.Decision().Allowed)
+		peek := e.ReserveAt("k", 0, at)
+		require.True(t, peek.Decision().Allowed)
+		never := e.ReserveAt("k", 11, at)
+		for _, r := range []engine.Reservation{denied, peek, never} {
+			d, err := r.SettleAt(7, at)
+			require.ErrorIs(t, err, engine.ErrNotReserved, alg)
+			require.Equal(t, engine.Decision{}, d)
+			_, err = r.SettleAt(0, at)
+			require.ErrorIs(t, err, engine.ErrNotReserved, alg)
+			require.False(t, r.Cancel())
+			require.Zero(t, r.Units())
+			require.True(t, r.At().IsZero())
+		}
+		require.Equal(t, int64(2), e.AllowAt("k", 0, at).Remaining, alg)
+	}
+}
