@@ -393,3 +393,34 @@ func TestAdv31SettleOfNothing(t *testing.T) {
 		require.Equal(t, int64(2), e.AllowAt("k", 0, at).Remaining, alg)
 	}
 }
+
+// The self-audit across a reclamation: a debt settled onto the key's new
+// state is judged with ("a refusal over a debt is right, not a false
+// deny"), and a refund that reaches nothing takes nothing out of the new
+// log.
+func TestAdv31AuditAcrossReclamation(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(advAt(0))
+			e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour, Audit: 1})
+			r1 := e.ReserveAt("k", 5, advAt(0))
+			r2 := e.ReserveAt("k", 2, advAt(0))
+			require.True(t, r1.Decision().Allowed && r2.Decision().Allowed)
+			clk.Advance(20 * time.Second)
+			require.Equal(t, 1, e.Sweep())
+			now := advAt(int64(20 * time.Second))
+			require.True(t, e.AllowAt("k", 3, now).Allowed)
+			_, err := r1.SettleAt(12, now) // a debt of 7 on the new state: 10 in all
+			require.NoError(t, err)
+			_, err = r2.SettleAt(0, now) // nothing to give back
+			require.NoError(t, err)
+			for range 3 {
+				require.False(t, e.AllowAt("k", 1, now).Allowed)
+			}
+			rep := e.Audit()
+			require.Zero(t, rep.FalseDenies, "%+v", rep)
+			require.Zero(t, rep.FalseAdmits, "%+v", rep)
+			require.Equal(t, int64(1), rep.Charges, "%+v", rep)
+		})
+	}
+}
