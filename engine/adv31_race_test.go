@@ -273,3 +273,70 @@ func TestAdv31DebtRacingReclamation(t *testing.T) {
 		})
 	}
 }
+
+// Strict, in flight, across sub-window boundaries: reservations settled to
+// fewer units (mostly 0) race admissions at instants that move through
+// many sub-windows. SlidingWindowStrict: "no window of length Window ever
+// holds more than Limit admitted units", which for counting means any N+1
+// consecutive sub-windows hold at most L (design.md §1). Each goroutine
+// adds its reservation's units to its sub-window's tally after the engine
+// admitted them, and takes back what it returns before returning it, so a
+// tally never exceeds what the engine holds; after each admission at
+// epoch E the tallies of E−N … E must sum to at most L.
+func TestAdv31StrictInFlightAcrossSubWindows(t *testing.T) {
+	const limit, n = 12, 4
+	w := 10 * time.Millisecond
+	e := newEngine(t, engine.Config{Limit: limit, Window: n * w, SubWindows: n, Algorithm: engine.SlidingWindowStrict, DisableEviction: true})
+	const epochs = 200
+	var tally [epochs + n + 2]atomic.Int64
+	base := advBase.UnixNano() / int64(w)
+	var clock atomic.Int64
+	var worst atomic.Int64
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 6000 {
+				ns := clock.Add(int64(rng.IntN(40_000)))
+				if ns >= int64(epochs)*int64(w) {
+					return
+				}
+				now := advAt(ns)
+				k := 1 + rng.Int64N(3)
+				r := e.ReserveAt("k", k, now)
+				if !r.Decision().Allowed {
+					continue
+				}
+				admitted.Add(1)
+				ep := r.At().UnixNano()/int64(w) - base
+				tally[ep].Add(k)
+				var sum int64
+				for x := max(0, ep-n); x <= ep; x++ {
+					sum += tally[x].Load()
+				}
+				for {
+					o := worst.Load()
+					if sum <= o || worst.CompareAndSwap(o, sum) {
+						break
+					}
+				}
+				runtime.Gosched()
+				keep := int64(0)
+				if rng.IntN(8) == 0 {
+					keep = rng.Int64N(k)
+				}
+				tally[ep].Add(keep - k)
+				if _, err := r.SettleAt(keep, advAt(clock.Load())); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Greater(t, admitted.Load(), int64(2000))
+	require.LessOrEqual(t, worst.Load(), int64(limit), "units live in N+1 consecutive sub-windows")
+}
