@@ -720,3 +720,38 @@ func TestAdv31MultiPanicInASharedPolicy(t *testing.T) {
 		t.Fatalf("the engine policy keeps %d units in flight after the panic", 5-got)
 	}
 }
+
+// A later policy's Key or Cost function panics (a bug in the server's own
+// code) after an earlier policy could have reserved: the earlier policy's
+// in-flight unit must not stay held, on the all-engine path and on the
+// ordered one (a shared limiter first).
+func TestAdv31MultiKeyOrCostPanics(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		for _, what := range []string{"key", "cost"} {
+			first := advEngine(t, 5, engine.SlidingWindowStrict)
+			var firstLimiter any = first
+			var shared *advReserving
+			if ordered {
+				shared = &advReserving{e: first}
+				firstLimiter = shared
+			}
+			second := httplimit.Policy{Name: "second", Limiter: advEngine(t, 5, engine.SlidingWindowStrict)}
+			if what == "key" {
+				second.Key = httplimit.KeyFunc(func(*http.Request) (string, error) { panic("key") })
+			} else {
+				second.Cost = func(*http.Request) int64 { panic("cost") }
+			}
+			m, err := httplimit.NewMulti([]httplimit.Policy{{Name: "first", Limiter: firstLimiter, InFlight: true}, second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, p := advDo(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})), "192.0.2.1:1", nil)
+			if p == nil {
+				t.Fatalf("ordered %v, %s: no panic", ordered, what)
+			}
+			if got := remaining(first, "192.0.2.1"); got != 5 {
+				t.Errorf("ordered %v, a %s function's panic: the first policy keeps %d units in flight", ordered, what, 5-got)
+			}
+		}
+	}
+}
