@@ -195,3 +195,36 @@ func TestAdv31ZeroEstimateNeverWaitsOutADebt(t *testing.T) {
 		t.Fatalf("%d calls served while the key was in debt past its limit (errors %v)", served, errs)
 	}
 }
+
+type advPanicking struct{ e *engine.Engine }
+
+func (l *advPanicking) AllowN(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return l.e.AllowN(key, n), nil
+}
+
+func (l *advPanicking) ReserveN(context.Context, string, int64) (engine.Decision, SettleFunc, error) {
+	panic("backend bug")
+}
+
+// BREAK (in-flight leak, low): grpclimit's twin of httplimit's
+// TestAdv31MultiPanicInASharedPolicy. A shared limiter that panics in
+// ReserveN after an engine policy reserved its unit in flight leaves that
+// unit held until the lease ends.
+func TestAdv31MultiPanicInASharedPolicy(t *testing.T) {
+	first, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.SlidingWindowStrict})
+	other, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.SlidingWindowStrict})
+	i, err := NewMultiInterceptor([]Policy{
+		{Name: "first", Limiter: first, InFlight: true},
+		{Name: "bad", Limiter: &advPanicking{e: other}, InFlight: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = i.Unary()(serverCtx(), nil, sayInfo, func(context.Context, any) (any, error) { return "ok", nil })
+	}()
+	if got := advRemaining(first, "192.0.2.1"); got != 5 {
+		t.Fatalf("the engine policy keeps %d units in flight after the panic", 5-got)
+	}
+}
