@@ -755,3 +755,37 @@ func TestAdv31MultiKeyOrCostPanics(t *testing.T) {
 		}
 	}
 }
+
+// advSettlePanics is a ReservingLimiter whose SettleFunc panics.
+type advSettlePanics struct{ advReserving }
+
+func (l *advSettlePanics) ReserveN(ctx context.Context, key string, n int64) (engine.Decision, httplimit.SettleFunc, error) {
+	d, _, err := l.advReserving.ReserveN(ctx, key, n)
+	return d, func(context.Context, int64) (engine.Decision, error) { panic("settle bug") }, err
+}
+
+// BREAK (in-flight leak, low: needs a SettleFunc that panics): after the
+// handler, a shared limiter's SettleFunc that panics stops the settles of
+// the policies after it, so an engine policy in flight after it keeps its
+// unit for the whole lease (before it, the unit is given back). Same class
+// as TestAdv31MultiPanicInASharedPolicy: WithInFlight's units go back "when
+// the handler returns, normally or by a panic", whoever panics.
+func TestAdv31MultiSettleFuncPanics(t *testing.T) {
+	for _, sharedFirst := range []bool{true, false} {
+		eng := advEngine(t, 5, engine.SlidingWindowStrict)
+		bad := &advSettlePanics{advReserving{e: advEngine(t, 5, engine.SlidingWindowStrict)}}
+		ps := []httplimit.Policy{{Name: "shared", Limiter: bad, InFlight: true}, {Name: "engine", Limiter: eng, InFlight: true}}
+		if !sharedFirst {
+			ps[0], ps[1] = ps[1], ps[0]
+		}
+		m, err := httplimit.NewMulti(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p := advDo(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})), "192.0.2.1:1", nil)
+		t.Logf("shared first %v: panic %v", sharedFirst, p)
+		if got := remaining(eng, "192.0.2.1"); got != 5 {
+			t.Errorf("shared first %v: the engine policy keeps %d units in flight after the shared settle panicked", sharedFirst, 5-got)
+		}
+	}
+}
