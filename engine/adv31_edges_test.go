@@ -424,3 +424,29 @@ func TestAdv31AuditAcrossReclamation(t *testing.T) {
 		})
 	}
 }
+
+// BREAK (minor: a refused charge moves a SlidingLog key's time): ChargeAt's
+// "An error changes nothing: ... ErrDebtFull when the key cannot count n
+// more units", and ErrDebtFull's "Nothing was charged". On a SlidingLog
+// key, a charge refused with ErrDebtFull (the window would pass
+// MaxLogLimit) at a later now still moves the key's newest time to that
+// now: a request made afterwards at an older now is then recorded at the
+// refused charge's now instead of at the key's newest time before it, so
+// its units count later and longer than they would have (a false denial
+// later, never a false admission). Found by TestAdv31LogDebtCapSequences
+// (seed 15: a settle's refused debt moved the time under a later
+// reservation). The counters cannot show it: a counter charge is refused
+// only in the key's current sub-window.
+func TestAdv31RefusedChargeMovesTheKeysTime(t *testing.T) {
+	W := 4 * time.Second
+	e := newEngine(t, engine.Config{Limit: 40, Window: W, Algorithm: engine.SlidingLog, DisableEviction: true, MaxLogLimit: 40})
+	require.True(t, e.AllowAt("k", 2, advAt(0)).Allowed)
+	_, err := e.ChargeAt("k", 30, advAt(int64(time.Millisecond)))
+	require.NoError(t, err)
+	late := advAt(int64(2 * time.Second))
+	_, err = e.ChargeAt("k", 10, late) // 42 > 40
+	require.ErrorIs(t, err, engine.ErrDebtFull)
+	r := e.ReserveAt("k", 1, advAt(int64(time.Second)))
+	require.True(t, r.Decision().Allowed, "%+v", r.Decision())
+	require.Equal(t, advAt(int64(time.Second)), r.At(), "recorded at %v after the refused charge at 2s", r.At().Sub(advBase))
+}

@@ -48,8 +48,12 @@ func TestAdv31SettleChargeSequencesMatchModel(t *testing.T) {
 }
 
 func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
+	advRunSequenceCap(t, alg, seed, 100_000)
+}
+
+func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap int64) {
 	cfg := engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg,
-		DisableEviction: true, Audit: 1, MaxLogLimit: 100_000, PerKeyLimits: true}
+		DisableEviction: true, Audit: 1, MaxLogLimit: logCap, PerKeyLimits: true}
 	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	defer e.Close()
@@ -108,8 +112,12 @@ func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 				require.ErrorIs(t, err, engine.ErrSettled, ctx)
 				continue
 			}
-			require.NoError(t, err, ctx)
 			x.done = true
+			if actual > x.n && alg == engine.SlidingLog && m.logFull(actual-x.n, now, logCap) {
+				require.ErrorIs(t, err, engine.ErrDebtFull, "%s SettleAt(%d) of %d", ctx, actual, x.n)
+				continue
+			}
+			require.NoError(t, err, ctx)
 			if actual > x.n {
 				charged++
 			}
@@ -146,6 +154,10 @@ func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 			}
 			got, err := e.ChargeAt(key, n, at)
 			advLog(t, "ChargeAt(%d) = %+v %v", n, got, err)
+			if n > 0 && alg == engine.SlidingLog && m.logFull(n, now, logCap) {
+				require.ErrorIs(t, err, engine.ErrDebtFull, "%s ChargeAt(%d)", ctx, n)
+				continue
+			}
 			require.NoError(t, err, ctx)
 			if n > 0 {
 				charged++
@@ -185,3 +197,16 @@ var advSeeds = func() uint64 {
 	}
 	return 40
 }()
+
+// SlidingLog with a small MaxLogLimit (40, limits up to 23): charges and
+// settles' debts that would put more than MaxLogLimit units in the key's
+// window are refused whole with ErrDebtFull, the rest as before, against
+// the model; the log grows and is refused at its cap on the way.
+func TestAdv31LogDebtCapSequences(t *testing.T) {
+	for seed := uint64(1); seed <= advSeeds; seed++ {
+		advRunSequenceCap(t, engine.SlidingLog, seed, 40)
+		if t.Failed() {
+			return
+		}
+	}
+}
