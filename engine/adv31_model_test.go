@@ -285,3 +285,13 @@ func (m *advModel) logFull(n, t, max int64) bool {
 	}
 	return false
 }
+
+// counterFull reports whether n more units at t would pass MaxLimit in the
+// counter key's current sub-window (a newer sub-window starts empty).
+func (m *advModel) counterFull(n, t int64) bool {
+	e, _ := m.effMove(t, false)
+	if m.seen && e > m.last {
+		return n > engine.MaxLimit
+	}
+	return m.counts[e]+n > engine.MaxLimit
+}

@@ -52,8 +52,20 @@ func advRunSequence(t *testing.T, alg engine.Algorithm, seed uint64) {
 }
 
 func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap int64) {
+	advRunSequenceOpt(t, alg, seed, logCap, false)
+}
+
+// advRunSequenceOpt with tiny: a 40 ns window of 10 ns sub-windows, so that
+// counts near MaxLimit stay in int64 in the model, and charges and debts of
+// up to MaxLimit units.
+func advRunSequenceOpt(t *testing.T, alg engine.Algorithm, seed uint64, logCap int64, tiny bool) {
 	cfg := engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg,
 		DisableEviction: true, Audit: 1, MaxLogLimit: logCap, PerKeyLimits: true}
+	back, fwd := int64(500*time.Millisecond), int64(700*time.Millisecond)
+	if tiny {
+		cfg.Window = 40
+		back, fwd = 5, 7
+	}
 	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	defer e.Close()
@@ -61,14 +73,17 @@ func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap i
 	rng := rand.New(rand.NewPCG(seed, 31))
 	const key = "k"
 	var now int64 = 10 * int64(time.Second)
+	if tiny {
+		now = 100
+	}
 	var res []*advRes
 	var charged, unadmits int64
 	for step := range 300 {
 		switch rng.IntN(10) {
 		case 0:
-			now -= rng.Int64N(int64(500 * time.Millisecond))
+			now -= rng.Int64N(back)
 		default:
-			now += rng.Int64N(int64(700 * time.Millisecond))
+			now += rng.Int64N(fwd)
 		}
 		at := advAt(now)
 		ctx := fmt.Sprintf("seed %d step %d at %d (epoch %d)", seed, step, now, now/m.w)
@@ -106,6 +121,9 @@ func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap i
 			}
 			x := res[rng.IntN(len(res))]
 			actual := rng.Int64N(2*m.limit + 1)
+			if tiny && rng.IntN(3) == 0 {
+				actual = x.n + rng.Int64N(engine.MaxLimit+1)
+			}
 			got, err := x.r.SettleAt(actual, at)
 			advLog(t, "SettleAt(%d) of %d at epoch %d = %+v %v", actual, x.n, x.e, got, err)
 			if x.done {
@@ -113,6 +131,10 @@ func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap i
 				continue
 			}
 			x.done = true
+			if actual > x.n && alg != engine.SlidingLog && m.counterFull(actual-x.n, now) {
+				require.ErrorIs(t, err, engine.ErrDebtFull, "%s SettleAt(%d) of %d", ctx, actual, x.n)
+				continue
+			}
 			if actual > x.n && alg == engine.SlidingLog && m.logFull(actual-x.n, now, logCap) {
 				require.ErrorIs(t, err, engine.ErrDebtFull, "%s SettleAt(%d) of %d", ctx, actual, x.n)
 				continue
@@ -145,6 +167,9 @@ func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap i
 			}
 		case 6: // ChargeAt, or a peek
 			n := rng.Int64N(2 * m.limit)
+			if tiny && alg != engine.SlidingLog && rng.IntN(2) == 0 {
+				n = rng.Int64N(engine.MaxLimit + 1)
+			}
 			if rng.IntN(3) == 0 {
 				want, _ := m.decide(0, now)
 				got := e.AllowAt(key, 0, at)
@@ -154,6 +179,10 @@ func advRunSequenceCap(t *testing.T, alg engine.Algorithm, seed uint64, logCap i
 			}
 			got, err := e.ChargeAt(key, n, at)
 			advLog(t, "ChargeAt(%d) = %+v %v", n, got, err)
+			if n > 0 && alg != engine.SlidingLog && m.counterFull(n, now) {
+				require.ErrorIs(t, err, engine.ErrDebtFull, "%s ChargeAt(%d)", ctx, n)
+				continue
+			}
 			if n > 0 && alg == engine.SlidingLog && m.logFull(n, now, logCap) {
 				require.ErrorIs(t, err, engine.ErrDebtFull, "%s ChargeAt(%d)", ctx, n)
 				continue
@@ -208,5 +237,22 @@ func TestAdv31LogDebtCapSequences(t *testing.T) {
 		if t.Failed() {
 			return
 		}
+	}
+}
+
+// Counters at the top of their range: a 40 ns window, charges and debts of
+// up to MaxLimit units, refused whole (ErrDebtFull) past 2^40 − 1 in one
+// sub-window, against the model; Decisions (Remaining, RetryAfter) with
+// counts of several times MaxLimit.
+func TestAdv31HugeCountSequences(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			for seed := uint64(1); seed <= advSeeds; seed++ {
+				advRunSequenceOpt(t, alg, seed, 100_000, true)
+				if t.Failed() {
+					return
+				}
+			}
+		})
 	}
 }
