@@ -450,3 +450,28 @@ func TestAdv31RefusedChargeMovesTheKeysTime(t *testing.T) {
 	require.True(t, r.Decision().Allowed, "%+v", r.Decision())
 	require.Equal(t, advAt(int64(time.Second)), r.At(), "recorded at %v after the refused charge at 2s", r.At().Sub(advBase))
 }
+
+// ChargeAt's errors create nothing: a Config.KeyLimit result out of range,
+// a key too long, a now outside 1970 … 2262.
+func TestAdv31ChargeErrorsCreateNothing(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		e := newEngine(t, engine.Config{Limit: 10, Window: 4 * time.Second, SubWindows: 4, Algorithm: alg, DisableEviction: true,
+			KeyLimit: func(k string) int64 {
+				if k == "bad" {
+					return -1
+				}
+				return 0
+			}})
+		_, err := e.ChargeAt("bad", 1, advAt(0))
+		require.Error(t, err, alg)
+		_, err = e.ChargeAt(string(make([]byte, engine.DefaultMaxKeyBytes+1)), 1, advAt(0))
+		require.Error(t, err, alg)
+		_, err = e.ChargeAt("new", 1, time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC))
+		require.Error(t, err, alg)
+		_, err = e.ChargeAt("new", 1, time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC))
+		require.Error(t, err, alg)
+		_, err = e.ChargeAt("new", -1, advAt(0))
+		require.Error(t, err, alg)
+		require.Zero(t, e.Len(), alg)
+	}
+}
