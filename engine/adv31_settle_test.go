@@ -200,6 +200,7 @@ func advRunSequenceOpt(t *testing.T, alg engine.Algorithm, seed uint64, logCap i
 	require.Equal(t, charged, rep.Charges, "seed %d: every charge (ChargeAt n ≥ 1, Settle above) is replayed", seed)
 	if alg == engine.SlidingWindowStrict || alg == engine.SlidingLog {
 		require.Zero(t, rep.FalseAdmits, "seed %d: %+v", seed, rep)
+		require.LessOrEqual(t, rep.WorstWindow, 1.0, "seed %d: WorstWindow ≤ 1 for Strict and SlidingLog, debts or not: %+v", seed, rep)
 	}
 	if alg == engine.SlidingLog {
 		require.Zero(t, rep.FalseDenies, "seed %d: %+v", seed, rep)
