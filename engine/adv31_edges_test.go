@@ -388,3 +388,28 @@ func TestAdv31ChargeErrorsCreateNothing(t *testing.T) {
 		require.Zero(t, e.Len(), alg)
 	}
 }
+
+// Settle's refusals (ErrNotReserved, ErrSettled, bad arguments) "change
+// nothing": not even the key's time, which a later now would move.
+func TestAdv31SettleRefusalsKeepTheKeysTime(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		W := int64(4 * time.Second)
+		e := newEngine(t, engine.Config{Limit: 10, Window: time.Duration(W), SubWindows: 4, Algorithm: alg, DisableEviction: true})
+		require.True(t, e.AllowAt("k", 8, advAt(0)).Allowed)
+		denied := e.ReserveAt("k", 5, advAt(0))
+		require.False(t, denied.Decision().Allowed)
+		done := e.ReserveAt("k", 1, advAt(0))
+		require.True(t, done.Cancel())
+		live := e.ReserveAt("k", 1, advAt(0))
+		late := advAt(W / 2)
+		_, err := denied.SettleAt(7, late)
+		require.ErrorIs(t, err, engine.ErrNotReserved)
+		_, err = done.SettleAt(7, late)
+		require.ErrorIs(t, err, engine.ErrSettled)
+		_, err = live.SettleAt(-1, late)
+		require.Error(t, err)
+		r := e.ReserveAt("k", 1, advAt(1))
+		require.True(t, r.Decision().Allowed, alg)
+		require.True(t, r.At().Before(late), "%v: recorded at %v after refused settles at %v", alg, r.At().Sub(advBase), late.Sub(advBase))
+	}
+}
