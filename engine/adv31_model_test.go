@@ -274,16 +274,11 @@ func (m *advModel) cancelWould(e int64) bool {
 }
 
 // logFull reports whether n more units at t would put more than max units
-// in the log key's window. A refused charge still moves the key's time to t
-// (observed: TestAdv31RefusedChargeMovesTheKeysTime reports it as a break;
-// the model follows it so that the sequences can look for other ones).
+// in the log key's window. A refused charge changes nothing, not even the
+// key's time.
 func (m *advModel) logFull(n, t, max int64) bool {
 	e, _ := m.effMove(t, false)
-	if m.logCount(e)+n > max {
-		m.effMove(t, true)
-		return true
-	}
-	return false
+	return m.logCount(e)+n > max
 }
 
 // counterFull reports whether n more units at t would pass MaxLimit in the
