@@ -124,18 +124,33 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 	if m.engines != nil {
 		return m.reserveAll(keys, ns, read, ds, have, held)
 	}
-	v := Verdict{At: -1}
+	// Until the policies are decided, a panic (a limiter's bug, a
+	// Config.KeyLimit's) gives back what the policies before it hold, as
+	// a refusal does, and goes on: held is all zero on entry, and only
+	// the policies asked hold anything.
+	v, done := Verdict{At: -1}, false
 	defer func() {
-		if v.At >= 0 {
+		switch {
+		case !done:
+			release(ctx, held)
+		case v.At >= 0:
 			release(ctx, held[:v.At])
 		}
 	}()
+	v = m.reserveInOrder(ctx, keys, ns, ds, have, held)
+	done = true
+	return v
+}
+
+// reserveInOrder is Reserve's ordered path, up to the first policy that
+// does not admit (Verdict.At), which Reserve's caller releases.
+func (m *Multi) reserveInOrder(ctx context.Context, keys []string, ns []int64, ds []engine.Decision, have []bool, held []Held) Verdict {
+	v := Verdict{At: -1}
 	for i := range m.backends {
 		d, h, err := m.backends[i].Reserve(ctx, keys[i], ns[i])
 		if err != nil {
 			if gone := CallerGone(ctx, err); gone != nil {
-				v = Verdict{At: i, Gone: gone}
-				return v
+				return Verdict{At: i, Gone: gone}
 			}
 			v.Failed = true
 			if !d.Allowed {
@@ -154,12 +169,30 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 	return v
 }
 
-// release gives back what every Held of hs holds.
+// release gives back what every Held of hs holds, the last first: each
+// give-back runs even if one before it panics (a SettleFunc's bug), and
+// the panic goes on after them.
 func release(ctx context.Context, hs []Held) {
-	for j := len(hs) - 1; j >= 0; j-- {
-		_ = hs[j].Settle(ctx, 0) // a failure leaves the units to their window, as a refused cancel does
+	each(len(hs), func(k int) {
+		j := len(hs) - 1 - k
+		h := hs[j]
 		hs[j] = Held{}
+		_ = h.Settle(ctx, 0) // a failure leaves the units to their window, as a refused cancel does
+	})
+}
+
+// each calls f(0) … f(n−1) in order, each one even if an earlier one
+// panicked: a deferred call runs the rest, and the panic goes on once
+// they have run (a later panic replaces it, as Go's deferred calls do).
+// n ≤ MaxPolicies, so the recursion is shallow.
+func each(n int, f func(i int)) { eachFrom(0, n, f) }
+
+func eachFrom(i, n int, f func(i int)) {
+	if i >= n {
+		return
 	}
+	defer eachFrom(i+1, n, f)
+	f(i)
 }
 
 func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Decision, have []bool, held []Held) Verdict {
