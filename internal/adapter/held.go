@@ -253,7 +253,9 @@ func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool,
 	if cell != nil {
 		actual, reported = cell.Get()
 	}
-	for i := range held {
+	// Each policy's give-back or settle runs even if one before it
+	// panics (a SettleFunc's bug); the panic goes on after them.
+	each(len(held), func(i int) {
 		var err error
 		switch {
 		case inFlight&(1<<i) != 0:
@@ -266,6 +268,6 @@ func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool,
 		if err != nil {
 			failed++
 		}
-	}
+	})
 	return failed
 }
