@@ -203,7 +203,7 @@ func (s *heldStream) Context() context.Context { return s.ctx }
 // finish ends what the call held (adapter.Finish) as its handler returns
 // or panics.
 func (i *Interceptor) finish(ctx context.Context, held []adapter.Held, cell *adapter.Reported, costs []int64) {
-	if k := adapter.Finish(ctx, held, i.inFlight, i.settle, false, cell, costs); k > 0 {
-		i.counts.SettleErrors.Add(k)
+	if adapter.Finish(ctx, held, i.inFlight, i.settle, false, cell, costs) {
+		i.counts.SettleErrors.Add(1)
 	}
 }

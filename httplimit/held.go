@@ -192,8 +192,8 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // finish ends what the request held (adapter.Finish), as the handler
 // returns or panics; a hijacked connection keeps its units in flight.
 func (m *Middleware) finish(ctx context.Context, held []adapter.Held, cell *adapter.Reported, hw *heldWriter, costs []int64) {
-	if n := adapter.Finish(ctx, held, m.inFlight, m.settle, hw != nil && hw.hijacked.Load(), cell, costs); n > 0 {
-		m.counts.SettleErrors.Add(n)
+	if adapter.Finish(ctx, held, m.inFlight, m.settle, hw != nil && hw.hijacked.Load(), cell, costs) {
+		m.counts.SettleErrors.Add(1)
 	}
 }
 

@@ -122,8 +122,10 @@ type Stats struct {
 	WouldDeny uint64 // WithDryRun: the limiter refused (429, 503 for MaxKeys, 413), and the request was let through
 	// SettleErrors counts the requests whose held units (WithInFlight,
 	// WithSettle) the limiter would not give back or settle after the
-	// handler: a debt it cannot count, a shared limiter's failure. Their
-	// units stay as reserved, until they leave the window.
+	// handler: a debt it cannot count, a shared limiter's failure. A
+	// request counts once however many of its policies (NewMulti) failed,
+	// as in every counter. Their units stay as reserved, until they leave
+	// the window.
 	SettleErrors uint64
 }
 

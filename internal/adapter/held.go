@@ -244,10 +244,11 @@ func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Dec
 // its lease ends). It is settled when bit i of settle is set and the
 // handler reported a cost in cell (cell may be nil) other than its
 // estimate costs[i]. The request's context may be done by then (a client
-// that left): Held.Settle settles without its cancellation. It returns
-// how many settles the limiter refused or failed; their units stay as
-// reserved.
-func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool, cell *Reported, costs []int64) (failed uint64) {
+// that left): Held.Settle settles without its cancellation. It reports
+// whether the limiter refused or failed any of them (Stats.SettleErrors
+// counts the request once, as every counter does, however many of its
+// policies failed); their units stay as reserved.
+func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool, cell *Reported, costs []int64) (failed bool) {
 	var actual int64
 	reported := false
 	if cell != nil {
@@ -266,7 +267,7 @@ func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool,
 			err = held[i].Settle(ctx, actual)
 		}
 		if err != nil {
-			failed++
+			failed = true
 		}
 	})
 	return failed
