@@ -57,7 +57,9 @@ var errNoSettle = adapter.NoSettle("grpclimit: ")
 // reservation to the last cost reported: fewer units go back, more are
 // charged past the limit, a debt later calls wait out. A handler that
 // reports nothing keeps the estimate; one that panics is settled to what
-// it reported before, else keeps the estimate. A call whose client left
+// it reported before, else keeps the estimate. An estimate of 0 reserves
+// 1 unit, settled like any other (nothing reported: given back), so that
+// a call in debt is refused whatever its estimate. A call whose client left
 // mid-handler is still settled. A settle the limiter refuses leaves the
 // estimate charged and is counted in Stats.SettleErrors.
 //

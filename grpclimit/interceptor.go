@@ -304,6 +304,7 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64, held [
 	var d engine.Decision
 	var err error
 	if held != nil {
+		cost = adapter.Reserved(cost, i.settle != 0) // an estimate of 0 reserves 1; hold keeps the estimate
 		d, held[0], err = i.limiter.Reserve(ctx, key, cost)
 	} else {
 		d, err = i.limiter.AllowN(ctx, key, cost)

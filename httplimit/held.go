@@ -60,6 +60,11 @@ var errNoSettle = adapter.NoSettle("httplimit: ")
 //
 //   - A handler that reports nothing keeps the estimate; one that reports
 //     twice is settled to the last report.
+//   - An estimate of 0 reserves 1 unit, held through the handler and
+//     settled like any other (a report of 0, or none, gives it back): a
+//     request whose cost is known only afterwards waits out a debt as a
+//     one-unit request does, where a reservation of 0 units would always
+//     be admitted (a free request, WithCost's 0 without WithSettle).
 //   - A handler that panics is settled to what it reported before the
 //     panic, else keeps the estimate (the work may have been done); the
 //     panic goes on.
@@ -136,6 +141,8 @@ var errInFlightSettle = errors.New("httplimit: WithInFlight and WithSettle canno
 // serveHeld is serve for a middleware that holds a request's units across
 // its handler (WithInFlight, WithSettle).
 func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, key string, cost int64) {
+	est := cost // settled from: an estimate of 0 reserves 1 (adapter.Reserved)
+	cost = adapter.Reserved(cost, m.settle != 0)
 	d, h, err := m.limiter.Reserve(r.Context(), key, cost)
 	if err != nil {
 		if adapter.CallerGone(r.Context(), err) != nil {
@@ -148,7 +155,7 @@ func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http
 	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
 		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
-		held, costs := [1]adapter.Held{h}, [1]int64{cost}
+		held, costs := [1]adapter.Held{h}, [1]int64{est}
 		m.run(w, r, next, held[:], costs[:])
 		return
 	}

@@ -269,9 +269,12 @@ func TestSettleDryRun(t *testing.T) {
 	}
 }
 
-// A request estimated at 0 (a free request by its estimate) is still
-// settled to what it reports: charged, since nothing was reserved. (It
-// was not charged at all: a reservation of 0 units has nothing to settle.)
+// A request estimated at 0 is still settled to what it reports: it
+// reserves 1 unit (adapter.Reserved), settled to the report, and given
+// back when nothing is reported, so an estimate of 0 with no report
+// charges nothing. (It was first not charged at all, a reservation of 0
+// units having nothing to settle; then charged afterwards, but never
+// refused: TestZeroEstimateWaitsOutADebt.)
 func TestSettleFromAnEstimateOfZero(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 100, Algorithm: engine.SlidingWindowStrict})
 	zero := func(*http.Request) int64 { return 0 }
