@@ -64,8 +64,9 @@ var errNoSettle = adapter.NoSettle("grpclimit: ")
 // estimate charged and is counted in Stats.SettleErrors.
 //
 // The ratelimit fields go out in the header metadata before the handler
-// runs, so they carry the reservation's values; the settle's effect shows
-// in the next call's. It has the meaning of httplimit.WithSettle, whose
+// runs, so they carry the reservation's values (t= bounds the units
+// reserved, not a debt charged after the handler); the settle's effect
+// shows in the next call's. It has the meaning of httplimit.WithSettle, whose
 // doc has the details. It needs a limiter that can hold units (an
 // *engine.Engine or a ReservingLimiter), and cannot be combined with
 // WithInFlight or WithPerMessage; Limit refuses calls with it.

@@ -76,8 +76,13 @@ var errNoSettle = adapter.NoSettle("httplimit: ")
 //
 // The rate-limit fields go out with the response's header, before the
 // body, and so before the actual cost is known: they carry the
-// reservation's values (the estimate's Remaining), and the settle's effect
-// shows in the next response's fields.
+// reservation's values (the estimate's Remaining, and t= from the
+// admission), and the settle's effect shows in the next response's
+// fields. So an admitted t= is an upper bound for the units reserved, not
+// for a debt: a report above the estimate is charged when the handler
+// returns, and counts for a Window (and a sub-window) from then, up to the
+// handler's duration past t=. No value sent first can bound a cost not
+// yet known.
 //
 // It needs a limiter that can hold units: an *engine.Engine, or a
 // ReservingLimiter; any other is an error at construction. It cannot be
