@@ -72,7 +72,9 @@ var errNoSettle = adapter.NoSettle("httplimit: ")
 //     runs on the request's context without its cancellation.
 //   - A settle the limiter refuses (a debt it cannot count, see
 //     engine.ErrDebtFull; a shared limiter's failure) leaves the estimate
-//     charged, and is counted in Stats.SettleErrors.
+//     charged, and is counted in Stats.SettleErrors: the excess is not
+//     charged in part, so size a SlidingLog's Config.MaxLogLimit for the
+//     largest debt a key must take, and alert on SettleErrors.
 //
 // The rate-limit fields go out with the response's header, before the
 // body, and so before the actual cost is known: they carry the
