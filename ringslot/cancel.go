@@ -150,9 +150,9 @@ type Charged struct {
 	// Dead: r is retired and nothing was recorded; reload the key's ring
 	// and charge again.
 	Dead bool
-	// Full: nothing was recorded, because the key cannot count n more
-	// units: a counter ring's sub-window would pass pack.MaxCount, a
-	// log's live units keep.
+	// Full: nothing was recorded or changed (not even the key's time),
+	// because the key cannot count n more units: a counter ring's
+	// sub-window would pass pack.MaxCount, a log's live units keep.
 	Full bool
 	// Grow, on a log: its capacity cannot hold the units. Nothing was
 	// recorded; move the log into a ring of capacity Grow (GrowCap) and

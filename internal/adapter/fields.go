@@ -176,7 +176,8 @@ func (f *Fields) AppendRate(b []byte, remaining, reset int64) []byte {
 
 // AdmittedReset returns the t= of an admitted response now, in seconds: a
 // true upper bound on when the key's whole quota is free again, or −1 when
-// the limiter does not report its Config.
+// the limiter does not report its Config. It bounds the units recorded by
+// now; a debt charged later (a settle after the handler) is not in it.
 func (f *Fields) AdmittedReset() int64 { return f.AdmittedResetAt(0) }
 
 // AdmittedResetAt is AdmittedReset for units decided at now (Unix ns), the
