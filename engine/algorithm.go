@@ -36,6 +36,14 @@ const (
 	// SubWindows is ignored; time is clamped to the newest time the key has
 	// seen, not to a sub-window.
 	SlidingLog
+	// TokenBucket is a token bucket as golang.org/x/time/rate users know
+	// it, decided by GCRA: Limit units per Window refill continuously (one
+	// unit every Window/Limit, exactly, as a rational), and a key holds at
+	// most Config.Burst units (0 means Limit); a fresh key starts full. In
+	// any interval of length D at most Burst + ⌊D·Limit/Window⌋ units are
+	// admitted. A key's whole state is one 64-bit word (its theoretical
+	// arrival time), changed with one CAS. SubWindows is ignored.
+	TokenBucket
 )
 
 // String returns the algorithm's name as the flags of the tools spell it.
@@ -49,16 +57,18 @@ func (a Algorithm) String() string {
 		return "fixed"
 	case SlidingLog:
 		return "log"
+	case TokenBucket:
+		return "token"
 	}
 	return fmt.Sprintf("Algorithm(%d)", int(a))
 }
 
 // ParseAlgorithm is the inverse of Algorithm.String.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := SlidingWindow; a <= SlidingLog; a++ {
+	for a := SlidingWindow; a <= TokenBucket; a++ {
 		if a.String() == s {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("ringlimit: unknown algorithm %q (want sliding, strict, fixed or log)", s)
+	return 0, fmt.Errorf("ringlimit: unknown algorithm %q (want sliding, strict, fixed, log or token)", s)
 }
