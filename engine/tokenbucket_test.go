@@ -109,64 +109,91 @@ var tbConfigs = []struct {
 func TestTokenBucketMatchesModel(t *testing.T) {
 	for ci, c := range tbConfigs {
 		rng := rand.New(rand.NewPCG(uint64(ci), 28))
-		e := newBucket(t, c.limit, c.window, c.burst)
-		m := newGCRAModel(c.limit, int64(c.window), c.burst)
 		tick := max(int64(c.window)/c.limit, 1) // about T
-		now := t0.UnixNano()
-		type booking struct {
-			r   engine.Reservation
-			at  *big.Rat
-			gen int
-		}
-		var held []booking
-		keys := []string{"a", "b", "c"}
-		for i := 0; i < 4000; i++ {
-			key := keys[rng.IntN(len(keys))]
-			now += rng.Int64N(2*tick + 1)
-			t1 := now
+		burst := c.burst
+		ops := make([]tbOp, 4000)
+		for i := range ops {
+			o := tbOp{kind: rng.IntN(10), key: rng.IntN(3), dt: rng.Int64N(2*tick + 1), pick: rng.IntN(1 << 20)}
 			if rng.IntN(8) == 0 {
-				t1 -= rng.Int64N(4*tick + 1) // an older now
+				o.back = rng.Int64N(4*tick + 1) // an older now
 			}
-			n := rng.Int64N(m.burst/2+1) + 1
+			o.n = rng.Int64N(burst/2+1) + 1
 			if rng.IntN(20) == 0 {
-				n = m.burst + 1 + rng.Int64N(3)
+				o.n = burst + 1 + rng.Int64N(3)
 			}
-			switch op := rng.IntN(10); {
-			case op < 6:
-				got := e.AllowAt(key, n, time.Unix(0, t1))
-				want := m.decide(key, n, t1, true)
-				requireOutcome(t, want, got, "config %d op %d AllowAt(%s, %d, %d)", ci, i, key, n, t1)
-			case op < 8:
-				r := e.ReserveAt(key, n, time.Unix(0, t1))
-				want := m.decide(key, n, t1, true)
-				requireOutcome(t, want, r.Decision(), "config %d op %d ReserveAt", ci, i)
-				if want.allowed {
-					held = append(held, booking{r, m.keys[key].newest, m.keys[key].gen})
-				}
-			case op < 9 && len(held) > 0:
-				j := rng.IntN(len(held))
-				b := held[j]
-				held = append(held[:j], held[j+1:]...)
-				want := m.cancel(b.r.Key(), b.at, b.gen, b.r.Units())
-				require.Equal(t, want, b.r.Cancel(), "config %d op %d Cancel", ci, i)
-			default:
-				want := m.charge(key, n, t1)
-				_, err := e.ChargeAt(key, n, time.Unix(0, t1))
-				if want {
-					require.NoError(t, err, "config %d op %d ChargeAt", ci, i)
-				} else {
-					require.ErrorIs(t, err, engine.ErrDebtFull, "config %d op %d ChargeAt", ci, i)
-				}
-			}
+			ops[i] = o
 		}
-		moves := 0
-		for _, k := range m.keys {
-			moves += k.gen
-		}
+		moves := runTokenScript(t, c.limit, c.window, c.burst, ops)
 		if c.window == 1<<59 {
 			require.Greater(t, moves, 100, "the config meant to move its keys did not")
 		}
 	}
+}
+
+// tbTimeCap is where scripts stop moving the clock (2200-01-01).
+var tbTimeCap = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+// tbOp is one step of a token-bucket script: the clock moves dt, and the
+// operation runs at the clock minus back. kind < 6 is AllowAt, < 8
+// ReserveAt, 8 a Cancel of the held reservation pick picks, 9 ChargeAt.
+type tbOp struct {
+	kind, key, pick int
+	n, dt, back     int64
+}
+
+// runTokenScript runs ops on a fresh engine and on the model, comparing
+// every outcome, and returns how many times the model moved a key's base.
+func runTokenScript(t *testing.T, limit int64, window time.Duration, burst int64, ops []tbOp) int {
+	t.Helper()
+	e := newBucket(t, limit, window, burst)
+	m := newGCRAModel(limit, int64(window), burst)
+	type booking struct {
+		r   engine.Reservation
+		at  *big.Rat
+		gen int
+	}
+	var held []booking
+	now := t0.UnixNano()
+	for i, o := range ops {
+		key := string(rune('a' + o.key%3))
+		if o.dt < tbTimeCap-now { // scripts stay in 1970 … 2200
+			now += o.dt
+		}
+		t1 := max(now-o.back, 0)
+		n := o.n
+		switch {
+		case o.kind < 6:
+			got := e.AllowAt(key, n, time.Unix(0, t1))
+			want := m.decide(key, n, t1, true)
+			requireOutcome(t, want, got, "op %d AllowAt(%s, %d, %d)", i, key, n, t1)
+		case o.kind < 8:
+			r := e.ReserveAt(key, n, time.Unix(0, t1))
+			want := m.decide(key, n, t1, true)
+			requireOutcome(t, want, r.Decision(), "op %d ReserveAt(%s, %d, %d)", i, key, n, t1)
+			if want.allowed {
+				held = append(held, booking{r, m.keys[key].newest, m.keys[key].gen})
+			}
+		case o.kind < 9 && len(held) > 0:
+			j := o.pick % len(held)
+			b := held[j]
+			held = append(held[:j], held[j+1:]...)
+			want := m.cancel(b.r.Key(), b.at, b.gen, b.r.Units())
+			require.Equal(t, want, b.r.Cancel(), "op %d Cancel", i)
+		case n >= 0:
+			want := m.charge(key, n, t1)
+			_, err := e.ChargeAt(key, n, time.Unix(0, t1))
+			if want {
+				require.NoError(t, err, "op %d ChargeAt(%s, %d, %d)", i, key, n, t1)
+			} else {
+				require.ErrorIs(t, err, engine.ErrDebtFull, "op %d ChargeAt(%s, %d, %d)", i, key, n, t1)
+			}
+		}
+	}
+	moves := 0
+	for _, k := range m.keys {
+		moves += k.gen
+	}
+	return moves
 }
 
 func requireOutcome(t *testing.T, want gcraOutcome, got engine.Decision, msg string, args ...any) {
