@@ -74,7 +74,7 @@ type Config struct {
 	// admits at once, and what a fresh or idle key holds. 0 means Limit;
 	// otherwise 1 … MaxLimit. Other algorithms refuse it (0 only). New
 	// refuses a bucket whose Burst·Window/gcd(Limit, Window) is above 2^60
-	// (docs/design.md §7: the key's one word counts time in units of
+	// (docs/design.md §11: the key's one word counts time in units of
 	// gcd(Limit, Window)/Limit ns, so that the rate is exact).
 	Burst int64
 	// MaxLogLimit caps every limit of a SlidingLog engine (Limit, KeyLimit
@@ -367,7 +367,7 @@ func (nc *normalized) validateBurst() error {
 	}
 	rate, step, tau, ok := ringslot.BucketUnits(c.Limit, int64(c.Window), nc.burst)
 	if !ok {
-		return fmt.Errorf("ringlimit: Config.Burst = %d with Limit %d per Window %v: the bucket spans Burst·Window/gcd(Limit, Window) = %d·%d units of 1/%d ns, above 2^60, the most a key's one word holds exactly; want a smaller Burst or Window, or a Limit sharing more factors with Window (docs/design.md §7)", nc.burst, c.Limit, c.Window, nc.burst, step, rate)
+		return fmt.Errorf("ringlimit: Config.Burst = %d with Limit %d per Window %v: the bucket spans Burst·Window/gcd(Limit, Window) = %d·%d units of 1/%d ns, above 2^60, the most a key's one word holds exactly; want a smaller Burst or Window, or a Limit sharing more factors with Window (docs/design.md §11)", nc.burst, c.Limit, c.Window, nc.burst, step, rate)
 	}
 	nc.refill = (tau + rate - 1) / rate // τ/L' ns, rounded up: ≤ 2^60
 	for _, f := range []struct {

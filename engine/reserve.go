@@ -165,7 +165,7 @@ func (r *Reservation) At() time.Time {
 // key's newest booking (its theoretical arrival time is still the one
 // they left): a later admission was decided on a bucket without them, and
 // returning them from under it could admit more than the bucket holds.
-// Otherwise, and once the key's state moved (docs/design.md §7), it
+// Otherwise, and once the key's state moved (docs/design.md §11), it
 // reports false and the units stay taken.
 func (r *Reservation) Cancel() bool {
 	if r.n == 0 || !r.take() {

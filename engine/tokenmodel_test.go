@@ -12,7 +12,7 @@ import (
 // base is decided at the base (an older now gains nothing). n units fit at
 // t iff max(TAT, t) + n·T − t ≤ τ; they move TAT to max(TAT, t) + n·T.
 //
-// The base moves as docs/design.md §7 states: a request that records (an
+// The base moves as docs/design.md §11 states: a request that records (an
 // admission, a booking or a charge) more than span = ⌊2^61/L'⌋ ns after
 // the base (L' = Limit/gcd(Limit, Window)) moves it to
 // max(t, min(base + span, ⌊TAT⌋)); bookings made before a move can no

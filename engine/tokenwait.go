@@ -56,7 +56,7 @@ func (e *Engine) waitBucket(ctx context.Context, key string, n int64) (Decision,
 		if !res.Allowed {
 			d.RetryAfter = time.Duration(res.RetryAfter)
 			if res.RetryAfter == ringslot.Never {
-				return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d): the key's bookings reach past what its state holds (docs/design.md §7)", key, n, ErrNeverAdmitted, d.Limit)
+				return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w (limit %d): the key's bookings reach past what its state holds (docs/design.md §11)", key, n, ErrNeverAdmitted, d.Limit)
 			}
 			return d, fmt.Errorf("ringlimit: Wait(%q, %d): %w: room in %v, the deadline is in %v (limit %d)", key, n, ErrWaitExceedsDeadline, d.RetryAfter, time.Duration(maxWait), d.Limit)
 		}

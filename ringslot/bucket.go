@@ -5,7 +5,7 @@ import (
 	"math/bits"
 )
 
-// The token bucket (docs/design.md §7) is decided by GCRA: a key's whole
+// The token bucket (docs/design.md §11) is decided by GCRA: a key's whole
 // state is its theoretical arrival time (TAT), the instant at which its
 // bucket would be full again, and n units fit at t iff
 // max(TAT, t) + n·T − t ≤ Burst·T, with T = Window/Limit the emission
@@ -277,7 +277,7 @@ func (g *Geometry) Book(r Ring, t, n, maxWait int64) Result {
 // right after they were booked: only the newest booking can be given back,
 // because a later admission was decided on a TAT that included these
 // units, and removing them from under it could admit more than the bucket
-// holds. docs/design.md §7.
+// holds. docs/design.md §11.
 func (g *Geometry) bucketCancel(r Ring, at, n int64) (returned, dead bool) {
 	tat := r.word(bucketTAT)
 	u := tat.Load()
@@ -361,7 +361,7 @@ func (g *Geometry) bucketFullAt(r Ring, u int64) int64 {
 // max(t, min(base + span, ⌊TAT⌋)), which is at least old's base, and at
 // most the time of the writer that moved it (x > span) or ⌊TAT⌋; so the
 // new u = (TAT − base')·L' is at most old's u, and the invariant holds
-// (docs/design.md §7). The caller holds the key's bucket lock (the table's
+// (docs/design.md §11). The caller holds the key's bucket lock (the table's
 // Swap), so no other ring is made for the key meanwhile.
 func (g *Geometry) Carry(old Ring, t int64) Ring {
 	b := &g.bk
