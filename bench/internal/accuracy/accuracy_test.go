@@ -285,7 +285,7 @@ func TestFigureSVG(t *testing.T) {
 			}
 		}
 	}
-	want := 4
+	want := 5
 	if panels != 2 || limits != 2 || legends != 1 {
 		t.Errorf("%d panels, %d limit lines, %d legends; want 2, 2, 1", panels, limits, legends)
 	}
@@ -294,7 +294,7 @@ func TestFigureSVG(t *testing.T) {
 			t.Errorf("panel %d has %d series paths, want %d (%v)", p, paths[p], want, names)
 		}
 	}
-	for _, s := range []string{"fixed window", "strict, N=10", "sliding counter, N=10", "log"} {
+	for _, s := range []string{"fixed window", "strict, N=10", "sliding counter, N=10", "log", "token bucket"} {
 		if !strings.Contains(strings.Join(names, "|"), s) {
 			t.Errorf("series %v lack %q", names, s)
 		}
