@@ -296,6 +296,10 @@ func (e *Engine) decideRing(key string, n, t int64) (Decision, ringslot.Ring, in
 		if res.Dead {
 			// Retired by idleness or the sweeper: the key starts fresh.
 			if n < 1 || n > limit {
+				if nr, moved := e.moveBucket(h, key, r, t); moved {
+					r, ok = nr, true // a bucket's ring moved: peek at the new one
+					continue
+				}
 				// A peek creates nothing; the window is empty from the
 				// retirement on.
 				return emptyDecision(n, limit), ringslot.Ring{}, e.geo.EpochOf(max(t, e.geo.RetiredAt(r))), 0
@@ -394,18 +398,17 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 		// to a time this caller chose, possibly far past the clock.
 		return ringslot.Ring{}, false
 	}
+	if r, moved := e.moveBucket(h, key, old, t); moved {
+		return r, true
+	}
+	fresh := e.freshAt(t, limit)
 	if e.geo.IsBucket() {
-		// A bucket's retired ring may still owe units (a move, Carry):
-		// the key moves into a ring that carries its TAT, under its
-		// bucket lock. A key reclaimed meanwhile was full: it starts
-		// afresh at the table's floor.
-		if r, ok := e.tab.Swap(h, key, old, func() ringslot.Ring { return e.geo.Carry(old, t) }); ok {
-			return r, true
-		}
-		r, err := e.tab.LoadOrCreate(h, key, e.freshAt(t, limit))
+		// Reclaimed meanwhile (moveBucket found no key): it was full,
+		// and starts afresh at the table's floor.
+		r, err := e.tab.LoadOrCreate(h, key, fresh)
 		return r, err == nil
 	}
-	r, err := e.tab.Replace(h, key, old, e.freshAt(t, limit))
+	r, err := e.tab.Replace(h, key, old, fresh)
 	if err != nil {
 		return ringslot.Ring{}, false
 	}
