@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -38,9 +39,17 @@ func TestTokenBucketWaitersReleasedAtTheRate(t *testing.T) {
 		}()
 	}
 	untilWaits(t, clk, 9) // one admitted at once, nine asleep
-	mu.Lock()
-	got := slices.Clone(booked)
-	mu.Unlock()
+	var got []time.Duration
+	// The one admitted at once may reach the hook after the others are
+	// asleep: wait for all ten bookings.
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 10; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bookings seen, want 10", len(got))
+		}
+		mu.Lock()
+		got = slices.Clone(booked)
+		mu.Unlock()
+	}
 	slices.Sort(got)
 	for k := range 10 {
 		require.Equal(t, time.Duration(k)*50*time.Millisecond, got[k], "booking %d", k)
