@@ -170,7 +170,9 @@ type Config struct {
 	// whose sub-window is the window: 2·Window; SlidingLog: Window). Once
 	// idle for Window plus two sub-windows (FixedWindow: 3·Window;
 	// SlidingLog: just over Window) it is reclaimed within one more
-	// SweepInterval.
+	// SweepInterval. A TokenBucket key is kept until its bucket is full
+	// again (idle for at most Burst·Window/Limit), then reclaimed within
+	// one SweepInterval, whose default is max(Burst·Window/Limit, 1s).
 	SweepInterval time.Duration
 
 	// Audit is the share of keys whose decisions the engine shadows with an
