@@ -30,10 +30,12 @@ type WaitClock interface {
 // length); when ctx ends, Wait returns ctx's error as it is.
 var (
 	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
-	// n above the key's limit, a Config.KeyLimit result out of range, or
-	// the engine's clock outside 1970 … 2262 (Decision.Reason is
-	// ReasonNever); or the key is longer than Config.MaxKeyBytes
-	// (ReasonKeyTooLong).
+	// n above the key's limit (TokenBucket: its Burst), a Config.KeyLimit
+	// result out of range, or the engine's clock outside 1970 … 2262
+	// (Decision.Reason is ReasonNever); or the key is longer than
+	// Config.MaxKeyBytes (ReasonKeyTooLong). With TokenBucket also a
+	// booking further ahead than the key's state reaches (2^61·gcd(Limit,
+	// Window)/Limit ns; docs/design.md §11).
 	ErrNeverAdmitted = errors.New("the request can never be admitted")
 	// ErrKeysFull: the key is new and Config.MaxKeys keys are held
 	// (ReasonKeysFull). Wait does not wait for room, which depends on
