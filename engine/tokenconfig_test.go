@@ -10,7 +10,7 @@ import (
 )
 
 // Config.Burst is validated with a message naming the field and its range:
-// 0 or 1 … MaxLimit with TokenBucket, a refill time within MaxWindow, and 0
+// 0 or 1 … MaxLimit with TokenBucket, a span Burst·Window/gcd within 2^60, and 0
 // with every other algorithm.
 func TestTokenBucketBadBurst(t *testing.T) {
 	tb := engine.Config{Limit: 10, Window: time.Second, Algorithm: engine.TokenBucket}
