@@ -162,3 +162,26 @@ func TestTokenBucketWaitRefusals(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 }
+
+// A Wait books no further ahead than the key's state reaches (2^61 units
+// of 1/L' ns, docs/design.md §11): with L' = 2^40 − 1 and T = 2^59 units,
+// two bookings fit past an empty bucket of 2, and a third is refused at
+// once with ErrNeverAdmitted, booking nothing.
+func TestTokenBucketWaitReach(t *testing.T) {
+	clk := engine.NewManualClock(t0)
+	e := newEngine(t, engine.Config{Algorithm: engine.TokenBucket, Limit: engine.MaxLimit, Window: 1 << 59, Burst: 2, Clock: clk, DisableEviction: true})
+	require.True(t, e.AllowAt("k", 2, t0).Allowed)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := goWait(ctx, e, "k", 1)
+	untilWaits(t, clk, 1)
+	b := goWait(ctx, e, "k", 1)
+	untilWaits(t, clk, 2)
+	before := e.AllowAt("k", 1, t0).RetryAfter
+	_, err := e.Wait(ctx, "k", 1)
+	require.ErrorIs(t, err, engine.ErrNeverAdmitted)
+	require.Equal(t, before, e.AllowAt("k", 1, t0).RetryAfter, "the refused wait booked nothing")
+	cancel()
+	require.ErrorIs(t, recv(t, b).err, context.Canceled)
+	require.ErrorIs(t, recv(t, a).err, context.Canceled)
+}
