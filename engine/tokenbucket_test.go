@@ -269,3 +269,43 @@ func TestTokenBucketHugeN(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, int64(1000), e.AllowAt("k", 0, t0).Remaining)
 }
+
+// Allow takes its own path (no Remaining, no RetryAfter); on a bucket its
+// verdicts must be AllowN's, step for step, as for every algorithm.
+func TestTokenBucketAllowMatchesAllowN(t *testing.T) {
+	c1, c2 := engine.NewManualClock(t0), engine.NewManualClock(t0)
+	cfg := engine.Config{Algorithm: engine.TokenBucket, Limit: 7, Window: time.Second, Burst: 3, DisableEviction: true}
+	cfg.Clock = c1
+	a := newEngine(t, cfg)
+	cfg.Clock = c2
+	b := newEngine(t, cfg)
+	rng := rand.New(rand.NewPCG(9, 28))
+	admitted := 0
+	for i := 0; i < 3000; i++ {
+		d := time.Duration(rng.Int64N(int64(60 * time.Millisecond))) // about 16 per second per key, against 7
+		c1.Advance(d)
+		c2.Advance(d)
+		key := []string{"x", "y"}[rng.IntN(2)]
+		got := a.Allow(key)
+		require.Equal(t, b.AllowN(key, 1).Allowed, got, "step %d", i)
+		if got {
+			admitted++
+		}
+	}
+	require.Greater(t, admitted, 100)
+	require.Less(t, admitted, 2900)
+}
+
+// Reservation.At is the instant its units were taken from: the later of
+// now and the key's theoretical arrival time before them, rounded down.
+func TestTokenBucketReservationAt(t *testing.T) {
+	e := newBucket(t, 7, time.Millisecond, 7) // T = 142,857.14… ns
+	r := e.ReserveAt("k", 7, t0)
+	require.Equal(t, t0, r.At())
+	r = e.ReserveAt("k", 1, t0) // refused: nothing taken
+	require.True(t, r.At().IsZero())
+	later := t0.Add(time.Millisecond)
+	r = e.ReserveAt("k", 2, later) // the bucket was full again at t0 + 1 ms: from now
+	require.True(t, r.Decision().Allowed)
+	require.Equal(t, later, r.At())
+}
