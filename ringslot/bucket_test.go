@@ -46,7 +46,7 @@ func TestCarryKeepsTheInstant(t *testing.T) {
 	g := NewBucket(1<<40-1, 1<<59, 2) // L' = 2^40 − 1: span ≈ 2 ms
 	b := &g.bk
 	for _, c := range []struct{ base, u, t int64 }{
-		{1e18, 5 * b.rate, 1e18 + b.span + 1},          // TAT in the past: full
+		{1e18, 5 * b.rate, 1e18 + b.span + 1},            // TAT in the past: full
 		{1e18, b.span*b.rate + 12345, 1e18 + b.span + 1}, // TAT ahead of the mover
 		{1e18, b.span*b.rate + 1<<60, 1e18},              // an older writer: base + span
 		{1e18, 3*b.rate + 7, 1e18},                       // TAT barely past base: ⌊TAT⌋
