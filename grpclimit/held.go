@@ -82,7 +82,7 @@ func WithSettle() Option {
 // a shared limiter) stop counting when they leave the window, so choose a
 // Window longer than the longest call or stream. It has the meaning of
 // httplimit.WithInFlight, whose doc says how each algorithm counts a lease
-// (FixedWindow is refused). It needs a limiter that can hold units, and
+// (FixedWindow and TokenBucket are refused). It needs a limiter that can hold units, and
 // cannot be combined with WithSettle or WithPerMessage; Limit refuses calls
 // with it. With NewMultiInterceptor it puts every policy in flight;
 // Policy.InFlight puts one.

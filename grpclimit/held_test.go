@@ -239,6 +239,7 @@ func TestInFlightMultiInterceptor(t *testing.T) {
 func TestHeldConfigErrors(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{})
 	fixed, _ := newEngine(t, engine.Config{Algorithm: engine.FixedWindow})
+	bucket, _ := newEngine(t, engine.Config{Algorithm: engine.TokenBucket})
 	plain := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		return engine.Decision{Allowed: true}, nil
 	})
@@ -251,6 +252,7 @@ func TestHeldConfigErrors(t *testing.T) {
 		{"both", e, []Option{WithInFlight(), WithSettle()}, "WithInFlight and WithSettle cannot be combined"},
 		{"per message", e, []Option{WithInFlight(), WithPerMessage()}, "WithPerMessage cannot be combined"},
 		{"fixed", fixed, []Option{WithInFlight()}, "WithInFlight: the limiter's Algorithm is fixed"},
+		{"token bucket", bucket, []Option{WithInFlight()}, "WithInFlight: the limiter's Algorithm is token"},
 		{"plain", plain, []Option{WithSettle()}, "WithSettle needs a limiter that can give units back"},
 	} {
 		_, err := NewInterceptor(c.l, c.opts...)

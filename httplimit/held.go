@@ -111,7 +111,8 @@ func WithSettle() Option {
 // counts in full for Window to Window plus one sub-window; with SlidingLog
 // for exactly Window; with SlidingWindow in full for at least Window less
 // one sub-window, then by its weight. A FixedWindow engine is refused
-// (each window's end would drop every request in flight).
+// (each window's end would drop every request in flight), and so is a
+// TokenBucket (its units refill with time, whatever is in flight).
 //
 // A refusal's Retry-After (and t=) is when the oldest unit's lease ends,
 // if none is given back before: an upper bound, as a slot frees as soon as
@@ -161,7 +162,7 @@ func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
-		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(d.Remaining), false)
 		held, costs := [1]adapter.Held{h}, [1]int64{est}
 		m.run(w, r, next, held[:], costs[:])
 		return

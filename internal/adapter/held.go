@@ -111,6 +111,8 @@ func CheckHold(option string, l any, b Backend) error {
 	if c, ok := l.(Configured); ok && option == "WithInFlight" && !IsNil(l) {
 		if alg := c.Config().Algorithm; alg == engine.FixedWindow {
 			return fmt.Errorf("WithInFlight: the limiter's Algorithm is %v, whose window boundary drops every unit in flight at once; use SlidingWindowStrict (a unit counts in full for Window, plus up to one sub-window) or SlidingLog (exactly Window)", alg)
+		} else if alg == engine.TokenBucket {
+			return fmt.Errorf("WithInFlight: the limiter's Algorithm is %v, whose units refill with time whatever is in flight, and which gives back only a key's newest booking; use SlidingWindowStrict or SlidingLog to hold units until the handler ends", alg)
 		}
 	}
 	return nil
