@@ -321,3 +321,70 @@ func ceilRat(x *big.Rat) int64 {
 	}
 	return v.Int64()
 }
+
+// A key's rate changes (a KeyLimit answer, a deploy) keep its TAT: under
+// the same q (T = p/q µs in lowest terms) exactly, and under another q
+// rounded up to the next whole µs, as tbSource says, so the change grants
+// nothing. The model follows the same rule: the TAT of the last admission,
+// rounded up when the current q is not the one it was written with.
+func TestTokenBucketScriptRateChange(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	const window = time.Millisecond
+	const burst = 5
+	h := newTBAt(t, c, 7, burst, window, "ratechange")
+	limits := []int64{7, 3, 7000, 1} // q = 7, 3, 1, 1: 7000 and 1 share q
+	m := newGCRAModel(7, burst, window)
+	var writtenQ *big.Int
+	rng := rand.New(rand.NewPCG(28, 7))
+	now, rounded := t0, 0
+	for op := range 3000 {
+		limit := limits[rng.IntN(len(limits))]
+		m.setRate(limit, window)
+		saved := m.tat
+		if m.tat != nil && m.t.Denom().Cmp(writtenQ) != 0 && !m.tat.IsInt() {
+			m.tat = big.NewRat(ceilRat(m.tat), 1)
+			rounded++
+		}
+		now = stepTime(rng, now, m.t)
+		n := randomUnits(rng, burst)
+		wa, wr, wra := m.decide(now, n)
+		ga, gr, gra := h.at(now, n, limit)
+		if ga != wa || gr != wr || gra != wra {
+			t.Fatalf("op %d: %d units at t0+%dµs, limit %d: script allowed %v, remaining %d, retry %v; model %v, %d, %v (model TAT %s)",
+				op, n, now-t0, limit, ga, gr, gra, wa, wr, wra, m.tatString())
+		}
+		if ga && n > 0 {
+			writtenQ = new(big.Int).Set(m.t.Denom())
+		} else {
+			m.tat = saved // nothing written: the state keeps its own q
+		}
+		if got := h.tat(); m.tat != nil && got.Cmp(m.tat) != 0 {
+			t.Fatalf("op %d: stored TAT %v, model %s", op, got, m.tatString())
+		}
+	}
+	if rounded < 100 {
+		t.Fatalf("only %d decisions met a TAT written under another q", rounded)
+	}
+}
+
+// A value that is not a token bucket's state (another client's, or a
+// sliding window's at the same name) is answered WRONGTYPE and left as it
+// was.
+func TestTokenBucketScriptForeignValue(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	h := newTBAt(t, c, 7, 2, time.Millisecond, "foreign")
+	for _, v := range []string{"x", packState(5, []int64{1, 2, 3}), "h" + strings.Repeat("\x00", 24)} {
+		if err := c.Set(ctx, h.key, v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.s.Run(ctx, c, []string{h.key}, h.argsAt(t0, 1, 7)...).Result()
+		if err == nil || !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+			t.Fatalf("value %q: error %v, want WRONGTYPE", v, err)
+		}
+		if got, _ := c.Get(ctx, h.key).Result(); got != v {
+			t.Fatalf("value %q became %q", v, got)
+		}
+	}
+}
