@@ -2,72 +2,12 @@ package engine
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/pack"
 )
-
-// Algorithm selects how a key's window is estimated.
-type Algorithm int
-
-const (
-	// SlidingWindow is the weighted sliding window counter, the zero value:
-	// the current and N−1 previous sub-windows in full, plus the oldest
-	// one weighted by the share of it still inside the window. Worst case
-	// (a burst at the end of a sub-window) a true window can hold
-	// Limit + that sub-window's count, always below 2·Limit; for smooth
-	// traffic it stays near (1+1/N)·Limit.
-	SlidingWindow Algorithm = iota
-	// SlidingWindowStrict counts every sub-window that overlaps the window
-	// in full: no window of length Window ever holds more than Limit
-	// admitted units. It may refuse up to one sub-window's worth early.
-	SlidingWindowStrict
-	// FixedWindow keeps one counter per Unix-aligned Window, for
-	// comparison: two adjacent windows can together admit 2·Limit within
-	// one Window's length.
-	FixedWindow
-	// SlidingLog is the exact sliding log, the reference the others are
-	// measured against: a key keeps the time of every unit it admitted, and
-	// n units fit at t iff the units at times s with t−W < s ≤ t, plus n,
-	// are at most the limit. No window of length Window ever holds more
-	// than Limit, and nothing is refused early. The price is memory and a
-	// lock. Each key holds a ring of one 8-byte timestamp per unit of its
-	// limit, allocated in full when the key is created (8·Limit + 48
-	// bytes, then the key, rounded up to 64), so Limit is capped by
-	// Config.MaxLogLimit. And each key has a
-	// spin lock, held for a decision on it, because an exact log must drop
-	// expired units, count and append as one step, which no single-word CAS
-	// covers: requests for one key are serialised, denials included.
-	// SubWindows is ignored; time is clamped to the newest time the key has
-	// seen, not to a sub-window.
-	SlidingLog
-)
-
-// String returns the algorithm's name as the flags of the tools spell it.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding"
-	case SlidingWindowStrict:
-		return "strict"
-	case FixedWindow:
-		return "fixed"
-	case SlidingLog:
-		return "log"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
-// ParseAlgorithm is the inverse of Algorithm.String.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := SlidingWindow; a <= SlidingLog; a++ {
-		if a.String() == s {
-			return a, nil
-		}
-	}
-	return 0, fmt.Errorf("ringlimit: unknown algorithm %q (want sliding, strict, fixed or log)", s)
-}
 
 // Bounds of Config fields.
 const (
@@ -130,6 +70,12 @@ type Config struct {
 	SubWindows int
 	// Algorithm is the estimate; the zero value is SlidingWindow.
 	Algorithm Algorithm
+	// Burst is the capacity of a TokenBucket key: the most units it can
+	// admit at once, and what a fresh or long-idle key holds. 0 means
+	// Limit; otherwise 1 … MaxLimit. Other algorithms refuse it (0 only).
+	// The time to refill an empty bucket, Burst·Window/Limit, must be at
+	// most MaxWindow.
+	Burst int64
 	// MaxLogLimit caps every limit of a SlidingLog engine (Limit, KeyLimit
 	// results and SetLimit), because a log key holds 8 bytes per unit of
 	// its limit: 0 means DefaultMaxLogLimit, otherwise 1 …
@@ -276,6 +222,8 @@ type normalized struct {
 	width    int64 // sub-window width, ns (Window for FixedWindow and SlidingLog)
 	maxLimit int64 // the largest limit of any key: MaxLimit, or the log's cap
 	maxKey   int   // MaxKeyBytes with its default applied
+	burst    int64 // TokenBucket: Burst with its default applied
+	refill   int64 // TokenBucket: ⌈burst·Window/Limit⌉ ns, the time to refill from empty
 	shards   int
 	sweep    time.Duration
 	// audit, with Config.Audit > 0: the sampling threshold and the caps
@@ -290,9 +238,9 @@ type normalized struct {
 func (c Config) validate() (normalized, error) {
 	nc := normalized{Config: c}
 	switch c.Algorithm {
-	case SlidingWindow, SlidingWindowStrict, FixedWindow, SlidingLog:
+	case SlidingWindow, SlidingWindowStrict, FixedWindow, SlidingLog, TokenBucket:
 	default:
-		return nc, fmt.Errorf("ringlimit: Config.Algorithm = %d, want SlidingWindow (0), SlidingWindowStrict (1), FixedWindow (2) or SlidingLog (3)", int(c.Algorithm))
+		return nc, fmt.Errorf("ringlimit: Config.Algorithm = %d, want SlidingWindow (0), SlidingWindowStrict (1), FixedWindow (2), SlidingLog (3) or TokenBucket (4)", int(c.Algorithm))
 	}
 	if c.MaxLogLimit < 0 || c.MaxLogLimit > MaxLogLimitCeiling {
 		return nc, fmt.Errorf("ringlimit: Config.MaxLogLimit = %d, want 0 (default %d) or 1 … %d", c.MaxLogLimit, DefaultMaxLogLimit, MaxLogLimitCeiling)
@@ -317,6 +265,9 @@ func (c Config) validate() (normalized, error) {
 	if c.Window <= 0 || c.Window > MaxWindow {
 		return nc, fmt.Errorf("ringlimit: Config.Window = %v, want > 0 and ≤ %v", c.Window, MaxWindow)
 	}
+	if err := nc.validateBurst(); err != nil {
+		return nc, err
+	}
 	nc.n = c.SubWindows
 	if c.SubWindows == 0 {
 		nc.n = DefaultSubWindows
@@ -324,7 +275,7 @@ func (c Config) validate() (normalized, error) {
 	if c.SubWindows < 0 || c.SubWindows > MaxSubWindows {
 		return nc, fmt.Errorf("ringlimit: Config.SubWindows = %d, want 0 (default %d) or 1 … %d", c.SubWindows, DefaultSubWindows, MaxSubWindows)
 	}
-	if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog {
+	if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog || c.Algorithm == TokenBucket {
 		nc.n = 0
 		nc.width = int64(c.Window)
 	} else {
@@ -361,6 +312,9 @@ func (c Config) validate() (normalized, error) {
 		if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog {
 			nc.sweep = c.Window
 		}
+		if c.Algorithm == TokenBucket {
+			nc.sweep = time.Duration(nc.refill)
+		}
 		if nc.sweep < 0 { // Window + width overflowed
 			nc.sweep = c.Window
 		}
@@ -376,6 +330,8 @@ func (c Config) validate() (normalized, error) {
 		nc.idle = 3 * c.Window
 	case c.Algorithm == SlidingLog:
 		nc.idle = c.Window
+	case c.Algorithm == TokenBucket:
+		nc.idle = time.Duration(nc.refill)
 	}
 	if nc.idle < 0 { // overflowed: Window is near MaxWindow
 		nc.idle = MaxWindow
@@ -387,6 +343,48 @@ func (c Config) validate() (normalized, error) {
 		return nc, err
 	}
 	return nc, nil
+}
+
+// validateBurst checks Config.Burst: 0 or 1 … MaxLimit with TokenBucket,
+// 0 otherwise, and a refill time Burst·Window/Limit of at most MaxWindow.
+func (nc *normalized) validateBurst() error {
+	c := nc.Config
+	if c.Algorithm != TokenBucket {
+		if c.Burst != 0 {
+			return fmt.Errorf("ringlimit: Config.Burst = %d is set but Config.Algorithm is %v; Burst is the capacity of a TokenBucket, want 0 with other algorithms", c.Burst, c.Algorithm)
+		}
+		return nil
+	}
+	if c.Burst < 0 || c.Burst > MaxLimit {
+		return fmt.Errorf("ringlimit: Config.Burst = %d, want 0 (Limit) or 1 … %d", c.Burst, int64(MaxLimit))
+	}
+	nc.burst = c.Burst
+	if nc.burst == 0 {
+		nc.burst = c.Limit
+	}
+	r, ok := refillTime(nc.burst, c.Limit, int64(c.Window))
+	if !ok {
+		return fmt.Errorf("ringlimit: Config.Burst = %d with Limit %d per Window %v takes longer than MaxWindow (%v) to refill from empty (Burst·Window/Limit); want a smaller Burst or Window, or a larger Limit", nc.burst, c.Limit, c.Window, MaxWindow)
+	}
+	nc.refill = r
+	return nil
+}
+
+// refillTime is ⌈b·w/l⌉ ns, the time b units take to refill at l per w, and
+// whether it is at most MaxWindow; b, w, l ≥ 1.
+func refillTime(b, l, w int64) (int64, bool) {
+	hi, lo := bits.Mul64(uint64(b), uint64(w))
+	if hi >= uint64(l) {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, uint64(l))
+	if r != 0 {
+		q++
+	}
+	if q > uint64(MaxWindow) {
+		return 0, false
+	}
+	return int64(q), true
 }
 
 // limitError describes a limit outside 1 … maxLimit, naming what set it.

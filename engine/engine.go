@@ -68,6 +68,9 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if nc.Algorithm == TokenBucket {
+		return nil, errors.New("ringlimit: Config.Algorithm = TokenBucket is not supported by the engine yet")
+	}
 	geo := ringslot.NewGeometry(nc.width, nc.n, nc.Algorithm == SlidingWindow, nc.PerKeyLimits)
 	if nc.Algorithm == SlidingLog {
 		geo = ringslot.NewLog(int64(nc.Window))
@@ -542,7 +545,7 @@ func (e *Engine) updateLimit(key string, r ringslot.Ring, limit int64) error {
 
 // Config returns the engine's configuration with its defaults applied:
 // SubWindows is the N in use (0 for FixedWindow and SlidingLog), Shards the
-// shard count, MaxKeyBytes the key cap, MaxLogLimit the log's cap (SlidingLog only), SweepInterval
+// shard count, MaxKeyBytes the key cap, MaxLogLimit the log's cap (SlidingLog only), Burst the bucket's capacity (TokenBucket only), SweepInterval
 // the sweep period, the Audit caps their defaults (when Audit is set), and
 // PerKeyLimits is true when KeyLimit is set. Adapters
 // read the window and limit from here rather than asking the user twice.
@@ -554,6 +557,9 @@ func (e *Engine) Config() Config {
 	c.MaxKeyBytes = e.cfg.maxKey
 	if c.Algorithm == SlidingLog {
 		c.MaxLogLimit = e.cfg.maxLimit
+	}
+	if c.Algorithm == TokenBucket {
+		c.Burst = e.cfg.burst
 	}
 	if c.Audit > 0 {
 		c.AuditMaxKeys, c.AuditMaxEntries, c.AuditBuffer = e.cfg.auditMaxKeys, e.cfg.auditMaxEntries, e.cfg.auditBuffer

@@ -1,0 +1,55 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// Config.Burst is validated with a message naming the field and its range:
+// 0 or 1 … MaxLimit with TokenBucket, a refill time within MaxWindow, and 0
+// with every other algorithm.
+func TestTokenBucketBadBurst(t *testing.T) {
+	tb := engine.Config{Limit: 10, Window: time.Second, Algorithm: engine.TokenBucket}
+	cases := []struct {
+		name string
+		mod  func(*engine.Config)
+		want []string
+	}{
+		{"negative", func(c *engine.Config) { c.Burst = -1 }, []string{"Config.Burst = -1", "0 (Limit) or 1 … 1099511627775"}},
+		{"above MaxLimit", func(c *engine.Config) { c.Burst = engine.MaxLimit + 1 }, []string{"Config.Burst = 1099511627776", "1 … 1099511627775"}},
+		{"min int64", func(c *engine.Config) { c.Burst = -1 << 63 }, []string{"Config.Burst = -9223372036854775808"}},
+		{"refill longer than MaxWindow", func(c *engine.Config) { c.Window = engine.MaxWindow; c.Limit = 1; c.Burst = 2 }, []string{"Config.Burst = 2", "MaxWindow", "to refill from empty"}},
+		{"refill past int64", func(c *engine.Config) { c.Limit = 1; c.Burst = engine.MaxLimit }, []string{"Config.Burst = 1099511627775", "MaxWindow"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tb
+			c.mod(&cfg)
+			e, err := engine.New(cfg)
+			require.Error(t, err)
+			require.Nil(t, e)
+			for _, w := range c.want {
+				require.Contains(t, err.Error(), w)
+			}
+		})
+	}
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+		_, err := engine.New(engine.Config{Limit: 10, Window: time.Second, Algorithm: alg, Burst: 5})
+		require.Error(t, err, alg.String())
+		require.Contains(t, err.Error(), "Config.Burst = 5 is set but Config.Algorithm is "+alg.String())
+	}
+}
+
+// TokenBucket is a fifth Algorithm, appended so that the values of the
+// others do not change, and it round-trips through its flag name.
+func TestTokenBucketAlgorithmName(t *testing.T) {
+	require.Equal(t, engine.Algorithm(4), engine.TokenBucket)
+	require.Equal(t, "token", engine.TokenBucket.String())
+	a, err := engine.ParseAlgorithm("token")
+	require.NoError(t, err)
+	require.Equal(t, engine.TokenBucket, a)
+}
