@@ -36,3 +36,23 @@ func engineOnly(cfg engine.Config) error {
 	}
 	return nil
 }
+
+// validate validates cfg as engine.New does, and returns it with the
+// engine's defaults (SubWindows, MaxKeyBytes, a TokenBucket's Burst) and
+// the engine-only fields zero, as given: Config reports no default that
+// means nothing here.
+func validate(cfg engine.Config) (engine.Config, error) {
+	vc := cfg
+	vc.DisableEviction = true
+	e, err := engine.New(vc)
+	if err != nil && cfg.Algorithm == engine.TokenBucket {
+		return validateTokenBucket(vc, err)
+	}
+	if err != nil {
+		return engine.Config{}, err
+	}
+	norm := e.Config()
+	norm.Shards, norm.SweepInterval, norm.DisableEviction = 0, 0, false
+	_ = e.Close()
+	return norm, nil
+}

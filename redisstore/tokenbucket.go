@@ -1,12 +1,93 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 )
+
+// errTokenBucketHybrid is New's error for a TokenBucket with WithHybrid.
+var errTokenBucketHybrid = errors.New("redisstore: Config.Algorithm = TokenBucket cannot be combined with WithHybrid: a replica's local allowance is a share of a window's count, and a bucket has no window to share; use a plain limiter (one script call per decision, exact across replicas)")
+
+// initTokenBucket sets up a TokenBucket Limiter (New): the rate of
+// Config.Limit and Burst, refused with an error naming the field when the
+// script cannot be exact for it (see newTBRate).
+func (l *Limiter) initTokenBucket() error {
+	b, err := newTokenBucket(l.cfg.Limit, l.cfg.Burst, l.cfg.Window)
+	if err != nil {
+		return err
+	}
+	l.tb = b
+	l.maxLimit = engine.MaxLimit
+	// The failure policies' RetryAfter (FailClosed, and FallbackLocal's
+	// cost above its share) is one emission interval, Window/Limit
+	// rounded up to the ns.
+	l.width = max(1, (int64(l.cfg.Window)+l.cfg.Limit-1)/l.cfg.Limit)
+	l.geo = ":tb"
+	// The breaker's probe (probeCall) runs the windows' script on the
+	// key's probe name: a fixed window of 1 s, kept 2 s.
+	l.args = []any{int64(1_000_000), 0, "0", int64(2000)}
+	return nil
+}
+
+// validateTokenBucket validates a TokenBucket's cfg while the engine
+// refuses to run one (engine.New's err): the fields it shares with
+// FixedWindow as a FixedWindow's, and Burst as the engine's validation
+// does (0 or 1 … MaxLimit); newTBRate's bounds, checked next, are
+// stricter than the engine's refill bound (MaxWindow). Any other error of
+// the engine's is returned as it is.
+func validateTokenBucket(cfg engine.Config, err error) (engine.Config, error) {
+	if !strings.Contains(err.Error(), "not supported by the engine yet") {
+		return engine.Config{}, err
+	}
+	if cfg.Burst < 0 || cfg.Burst > engine.MaxLimit {
+		return engine.Config{}, fmt.Errorf("redisstore: Config.Burst = %d, want 0 (Limit) or 1 … %d", cfg.Burst, int64(engine.MaxLimit))
+	}
+	fc := cfg
+	fc.Algorithm, fc.Burst = engine.FixedWindow, 0
+	e, err := engine.New(fc)
+	if err != nil {
+		return engine.Config{}, err
+	}
+	norm := e.Config()
+	_ = e.Close()
+	norm.Shards, norm.SweepInterval, norm.DisableEviction = 0, 0, false
+	norm.Algorithm, norm.Burst = engine.TokenBucket, cfg.Burst
+	if norm.Burst == 0 {
+		norm.Burst = cfg.Limit
+	}
+	return norm, nil
+}
+
+// capOf is the Decision's Limit for a key whose limit is limit: the
+// bucket's capacity for a TokenBucket, the limit itself for the windows.
+func (l *Limiter) capOf(limit int64) int64 {
+	if l.tb != nil {
+		return l.tb.capacity(limit)
+	}
+	return limit
+}
+
+// script is the decision script: the token bucket's or the windows'.
+func (l *Limiter) script() *redis.Script {
+	if l.tb != nil {
+		return tbScript
+	}
+	return script
+}
+
+// parse reads a decision script's reply for a key whose limit is limit.
+func (l *Limiter) parse(res any, limit int64) (engine.Decision, time.Time, error) {
+	if l.tb != nil {
+		return l.tb.parse(res, limit)
+	}
+	return parse(res, limit)
+}
 
 // maxFill bounds the time a token bucket takes to fill from empty,
 // Burst × Window/Limit, in µs (2^50 µs, about 35.7 years): a TAT is then
@@ -33,15 +114,16 @@ func newTBRate(limit, burst int64, window time.Duration) (tbRate, error) {
 	g := gcd(w, l)
 	r := tbRate{p: w / g, q: l / g}
 	if r.p > MaxExact-2*r.q-r.p { // p + p + 2q > 2^53: not even Burst 1 fits
-		return tbRate{}, fmt.Errorf("Window/Limit = %d/%d ns is p/q = %d/%d µs in lowest terms, and the script needs 2p + 2q ≤ 2^53 (a Window/Limit with a smaller numerator or denominator, e.g. a Window of whole µs)", w, limit, r.p, r.q)
+		return tbRate{}, fmt.Errorf("redisstore: TokenBucket with Config.Window = %v and Config.Limit = %d: Window/Limit is p/q = %d/%d µs in lowest terms, and the script needs 2p + 2q ≤ 2^53 to be exact in Lua's doubles; want a Window/Limit that reduces further (a Window of whole µs, for one)", window, limit, r.p, r.q)
 	}
 	maxBurst := (MaxExact - 2*r.q - r.p) / r.p
 	if burst > maxBurst {
-		return tbRate{}, fmt.Errorf("Burst = %d with Window/Limit = p/q = %d/%d µs in lowest terms: the script needs Burst × p + p + 2q ≤ 2^53, so Burst ≤ %d", burst, r.p, r.q, maxBurst)
+		return tbRate{}, fmt.Errorf("redisstore: TokenBucket: Config.Burst = %d (0 means Limit) with Window/Limit = p/q = %d/%d µs in lowest terms: the script needs Burst·p + p + 2q ≤ 2^53 to be exact in Lua's doubles; want Burst ≤ %d, or a Window/Limit that reduces further", burst, r.p, r.q, maxBurst)
 	}
 	r.depth = burst * r.p
 	if r.depth/r.q >= maxFill {
-		return tbRate{}, fmt.Errorf("Burst = %d with Window/Limit = %v/%d: the bucket fills in Burst × Window/Limit ≈ %v, want under 2^50 µs (about 35.7 years)", burst, window, limit, time.Duration(min(r.depth/r.q, math.MaxInt64/1000)*1000))
+		// depth < 2^53 here, so q ≤ 8 and maxFill·q fits.
+		return tbRate{}, fmt.Errorf("redisstore: TokenBucket: Config.Burst = %d (0 means Limit) with Limit %d per Window %v takes %v (Burst·Window/Limit) to fill, want under 2^50 µs (about 35.7 years): Burst ≤ %d", burst, limit, window, time.Duration(min(r.depth/r.q, math.MaxInt64/1000)*1000), (maxFill*r.q-1)/r.p)
 	}
 	return r, nil
 }
@@ -83,6 +165,14 @@ func (b *tokenBucket) capacity(limit int64) int64 {
 	return limit
 }
 
+// exact reports whether a key whose limit is limit (from KeyLimit) has
+// an exact rate (see newTBRate); a key whose limit has none is refused
+// with RetryAfter Never, as a KeyLimit answer out of range is.
+func (b *tokenBucket) exact(limit int64) bool {
+	_, ok := b.rate(limit)
+	return ok
+}
+
 // rate returns the script's rate for a key whose limit is limit, and
 // whether it is exact (see newTBRate).
 func (b *tokenBucket) rate(limit int64) (tbRate, bool) {
@@ -91,6 +181,13 @@ func (b *tokenBucket) rate(limit int64) (tbRate, bool) {
 	}
 	r, err := newTBRate(limit, b.capacity(limit), b.window)
 	return r, err == nil
+}
+
+// args is the script's ARGV for n units of a key whose limit is limit
+// (exact: limitOf refused it otherwise).
+func (b *tokenBucket) args(n, limit int64) []any {
+	r, _ := b.rate(limit)
+	return r.args(n)
 }
 
 // parse reads the script's reply (see tbSource) for a key whose limit is
