@@ -118,12 +118,12 @@ func newTBRate(limit, burst int64, window time.Duration) (tbRate, error) {
 	}
 	maxBurst := (MaxExact - 2*r.q - r.p) / r.p
 	if burst > maxBurst {
-		return tbRate{}, fmt.Errorf("redisstore: TokenBucket: Config.Burst = %d (0 means Limit) with Window/Limit = p/q = %d/%d µs in lowest terms: the script needs Burst·p + p + 2q ≤ 2^53 to be exact in Lua's doubles; want Burst ≤ %d, or a Window/Limit that reduces further", burst, r.p, r.q, maxBurst)
+		return tbRate{}, fmt.Errorf("redisstore: TokenBucket: a bucket of %d units (Config.Burst, or Limit when Burst is 0) with Window/Limit = p/q = %d/%d µs in lowest terms: the script needs Burst·p + p + 2q ≤ 2^53 to be exact in Lua's doubles; want Burst ≤ %d, or a Window/Limit that reduces further", burst, r.p, r.q, maxBurst)
 	}
 	r.depth = burst * r.p
 	if r.depth/r.q >= maxFill {
 		// depth < 2^53 here, so q ≤ 8 and maxFill·q fits.
-		return tbRate{}, fmt.Errorf("redisstore: TokenBucket: Config.Burst = %d (0 means Limit) with Limit %d per Window %v takes %v (Burst·Window/Limit) to fill, want under 2^50 µs (about 35.7 years): Burst ≤ %d", burst, limit, window, time.Duration(min(r.depth/r.q, math.MaxInt64/1000)*1000), (maxFill*r.q-1)/r.p)
+		return tbRate{}, fmt.Errorf("redisstore: TokenBucket: a bucket of %d units (Config.Burst, or Limit when Burst is 0) at Limit %d per Window %v takes %v (Burst·Window/Limit) to fill, want under 2^50 µs (about 35.7 years): Burst ≤ %d", burst, limit, window, time.Duration(min(r.depth/r.q, math.MaxInt64/1000)*1000), (maxFill*r.q-1)/r.p)
 	}
 	return r, nil
 }

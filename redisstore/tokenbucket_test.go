@@ -1,0 +1,290 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// New refuses the token bucket configurations the script cannot decide
+// exactly, and the combinations it does not support, with an error naming
+// the field or the option.
+func TestTokenBucketNewRefuses(t *testing.T) {
+	c := deadClient(t)
+	tb := func(limit, burst int64, window time.Duration) engine.Config {
+		return engine.Config{Algorithm: engine.TokenBucket, Limit: limit, Burst: burst, Window: window}
+	}
+	for _, tc := range []struct {
+		cfg  engine.Config
+		opts []Option
+		want string
+	}{
+		{tb(10, 0, time.Second), []Option{WithHybrid(10*time.Millisecond, 5)}, "WithHybrid"},
+		{tb(10, -1, time.Second), nil, "Config.Burst = -1"},
+		{tb(10, engine.MaxLimit+1, time.Second), nil, "Config.Burst"},
+		{engine.Config{Limit: 10, Burst: 5, Window: time.Second}, nil, "Config.Burst"}, // a sliding window has no burst
+		// T = 1 s + 1 ns over 2^40 − 1: p/q = 90909091/99955602525000 µs,
+		// so Burst·p + p + 2q ≤ 2^53 allows 96,880,167 units.
+		{tb(1<<40-1, 96_880_168, time.Second+1), nil, "want Burst ≤ 96880167"},
+		{tb(1, 0, 1<<52+1), nil, "Config.Window"}, // p/q = (2^52+1)/1000: 2p > 2^53
+		{tb(1, 312_750, time.Hour), nil, "to fill"}, // 35.7 years: within the engine's MaxWindow, not 2^50 µs
+		{tb(1<<40-1, 0, time.Hour), nil, "a bucket of 1099511627775 units (Config.Burst, or Limit when Burst is 0)"},
+	} {
+		_, err := New(c, tc.cfg, tc.opts...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one containing %q", tc.cfg, err, tc.want)
+		}
+	}
+	// The largest exact burst is accepted, and Config reports the bucket.
+	l := mustNew(t, c, tb(1<<40-1, 96_880_167, time.Second+1))
+	if got := l.Config(); got.Algorithm != engine.TokenBucket || got.Burst != 96_880_167 || got.SubWindows != 0 {
+		t.Fatalf("Config() = %+v", got)
+	}
+	l = mustNew(t, c, tb(12, 0, time.Minute))
+	if got := l.Config(); got.Burst != 12 {
+		t.Fatalf("Burst 0 is reported as %d, want Limit (12)", got.Burst)
+	}
+	if got, want := l.Key("a{b}"), "ringlimit:{a\\(b\\)}:tb"; got != want {
+		t.Fatalf("Key = %q, want %q", got, want)
+	}
+}
+
+// Across replicas it is exact: 4 limiters (each with its own client) × 4
+// goroutines on one key admit exactly Burst between them, at a rate (1 per
+// hour) that refills nothing while the test runs.
+func TestTokenBucketReplicasAdmitExactlyBurst(t *testing.T) {
+	s := redistest.Start(t)
+	const burst = 300
+	cfg := engine.Config{Algorithm: engine.TokenBucket, Limit: 1, Window: time.Hour, Burst: burst}
+	var admitted, denied atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for range 4 {
+		l := mustNew(t, client(t, s), cfg)
+		for range 4 {
+			wg.Go(func() {
+				for range 150 {
+					d, err := l.AllowN(ctx, "shared", 1)
+					if err != nil {
+						errc <- err
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					} else if d.RetryAfter <= 0 || d.RetryAfter > time.Hour || d.Limit != burst {
+						errc <- fmt.Errorf("a denial %+v: want Limit %d and 0 < RetryAfter ≤ 1h", d, burst)
+						return
+					} else {
+						denied.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if got := admitted.Load(); got != burst || denied.Load() != 4*4*150-burst {
+		t.Fatalf("admitted %d (denied %d) across 4 limiters × 4 goroutines, want exactly %d", got, denied.Load(), burst)
+	}
+}
+
+// On the server's own clock, each decision matches the exact model driven
+// at the Redis time the script reports: Allowed, Remaining, RetryAfter and
+// Limit (the bucket's capacity). The rate (7 per 10 ms) refills while the
+// test runs, so both sides of the boundary are met, whatever the speed of
+// the machine.
+func TestTokenBucketMatchesModelOnRedisTime(t *testing.T) {
+	s := redistest.Start(t)
+	const limit, burst = 7, 3
+	const window = 10 * time.Millisecond
+	l := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: limit, Burst: burst, Window: window})
+	m := newGCRAModel(limit, burst, window)
+	rng := rand.New(rand.NewPCG(28, 1))
+	for i := range 400 {
+		n := randomUnits(rng, burst)
+		d, at, err := l.eval(ctx, "k", n, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wa, wr, wra := m.decide(at.UnixMicro(), n)
+		want := engine.Decision{Allowed: wa, Limit: burst, Remaining: wr, RetryAfter: wra}
+		if d != want {
+			t.Fatalf("step %d: %d units at %d µs: %+v, model %+v (TAT %s)", i, n, at.UnixMicro(), d, want, m.tatString())
+		}
+	}
+}
+
+// A request above the bucket can never be admitted: it is refused at once,
+// without a round trip, with RetryAfter Never and Limit the capacity, also
+// for n near MaxInt64. Per-key rates: KeyLimit gives the key's Limit per
+// Window (the rate); the capacity is Config.Burst, or the key's limit when
+// Burst is 0 (each key checked against the exact model); a key whose rate
+// cannot be exact, or whose limit is out of range, is refused with Never.
+func TestTokenBucketNeverAndKeyLimit(t *testing.T) {
+	s := redistest.Start(t)
+	limits := map[string]int64{"slow": 1, "fast": 1000, "inexact": 1<<40 - 1, "out": -2}
+	kl := func(k string) int64 { return limits[k] }
+	const window = time.Hour
+	for _, burst := range []int64{0, 4} {
+		l := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: 10, Burst: burst, Window: window, KeyLimit: kl},
+			WithPrefix(fmt.Sprintf("b%d:", burst)))
+		for _, k := range []string{"default", "slow", "fast"} {
+			rate := limits[k]
+			if rate == 0 {
+				rate = 10
+			}
+			capacity := burst
+			if capacity == 0 {
+				capacity = rate
+			}
+			for _, n := range []int64{capacity + 1, math.MaxInt64, math.MinInt64, -1} {
+				d, err := l.AllowN(ctx, k, n)
+				if want := (engine.Decision{Limit: capacity, RetryAfter: engine.Never}); err != nil || d != want {
+					t.Fatalf("burst %d key %q n %d: %+v %v, want %+v", burst, k, n, d, err, want)
+				}
+			}
+			// The whole bucket at once, a read, and one more, against the
+			// model of the key's own rate and capacity.
+			m := newGCRAModel(rate, capacity, window)
+			for _, n := range []int64{capacity, 0, 1} {
+				d, at, err := l.eval(ctx, k, n, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wa, wr, wra := m.decide(at.UnixMicro(), n)
+				if want := (engine.Decision{Allowed: wa, Limit: capacity, Remaining: wr, RetryAfter: wra}); d != want {
+					t.Fatalf("burst %d key %q: %d units: %+v, model %+v", burst, k, n, d, want)
+				}
+			}
+		}
+		// "inexact": 2^40 − 1 per hour in a bucket of as many units needs
+		// Burst·p + p + 2q > 2^53; a bucket of 4 is exact.
+		refused := []string{"out"}
+		if burst == 0 {
+			refused = append(refused, "inexact")
+		}
+		for _, k := range refused {
+			d, err := l.AllowN(ctx, k, 1)
+			if err != nil || d.Allowed || d.RetryAfter != engine.Never {
+				t.Fatalf("burst %d key %q: %+v %v, want a refusal with Never", burst, k, d, err)
+			}
+		}
+		if st := l.Stats(); st.RedisDecisions != 0 || st.FallbackDecisions != 0 || st.Failures != 0 {
+			t.Fatalf("burst %d: %+v: a refusal made a round trip or was counted (eval counts nothing)", burst, st)
+		}
+	}
+}
+
+// A key expires when its bucket is full again, and not before: the
+// script's PX puts the key's end between its TAT and 1 ms (plus the
+// script's own time) after it. The bound's slack of 1 s is far below the
+// 20 minutes the bucket takes to refill here.
+func TestTokenBucketKeyExpires(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Algorithm: engine.TokenBucket, Limit: 1, Burst: 3, Window: 10 * time.Minute})
+	if d, _, err := l.eval(ctx, "k", 2, 0); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	raw, err := c.Get(ctx, l.Key("k")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, q := decodeTBState(t, raw)
+	tat := new(big.Rat).Add(big.NewRat(a, 1), big.NewRat(b, q)) // µs
+	end, err := c.Do(ctx, "PEXPIRETIME", l.Key("k")).Int64()     // Unix ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	endUs := big.NewRat(end*1000, 1)
+	if endUs.Cmp(tat) < 0 || new(big.Rat).Sub(endUs, tat).Cmp(big.NewRat(1_000_000, 1)) > 0 {
+		t.Fatalf("the key expires at %d ms, want within 1 s after its TAT %s µs", end, tat.FloatString(0))
+	}
+	// A read writes nothing and leaves the expiry alone.
+	if d, _, err := l.eval(ctx, "k", 0, 0); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("a read: %+v %v", d, err)
+	}
+	if again, _ := c.Do(ctx, "PEXPIRETIME", l.Key("k")).Int64(); again != end {
+		t.Fatalf("a read moved the expiry from %d to %d", end, again)
+	}
+}
+
+// The failure policies answer for a token bucket as for a window: FailClosed
+// denies with RetryAfter one emission interval, FailOpen admits, each with
+// Limit the bucket's capacity and an error wrapping ErrUnavailable; n above
+// the capacity is refused with Never and no error. FallbackLocal needs the
+// engine's token bucket; until the engine runs one, New says so.
+func TestTokenBucketPolicies(t *testing.T) {
+	c := deadClient(t)
+	cfg := engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Burst: 5, Window: time.Second}
+	const T = time.Second / 3
+	for _, tc := range []struct {
+		opt  Option
+		want engine.Decision
+	}{
+		{WithPolicy(FailClosed), engine.Decision{Limit: 5, RetryAfter: T + 1}}, // ⌈1 s / 3⌉
+		{WithPolicy(FailOpen), engine.Decision{Allowed: true, Limit: 5, Remaining: 3}},
+	} {
+		l := mustNew(t, c, cfg, tc.opt, WithBreaker(time.Minute, time.Minute))
+		for range 3 { // a round trip that fails, then the open breaker's answers
+			d, err := l.AllowN(ctx, "k", 2)
+			if !errors.Is(err, ErrUnavailable) || d != tc.want {
+				t.Fatalf("%+v: %v, want %+v and ErrUnavailable", d, err, tc.want)
+			}
+		}
+		if d, err := l.AllowN(ctx, "k", 6); err != nil || d != (engine.Decision{Limit: 5, RetryAfter: engine.Never}) {
+			t.Fatalf("6 units of a bucket of 5: %+v %v", d, err)
+		}
+	}
+	if _, err := New(c, cfg, WithFallbackLocal(0.5)); err != nil && !strings.Contains(err.Error(), "fallback engine") {
+		t.Fatalf("WithFallbackLocal: %v", err)
+	}
+}
+
+// Redis Cluster: a key's state is one key in its hash tag's slot, and keys
+// spread over the nodes; each key's bucket holds exactly Burst.
+func TestTokenBucketCluster(t *testing.T) {
+	t.Parallel() // waits mostly on the cluster's set-up
+	nodes := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
+	defer cc.Close()
+	l := mustNew(t, cc, engine.Config{Algorithm: engine.TokenBucket, Limit: 1, Burst: 2, Window: time.Hour})
+	slots := map[int64]bool{}
+	for i := range 60 {
+		k := fmt.Sprintf("tenant-%d", i)
+		if i%3 == 0 {
+			k = fmt.Sprintf("{t%d}x{", i)
+		}
+		for j := range 3 {
+			d, _, err := l.eval(ctx, k, 1, 0) // any CROSSSLOT would surface here
+			if err != nil {
+				t.Fatalf("key %q: %v", k, err)
+			}
+			if d.Allowed != (j < 2) {
+				t.Fatalf("key %q step %d: %+v", k, j, d)
+			}
+		}
+		slot, err := cc.ClusterKeySlot(ctx, l.Key(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+	}
+	if len(slots) < 30 {
+		t.Fatalf("60 keys in %d slots", len(slots))
+	}
+}
