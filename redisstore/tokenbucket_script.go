@@ -61,11 +61,14 @@ local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local a, b = t, 0 -- TAT = a + b/q µs; a missing key is a full bucket
 local raw = redis.call('GET', key)
 if raw then
-  if #raw ~= 25 or string.byte(raw, 1) ~= 103 then
+  if #raw ~= 25 then
     return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter token bucket state')
   end
-  local sq
-  a, b, sq = struct.unpack('<ddd', raw, 2)
+  local tag, sq
+  tag, a, b, sq = struct.unpack('<Bddd', raw)
+  if tag ~= 103 then -- 'g'
+    return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter token bucket state')
+  end
   if sq ~= q then -- another rate wrote it: round TAT up to whole µs
     if b > 0 then a = a + 1 end
     b = 0
@@ -98,7 +101,7 @@ if fits then
     while c * q > nb do c = c - 1 end
     while (c + 1) * q <= nb do c = c + 1 end
     local na = a + c
-    redis.call('SET', key, 'g' .. struct.pack('<ddd', na, nb - c * q, q), 'PX', floor((na - t) / 1000) + 1)
+    redis.call('SET', key, struct.pack('<Bddd', 103, na, nb - c * q, q), 'PX', floor((na - t) / 1000) + 1)
   end
   return {1, rem, 0, 0, t}
 end
