@@ -37,7 +37,7 @@ func TestTokenBucketNewRefuses(t *testing.T) {
 		// T = 1 s + 1 ns over 2^40 − 1: p/q = 90909091/99955602525000 µs,
 		// so Burst·p + p + 2q ≤ 2^53 allows 96,880,167 units.
 		{tb(1<<40-1, 96_880_168, time.Second+1), nil, "want Burst ≤ 96880167"},
-		{tb(1, 0, 1<<52+1), nil, "Config.Window"}, // p/q = (2^52+1)/1000: 2p > 2^53
+		{tb(1, 0, 1<<52+1), nil, "Config.Window"},   // p/q = (2^52+1)/1000: 2p > 2^53
 		{tb(1, 312_750, time.Hour), nil, "to fill"}, // 35.7 years: within the engine's MaxWindow, not 2^50 µs
 		{tb(1<<40-1, 0, time.Hour), nil, "a bucket of 1099511627775 units (Config.Burst, or Limit when Burst is 0)"},
 	} {
@@ -206,7 +206,7 @@ func TestTokenBucketKeyExpires(t *testing.T) {
 	}
 	a, b, q := decodeTBState(t, raw)
 	tat := new(big.Rat).Add(big.NewRat(a, 1), big.NewRat(b, q)) // µs
-	end, err := c.Do(ctx, "PEXPIRETIME", l.Key("k")).Int64()     // Unix ms
+	end, err := c.Do(ctx, "PEXPIRETIME", l.Key("k")).Int64()    // Unix ms
 	if err != nil {
 		t.Fatal(err)
 	}
