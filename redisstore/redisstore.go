@@ -1,7 +1,8 @@
 // Package redisstore is ringlimit's sliding window shared across processes
 // on Redis: the engine's algorithms (SlidingWindow, SlidingWindowStrict,
-// FixedWindow) and its Decision, decided atomically by one Lua script per
-// request, with Redis TIME as the one time source.
+// FixedWindow, and TokenBucket as GCRA in exact integers) and its
+// Decision, decided atomically by one Lua script per request, with Redis
+// TIME as the one time source.
 //
 // Every request runs one script (EVALSHA, with EVAL on an explicit NOSCRIPT)
 // that reads the key's state (its N+1 sub-window counts, packed in one
@@ -92,7 +93,11 @@ var script = redis.NewScript(luaSource)
 // resolution), Window plus two sub-windows must be below 2^53 ns (about
 // 104 days), and with SlidingWindow Limit × sub-window width (ns) must be
 // below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
-// Limit < 9,007,199 at a 1 s sub-window). The fields that only the
+// Limit < 9,007,199 at a 1 s sub-window). With TokenBucket, Burst ×
+// Window/Limit must be exact in Lua's doubles (Burst·p + p + 2q ≤ 2^53
+// where Window/Limit = p/q µs in lowest terms) and fill in under 2^50 µs;
+// a Decision's Limit is the bucket's capacity, and WithHybrid is refused
+// (redisstore/README.md, "The token bucket"). The fields that only the
 // in-process engine implements (MaxLogLimit, Clock, CoarseClock, Shards,
 // MaxKeys, LookupCache, DisableEviction, SweepInterval and the Audit
 // fields) are refused with an error naming the field: time is Redis TIME
@@ -105,8 +110,10 @@ var script = redis.NewScript(luaSource)
 // from the next decision, with the counts kept. It must be cheap and safe
 // for concurrent use. A result of 0 means Config.Limit; a result outside
 // 1 … MaxLimit, or, with SlidingWindow, above the Limit × width bound
-// above, refuses that request with RetryAfter engine.Never, as the engine
-// does. Config.PerKeyLimits alone (the engine's SetLimit) is refused:
+// above (with TokenBucket, a rate outside the exactness bound), refuses
+// that request with RetryAfter engine.Never, as the engine does. With
+// TokenBucket the answer is the key's rate, Limit per Window; its bucket
+// holds Config.Burst, or the answer when Burst is 0. Config.PerKeyLimits alone (the engine's SetLimit) is refused:
 // redisstore has no SetLimit; use KeyLimit. KeyLimit cannot be combined
 // with WithHybrid (New refuses it): a replica's local allowance is sized
 // against one limit.
