@@ -288,3 +288,41 @@ func TestTokenBucketCluster(t *testing.T) {
 		t.Fatalf("60 keys in %d slots", len(slots))
 	}
 }
+
+// The breaker for a token bucket, for real: Ping runs (the probe writes
+// its own key), a killed server opens the breaker and the policy answers
+// (FailClosed: denied, RetryAfter one emission interval, ErrUnavailable)
+// without round trips, and after a restart decisions come from Redis
+// again. No timing is asserted.
+func TestTokenBucketBreakerRecovers(t *testing.T) {
+	s := redistest.Start(t)
+	l := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: 1_000_000, Burst: 1000, Window: time.Second})
+	if err := l.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	s.Kill()
+	waitUntil(t, "the breaker to open", func() bool {
+		d, err := l.AllowN(ctx, "k", 1)
+		if err != nil && (!errors.Is(err, ErrUnavailable) || d != (engine.Decision{Limit: 1000, RetryAfter: time.Microsecond})) {
+			t.Fatalf("a policy answer %+v %v", d, err)
+		}
+		return l.br.err() != nil
+	}, func() any { return l.Stats() })
+	before := l.Stats()
+	for range 100 {
+		if _, err := l.AllowN(ctx, "k", 1); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("with the breaker open: %v", err)
+		}
+	}
+	if st := l.Stats(); st.FallbackDecisions != before.FallbackDecisions+100 || st.RedisDecisions != before.RedisDecisions {
+		t.Fatalf("the open breaker's answers: %+v, then %+v", before, st)
+	}
+	s.Start()
+	waitUntil(t, "decisions from Redis", func() bool {
+		d, err := l.AllowN(ctx, "k", 1)
+		return err == nil && d.Allowed
+	}, func() any { return l.Stats() })
+}
