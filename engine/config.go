@@ -2,11 +2,11 @@ package engine
 
 import (
 	"fmt"
-	"math/bits"
 	"runtime"
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/pack"
+	"github.com/ringlimit/ringlimit/ringslot"
 )
 
 // Bounds of Config fields.
@@ -70,11 +70,12 @@ type Config struct {
 	SubWindows int
 	// Algorithm is the estimate; the zero value is SlidingWindow.
 	Algorithm Algorithm
-	// Burst is the capacity of a TokenBucket key: the most units it can
-	// admit at once, and what a fresh or long-idle key holds. 0 means
-	// Limit; otherwise 1 … MaxLimit. Other algorithms refuse it (0 only).
-	// The time to refill an empty bucket, Burst·Window/Limit, must be at
-	// most MaxWindow.
+	// Burst is the capacity of a TokenBucket key: the most units it
+	// admits at once, and what a fresh or idle key holds. 0 means Limit;
+	// otherwise 1 … MaxLimit. Other algorithms refuse it (0 only). New
+	// refuses a bucket whose Burst·Window/gcd(Limit, Window) is above 2^60
+	// (docs/design.md §11: the key's one word counts time in units of
+	// gcd(Limit, Window)/Limit ns, so that the rate is exact).
 	Burst int64
 	// MaxLogLimit caps every limit of a SlidingLog engine (Limit, KeyLimit
 	// results and SetLimit), because a log key holds 8 bytes per unit of
@@ -345,8 +346,10 @@ func (c Config) validate() (normalized, error) {
 	return nc, nil
 }
 
-// validateBurst checks Config.Burst: 0 or 1 … MaxLimit with TokenBucket,
-// 0 otherwise, and a refill time Burst·Window/Limit of at most MaxWindow.
+// validateBurst checks Config.Burst: 0 with every algorithm but
+// TokenBucket; with it 0 or 1 … MaxLimit, a bucket whose span in the
+// state's units fits (ringslot.BucketUnits), and none of the fields a
+// bucket does not run.
 func (nc *normalized) validateBurst() error {
 	c := nc.Config
 	if c.Algorithm != TokenBucket {
@@ -362,29 +365,24 @@ func (nc *normalized) validateBurst() error {
 	if nc.burst == 0 {
 		nc.burst = c.Limit
 	}
-	r, ok := refillTime(nc.burst, c.Limit, int64(c.Window))
+	rate, step, tau, ok := ringslot.BucketUnits(c.Limit, int64(c.Window), nc.burst)
 	if !ok {
-		return fmt.Errorf("ringlimit: Config.Burst = %d with Limit %d per Window %v takes longer than MaxWindow (%v) to refill from empty (Burst·Window/Limit); want a smaller Burst or Window, or a larger Limit", nc.burst, c.Limit, c.Window, MaxWindow)
+		return fmt.Errorf("ringlimit: Config.Burst = %d with Limit %d per Window %v: the bucket spans Burst·Window/gcd(Limit, Window) = %d·%d units of 1/%d ns, above 2^60, the most a key's one word holds exactly; want a smaller Burst or Window, or a Limit sharing more factors with Window (docs/design.md §11)", nc.burst, c.Limit, c.Window, nc.burst, step, rate)
 	}
-	nc.refill = r
+	nc.refill = (tau + rate - 1) / rate // τ/L' ns, rounded up: ≤ 2^60
+	for _, f := range []struct {
+		name, why string
+		set       bool
+	}{
+		{"PerKeyLimits", "a key's state counts time in units of 1/Limit ns, fixed by the engine's Limit", c.PerKeyLimits},
+		{"KeyLimit", "a key's state counts time in units of 1/Limit ns, fixed by the engine's Limit", c.KeyLimit != nil},
+		{"Audit", "the self-audit checks decisions against an exact log of Limit per Window, and a token bucket admits up to Burst + ⌊D·Limit/Window⌋ in any D", c.Audit != 0},
+	} {
+		if f.set {
+			return fmt.Errorf("ringlimit: Config.%s is not supported with TokenBucket: %s; leave it unset", f.name, f.why)
+		}
+	}
 	return nil
-}
-
-// refillTime is ⌈b·w/l⌉ ns, the time b units take to refill at l per w, and
-// whether it is at most MaxWindow; b, w, l ≥ 1.
-func refillTime(b, l, w int64) (int64, bool) {
-	hi, lo := bits.Mul64(uint64(b), uint64(w))
-	if hi >= uint64(l) {
-		return 0, false
-	}
-	q, r := bits.Div64(hi, lo, uint64(l))
-	if r != 0 {
-		q++
-	}
-	if q > uint64(MaxWindow) {
-		return 0, false
-	}
-	return int64(q), true
 }
 
 // limitError describes a limit outside 1 … maxLimit, naming what set it.

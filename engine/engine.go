@@ -68,19 +68,23 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if nc.Algorithm == TokenBucket {
-		return nil, errors.New("ringlimit: Config.Algorithm = TokenBucket is not supported by the engine yet")
-	}
 	geo := ringslot.NewGeometry(nc.width, nc.n, nc.Algorithm == SlidingWindow, nc.PerKeyLimits)
-	if nc.Algorithm == SlidingLog {
+	limit := nc.Limit
+	switch nc.Algorithm {
+	case SlidingLog:
 		geo = ringslot.NewLog(int64(nc.Window))
+	case TokenBucket:
+		// A bucket's limit, as the engine passes it around (n ≤ limit,
+		// Decision.Limit), is its Burst; the rate is the geometry's.
+		geo = ringslot.NewBucket(nc.Limit, int64(nc.Window), nc.burst)
+		limit = nc.burst
 	}
 	e := &Engine{
 		cfg:      nc,
 		geo:      geo,
 		tab:      shard.New(geo, nc.shards, nc.MaxKeys),
 		clk:      nc.Clock,
-		limit:    nc.Limit,
+		limit:    limit,
 		maxLimit: nc.maxLimit,
 		perKey:   nc.PerKeyLimits,
 		keyLimit: nc.KeyLimit,
@@ -389,6 +393,17 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 		// retirement time. Removing it here would raise the table's floor
 		// to a time this caller chose, possibly far past the clock.
 		return ringslot.Ring{}, false
+	}
+	if e.geo.IsBucket() {
+		// A bucket's retired ring may still owe units (a move, Carry):
+		// the key moves into a ring that carries its TAT, under its
+		// bucket lock. A key reclaimed meanwhile was full: it starts
+		// afresh at the table's floor.
+		if r, ok := e.tab.Swap(h, key, old, func() ringslot.Ring { return e.geo.Carry(old, t) }); ok {
+			return r, true
+		}
+		r, err := e.tab.LoadOrCreate(h, key, e.freshAt(t, limit))
+		return r, err == nil
 	}
 	r, err := e.tab.Replace(h, key, old, e.freshAt(t, limit))
 	if err != nil {

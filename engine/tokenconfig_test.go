@@ -22,8 +22,12 @@ func TestTokenBucketBadBurst(t *testing.T) {
 		{"negative", func(c *engine.Config) { c.Burst = -1 }, []string{"Config.Burst = -1", "0 (Limit) or 1 … 1099511627775"}},
 		{"above MaxLimit", func(c *engine.Config) { c.Burst = engine.MaxLimit + 1 }, []string{"Config.Burst = 1099511627776", "1 … 1099511627775"}},
 		{"min int64", func(c *engine.Config) { c.Burst = -1 << 63 }, []string{"Config.Burst = -9223372036854775808"}},
-		{"refill longer than MaxWindow", func(c *engine.Config) { c.Window = engine.MaxWindow; c.Limit = 1; c.Burst = 2 }, []string{"Config.Burst = 2", "MaxWindow", "to refill from empty"}},
-		{"refill past int64", func(c *engine.Config) { c.Limit = 1; c.Burst = engine.MaxLimit }, []string{"Config.Burst = 1099511627775", "MaxWindow"}},
+		{"prime limit per day", func(c *engine.Config) { c.Limit = 999_999; c.Window = 24 * time.Hour }, []string{"Config.Burst = 999999", "units of 1/37037 ns"}},
+		{"per-key limits", func(c *engine.Config) { c.PerKeyLimits = true }, []string{"Config.PerKeyLimits is not supported with TokenBucket"}},
+		{"key limit", func(c *engine.Config) { c.KeyLimit = func(string) int64 { return 1 } }, []string{"Config.KeyLimit is not supported with TokenBucket"}},
+		{"audit", func(c *engine.Config) { c.Audit = 1 }, []string{"Config.Audit is not supported with TokenBucket", "Burst + ⌊D·Limit/Window⌋"}},
+		{"span above 2^60 units", func(c *engine.Config) { c.Window = engine.MaxWindow; c.Limit = 1; c.Burst = 2 }, []string{"Config.Burst = 2", "Burst·Window/gcd(Limit, Window) = 2·1152921504606846976", "above 2^60"}},
+		{"span past int64", func(c *engine.Config) { c.Limit = 1; c.Burst = engine.MaxLimit }, []string{"Config.Burst = 1099511627775", "above 2^60"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

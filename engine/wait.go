@@ -80,6 +80,14 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // waiter has no priority over later requests, and a Cancel that frees room
 // does not wake it.
 //
+// With TokenBucket, Wait instead books its units at once, as
+// golang.org/x/time/rate's Wait does, and sleeps until the bucket admits
+// them: concurrent waiters are released at the rate, one slot each, in the
+// order they booked, and none asks twice. ErrWaitExceedsDeadline is
+// returned, recording nothing, when that instant is past ctx's deadline; a
+// waiter whose ctx ends gives its booking back if it is still the key's
+// newest (Reservation.Cancel), else its slot stays taken.
+//
 // Waiting uses the engine's Clock: a WaitClock (ManualClock) when the
 // Clock implements it, so that tests move waiters deterministically by
 // advancing the clock; a time.Timer otherwise (the monotonic and the
@@ -88,6 +96,9 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // resolution plus the refresher's scheduling delay), so a wake may find
 // the room not yet there and sleep once more, for about that lag.
 func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
+	if e.geo.IsBucket() {
+		return e.waitBucket(ctx, key, n) // books its slot: tokenwait.go
+	}
 	waiter, _ := e.clk.(WaitClock)
 	var timer *time.Timer
 	defer func() {

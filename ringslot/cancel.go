@@ -60,6 +60,9 @@ func (g *Geometry) Cancel(r Ring, at, n int64) (returned, dead bool) {
 	if g.log {
 		return g.logCancel(r, at, n)
 	}
+	if g.special {
+		return g.bucketCancel(r, at, n)
+	}
 	last := r.word(wordLast)
 	l := last.Load()
 	if l < 0 {
@@ -172,6 +175,9 @@ type Charged struct {
 func (g *Geometry) Charge(r Ring, t, n, keep int64) Charged {
 	if g.log {
 		return g.logCharge(r, t, n, keep)
+	}
+	if g.special {
+		return g.bucketCharge(r, t, n)
 	}
 	return g.chargeRing(r, t, n)
 }

@@ -75,6 +75,7 @@ func NewLog(window int64) *Geometry {
 		width:   window,
 		slots:   1,
 		log:     true,
+		special: true,
 		limitAt: logLimit,
 		hdr:     logHdr,
 		words:   logHdr,
