@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +17,9 @@ var errTokenBucketHybrid = errors.New("redisstore: Config.Algorithm = TokenBucke
 // Config.Limit and Burst, refused with an error naming the field when the
 // script cannot be exact for it (see newTBRate).
 func (l *Limiter) initTokenBucket() error {
+	if l.cfg.KeyLimit != nil && l.opts.policy == FallbackLocal {
+		return errors.New("redisstore: WithFallbackLocal with a TokenBucket and Config.KeyLimit: the fallback is the engine's token bucket, which has no per-key limits (its state's unit is fixed by Limit); use FailClosed or FailOpen, or one limiter per rate")
+	}
 	b, err := newTokenBucket(l.cfg.Limit, l.cfg.Burst, l.cfg.Window)
 	if err != nil {
 		return err
@@ -33,35 +35,6 @@ func (l *Limiter) initTokenBucket() error {
 	// key's probe name: a fixed window of 1 s, kept 2 s.
 	l.args = []any{int64(1_000_000), 0, "0", int64(2000)}
 	return nil
-}
-
-// validateTokenBucket validates a TokenBucket's cfg while the engine
-// refuses to run one (engine.New's err): the fields it shares with
-// FixedWindow as a FixedWindow's, and Burst as the engine's validation
-// does (0 or 1 … MaxLimit); newTBRate's bounds, checked next, are
-// stricter than the engine's refill bound (MaxWindow). Any other error of
-// the engine's is returned as it is.
-func validateTokenBucket(cfg engine.Config, err error) (engine.Config, error) {
-	if !strings.Contains(err.Error(), "not supported by the engine yet") {
-		return engine.Config{}, err
-	}
-	if cfg.Burst < 0 || cfg.Burst > engine.MaxLimit {
-		return engine.Config{}, fmt.Errorf("redisstore: Config.Burst = %d, want 0 (Limit) or 1 … %d", cfg.Burst, int64(engine.MaxLimit))
-	}
-	fc := cfg
-	fc.Algorithm, fc.Burst = engine.FixedWindow, 0
-	e, err := engine.New(fc)
-	if err != nil {
-		return engine.Config{}, err
-	}
-	norm := e.Config()
-	_ = e.Close()
-	norm.Shards, norm.SweepInterval, norm.DisableEviction = 0, 0, false
-	norm.Algorithm, norm.Burst = engine.TokenBucket, cfg.Burst
-	if norm.Burst == 0 {
-		norm.Burst = cfg.Limit
-	}
-	return norm, nil
 }
 
 // capOf is the Decision's Limit for a key whose limit is limit: the

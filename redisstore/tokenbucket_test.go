@@ -39,7 +39,11 @@ func TestTokenBucketNewRefuses(t *testing.T) {
 		{tb(1<<40-1, 96_880_168, time.Second+1), nil, "want Burst ≤ 96880167"},
 		{tb(1, 0, 1<<52+1), nil, "Config.Window"},   // p/q = (2^52+1)/1000: 2p > 2^53
 		{tb(1, 312_750, time.Hour), nil, "to fill"}, // 35.7 years: within the engine's MaxWindow, not 2^50 µs
-		{tb(1<<40-1, 0, time.Hour), nil, "a bucket of 1099511627775 units (Config.Burst, or Limit when Burst is 0)"},
+		// p/q = 1000000001/10^11 µs: 10^8·p > 2^53 (the engine's own bound,
+		// 10^8 · 1000000001 units of 1/10^8 ns ≤ 2^60, holds).
+		{tb(100_000_000, 0, time.Second+1), nil, "a bucket of 100000000 units (Config.Burst, or Limit when Burst is 0)"},
+		{engine.Config{Algorithm: engine.TokenBucket, Limit: 10, Window: time.Second, KeyLimit: func(string) int64 { return 0 }},
+			[]Option{WithFallbackLocal(0.5)}, "WithFallbackLocal with a TokenBucket and Config.KeyLimit"},
 	} {
 		_, err := New(c, tc.cfg, tc.opts...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -125,6 +129,43 @@ func TestTokenBucketMatchesModelOnRedisTime(t *testing.T) {
 		if d != want {
 			t.Fatalf("step %d: %d units at %d µs: %+v, model %+v (TAT %s)", i, n, at.UnixMicro(), d, want, m.tatString())
 		}
+	}
+}
+
+// Each decision on Redis TIME is the engine's token bucket's, driven with
+// AllowAt at the time the script used: the same Decision, field by field
+// (the engine and the script compute the same GCRA, each exactly, in
+// different units).
+func TestTokenBucketMatchesEngine(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	for i, cf := range []engine.Config{
+		{Algorithm: engine.TokenBucket, Limit: 7, Burst: 3, Window: 10 * time.Millisecond},
+		{Algorithm: engine.TokenBucket, Limit: 3, Window: 5*time.Millisecond + 1},
+		{Algorithm: engine.TokenBucket, Limit: 1000, Burst: 1, Window: time.Second},
+	} {
+		t.Run(fmt.Sprintf("L%d-B%d-W%v", cf.Limit, cf.Burst, cf.Window), func(t *testing.T) {
+			l := mustNew(t, c, cf, WithPrefix(fmt.Sprintf("eng%d:", i)))
+			ref := engineRef(t, cf)
+			rng := rand.New(rand.NewPCG(uint64(i), 29))
+			burst := l.Config().Burst
+			var last time.Time
+			for step := range 300 {
+				key := []string{"a", "b{c}"}[rng.IntN(2)]
+				n := randomUnits(rng, burst)
+				d, at, err := l.eval(ctx, key, n, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if at.Before(last) {
+					t.Skipf("Redis TIME went back (%v after %v): the engine clamps an older time, the script does not", at, last)
+				}
+				last = at
+				if want := ref.AllowAt(key, n, at); d != want {
+					t.Fatalf("step %d: %d units of %q at %v: redis %+v, engine %+v", step, n, key, at.UnixMicro(), d, want)
+				}
+			}
+		})
 	}
 }
 
@@ -250,8 +291,24 @@ func TestTokenBucketPolicies(t *testing.T) {
 			t.Fatalf("6 units of a bucket of 5: %+v %v", d, err)
 		}
 	}
-	if _, err := New(c, cfg, WithFallbackLocal(0.5)); err != nil && !strings.Contains(err.Error(), "fallback engine") {
-		t.Fatalf("WithFallbackLocal: %v", err)
+	// FallbackLocal: the engine's token bucket holding the share, here a
+	// bucket of ⌊0.5·5⌋ = 2 at ⌊0.5·3⌋ = 1 per second.
+	l := mustNew(t, c, cfg, WithFallbackLocal(0.5), WithBreaker(time.Minute, time.Minute))
+	for i, st := range []struct {
+		n    int64
+		want engine.Decision
+	}{
+		{2, engine.Decision{Allowed: true, Limit: 2}},
+		{1, engine.Decision{Limit: 2}},                    // RetryAfter: about 1 s, from the local clock
+		{3, engine.Decision{Limit: 2, RetryAfter: T + 1}}, // above the share, within the bucket: not Never
+	} {
+		d, err := l.AllowN(ctx, "k", st.n)
+		if i == 1 && d.RetryAfter > 900*time.Millisecond && d.RetryAfter <= time.Second {
+			d.RetryAfter = 0
+		}
+		if !errors.Is(err, ErrUnavailable) || d != st.want {
+			t.Fatalf("FallbackLocal, %d units: %+v %v, want %+v and ErrUnavailable", st.n, d, err, st.want)
+		}
 	}
 }
 
