@@ -113,10 +113,10 @@ var script = redis.NewScript(luaSource)
 // above (with TokenBucket, a rate outside the exactness bound), refuses
 // that request with RetryAfter engine.Never, as the engine does. With
 // TokenBucket the answer is the key's rate, Limit per Window; its bucket
-// holds Config.Burst, or the answer when Burst is 0. Config.PerKeyLimits alone (the engine's SetLimit) is refused:
-// redisstore has no SetLimit; use KeyLimit. KeyLimit cannot be combined
-// with WithHybrid (New refuses it): a replica's local allowance is sized
-// against one limit.
+// holds Config.Burst, or the answer when Burst is 0. Config.PerKeyLimits
+// alone (the engine's SetLimit) is refused: redisstore has no SetLimit;
+// use KeyLimit. KeyLimit cannot be combined with WithHybrid (New refuses
+// it): a replica's local allowance is sized against one limit.
 //
 // If the client lets a round trip to a stalled server last forever (a
 // *redis.Client or *redis.ClusterClient given ReadTimeout −1 or −2, no
