@@ -1,5 +1,5 @@
 // Package engine is ringlimit's public API: an in-process, lock-free, keyed
-// sliding-window limiter.
+// sliding-window limiter, or token bucket (TokenBucket).
 package engine
 
 import (
@@ -25,7 +25,9 @@ import (
 // slots refreshes the cache (docs/design.md §3 has the protocol). A key's first request, and
 // its first after it was reclaimed, creates its state under one xsync bucket
 // lock inside the map. SlidingLog is the exception: a decision holds the
-// key's own spin lock (see SlidingLog), and still does not allocate.
+// key's own spin lock (see SlidingLog), and still does not allocate. A
+// TokenBucket decision is two loads and one CAS on the key's one word
+// (docs/design.md §11).
 //
 // Under contention on one key a request can be refused that a sequential
 // execution would admit (a false denial, when it sees another request's add

@@ -323,7 +323,7 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64, held [
 		if adapter.Quiet(i.cfg.below, d) {
 			return nil, nil
 		}
-		return i.md(nil, i.fields, d, i.fields.AdmittedReset()), nil
+		return i.md(nil, i.fields, d, i.fields.AdmittedReset(d.Remaining)), nil
 	}
 	return i.refuse(nil, i.fields, d, cost)
 }

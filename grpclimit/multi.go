@@ -171,7 +171,7 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, costs []in
 	var md metadata.MD
 	for j := range n {
 		if have[j] && j != v.At && !adapter.Quiet(i.cfg.below, ds[j]) {
-			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedResetAt(v.Now))
+			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedResetAt(v.Now, ds[j].Remaining))
 		}
 	}
 	switch {

@@ -147,7 +147,7 @@ func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
-		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(d.Remaining), false)
 		held, costs := [1]adapter.Held{h}, [1]int64{cost}
 		m.run(w, r, next, held[:], costs[:])
 		return

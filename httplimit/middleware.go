@@ -222,7 +222,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
-		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(d.Remaining), false)
 		next.ServeHTTP(w, r)
 		return
 	}

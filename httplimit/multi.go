@@ -176,7 +176,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	h := w.Header()
 	for i := range n {
 		if have[i] && i != v.At {
-			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedResetAt(v.Now), false)
+			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedResetAt(v.Now, ds[i].Remaining), false)
 		}
 	}
 	switch {
