@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/big"
@@ -216,4 +217,52 @@ func TestTokenBucketKeyExpires(t *testing.T) {
 	if again, _ := c.Do(ctx, "PEXPIRETIME", l.Key("k")).Int64(); again != end {
 		t.Fatalf("a read moved the expiry from %d to %d", end, again)
 	}
+}
+
+// A backward step of the Redis host's clock (written here as a state 15 s
+// in TIME's future, which is what Redis holds after such a step): the
+// bucket is found emptier, never fuller, and a denial's RetryAfter counts
+// the wait from TIME itself, lag included, as the exact model does.
+func TestTokenBucketClockStepBack(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	const limit, burst = 4, 2
+	const window = time.Second // T = 250 ms
+	l := mustNew(t, c, engine.Config{Algorithm: engine.TokenBucket, Limit: limit, Burst: burst, Window: window})
+	_, now, err := l.eval(ctx, "probe", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TAT 15 s + 1/7 µs ahead: the bucket is empty until TIME passes it.
+	ahead := now.UnixMicro() + 15_000_000
+	raw := string([]byte{'g'}) + packFloats(ahead, 1, 7)
+	if err := c.Set(ctx, l.Key("k"), raw, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, at, err := l.eval(ctx, "k", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The model: a TAT of ahead µs (q 7 is not this rate's q = 1, so the
+	// script rounds it up to the next whole µs first).
+	m := newGCRAModel(limit, burst, window)
+	m.tat = big.NewRat(ahead+1, 1)
+	wa, wr, wra := m.decide(at.UnixMicro(), 1)
+	if want := (engine.Decision{Allowed: wa, Limit: burst, Remaining: wr, RetryAfter: wra}); d != want || d.Allowed {
+		t.Fatalf("%+v, model %+v", d, want)
+	}
+	// The lag counts: TAT − TIME + T − Burst·T, some 14.75 s, not the
+	// 250 ms a wait measured from the TAT would say.
+	if lag := time.Duration(ahead-at.UnixMicro()) * time.Microsecond; d.RetryAfter != lag+time.Microsecond-window/limit {
+		t.Fatalf("RetryAfter %v, want the lag %v + 1 µs − 250 ms", d.RetryAfter, lag)
+	}
+}
+
+// packFloats is little-endian doubles, as the scripts store them.
+func packFloats(vs ...int64) string {
+	b := make([]byte, 8*len(vs))
+	for i, v := range vs {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+	}
+	return string(b)
 }
