@@ -102,6 +102,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReserveCancel$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzCostEdges$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenBucketOperations$$' -fuzztime $(FUZZTIME) ./engine/
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketRate$$' -fuzztime $(FUZZTIME) .
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketWait$$' -fuzztime $(FUZZTIME) .
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketOperations$$' -fuzztime $(FUZZTIME) .
 
 # The scenario table (bench/): medians of COUNT runs, one column per
 # algorithm, via benchstat; then the layout and memory figures.
