@@ -79,6 +79,7 @@ type Limiter struct {
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
 	callerGone, noReply                                           atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
+	cancelErrors, chargeErrors                                    atomic.Uint64 // reserve.go
 }
 
 var script = redis.NewScript(luaSource)
