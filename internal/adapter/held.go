@@ -98,6 +98,13 @@ func CheckHold(option string, l any, b Backend) error {
 	if !b.CanReserve() {
 		return fmt.Errorf("%s needs a limiter that can give units back or settle them after the handler: an *engine.Engine, or a ReservingLimiter (ReserveN); %T is neither", option, l)
 	}
+	if c, ok := l.(interface{ CanReserve() error }); ok && !IsNil(l) {
+		// A limiter that has ReserveN but cannot use it in its mode
+		// (redisstore's hybrid limiter) says so at construction.
+		if err := c.CanReserve(); err != nil {
+			return fmt.Errorf("%s: %w", option, err)
+		}
+	}
 	if c, ok := l.(Configured); ok && option == "WithInFlight" && !IsNil(l) {
 		if alg := c.Config().Algorithm; alg == engine.FixedWindow {
 			return fmt.Errorf("WithInFlight: the limiter's Algorithm is %v, whose window boundary drops every unit in flight at once; use SlidingWindowStrict (a unit counts in full for Window, plus up to one sub-window) or SlidingLog (exactly Window)", alg)

@@ -2,6 +2,8 @@ package adapter
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +93,33 @@ func TestMultiReserveReleasesRemotes(t *testing.T) {
 	}
 	if len(plain.got) != 1 {
 		t.Fatalf("the plain limiter was asked %d times", len(plain.got))
+	}
+}
+
+// cannotReserve has ReserveN but cannot use it (as redisstore's hybrid
+// limiter): CanReserve says why.
+type cannotReserve struct{}
+
+func (cannotReserve) AllowN(context.Context, string, int64) (engine.Decision, error) {
+	return engine.Decision{}, nil
+}
+func (cannotReserve) ReserveN(context.Context, string, int64) (engine.Decision, SettleFunc, error) {
+	return engine.Decision{}, nil, errCannot
+}
+func (cannotReserve) CanReserve() error { return errCannot }
+
+var errCannot = errors.New("cannot reserve in this mode")
+
+// CheckHold refuses, at construction, a ReservingLimiter whose CanReserve
+// reports that it cannot reserve, naming the option and wrapping the cause.
+func TestCheckHoldAsksCanReserve(t *testing.T) {
+	b, err := NewBackend(cannotReserve{})
+	if err != nil || !b.CanReserve() {
+		t.Fatal(err)
+	}
+	for _, opt := range []string{"WithInFlight", "WithSettle"} {
+		if err := CheckHold(opt, cannotReserve{}, b); !errors.Is(err, errCannot) || !strings.HasPrefix(err.Error(), opt) {
+			t.Fatalf("CheckHold(%s): %v", opt, err)
+		}
 	}
 }
