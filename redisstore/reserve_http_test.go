@@ -295,3 +295,37 @@ func TestHTTPMultiRateAndInFlightOverRedis(t *testing.T) {
 		t.Fatalf("Redis holds %d in-flight units of the tenant, want 0", got)
 	}
 }
+
+// While Redis is down, FallbackLocal's in-flight admissions hold their
+// units in the local engine, and the middleware gives them back there
+// when the handler returns: the in-flight limit holds locally, and does
+// not turn into one request per unit per Window.
+func TestHTTPInFlightFallbackLocal(t *testing.T) {
+	l := mustNew(t, deadClient(t), engine.Config{Limit: 2, Window: time.Minute, SubWindows: 12, Algorithm: engine.SlidingWindowStrict}, WithFallbackLocal(1))
+	m, err := httplimit.NewMiddleware(l, httplimit.WithInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	h := m.Handler(g)
+	a, b := serveAsync(h, "192.0.2.1:1", nil), serveAsync(h, "192.0.2.1:2", nil)
+	within(t, g.started, "first")
+	within(t, g.started, "second")
+	if w := serve(h, "192.0.2.1:3", nil); w.Code == http.StatusOK {
+		t.Fatalf("a third request in flight, locally: %d, want refused", w.Code)
+	}
+	close(g.release)
+	within(t, a, "first's answer")
+	within(t, b, "second's answer")
+	if got := l.local.AllowN("192.0.2.1", 0).Remaining; got != 2 {
+		t.Fatalf("the local engine after the handlers returned: remaining %d, want 2", got)
+	}
+	for i := range 5 {
+		if w := serve(h, "192.0.2.1:4", nil); w.Code != http.StatusOK {
+			t.Fatalf("sequential request %d: %d, want 200 (each gives its unit back)", i, w.Code)
+		}
+	}
+	if st := m.Stats(); st.SettleErrors != 0 || st.Errors == 0 {
+		t.Fatalf("Stats %+v: want the policy answers counted as Errors, no settle errors", st)
+	}
+}

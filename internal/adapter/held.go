@@ -73,7 +73,10 @@ func (h *Held) Units() int64 {
 func (b *Backend) CanReserve() bool { return b.eng != nil || b.reserving != nil }
 
 // Reserve is AllowN that keeps what it admitted in a Held, when b can
-// reserve (else the Held is empty, and the admission stays).
+// reserve (else the Held is empty, and the admission stays). A failure
+// policy's admission (err != nil, d.Allowed) holds what the limiter says
+// it holds: nothing for most (a nil SettleFunc), a local reservation for
+// redisstore's FallbackLocal, which its SettleFunc gives back there.
 func (b *Backend) Reserve(ctx context.Context, key string, n int64) (engine.Decision, Held, error) {
 	switch {
 	case b.eng != nil:
@@ -81,8 +84,8 @@ func (b *Backend) Reserve(ctx context.Context, key string, n int64) (engine.Deci
 		return r.Decision(), Held{res: r, eng: b.eng}, nil
 	case b.reserving != nil:
 		d, settle, err := b.reserving.ReserveN(ctx, key, n)
-		if err != nil || !d.Allowed {
-			settle = nil // nothing is held: the failure policy's admission, or a refusal
+		if !d.Allowed {
+			settle = nil // a refusal holds nothing
 		}
 		return d, Held{remote: settle}, err
 	}
@@ -150,6 +153,7 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 				v.At, v.Failure = i, true
 				return v
 			}
+			held[i] = h // a failure policy's admission may hold units (Backend.Reserve)
 			continue
 		}
 		ds[i], have[i], held[i] = d, true, h
