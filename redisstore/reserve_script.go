@@ -77,12 +77,20 @@ local fixed, nowrite = proxy(true), proxy(false)
 local function args(units, force)
   return {units, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], force}
 end
--- peek: what a one-unit request gets now, Remaining before it, and status x
+-- peek: what a one-unit request gets now, Remaining before it, and status
+-- x. One unit fits exactly when Remaining (limit minus the count, its
+-- weighted part rounded up) is at least 1, the limit being an integer; only
+-- a refusal runs the decision for one unit (without its SET), for its
+-- RetryAfter.
 local function peek(x)
-  local a = decide(nowrite, KEYS, args('1'))
-  if a.err then return a end
-  local b = decide(nowrite, KEYS, args('0'))
-  return {a[1], b[2], a[3], a[4], x}
+  local a = decide(nowrite, KEYS, args('0'))
+  if a.err or a[2] >= 1 then
+    if not a.err then a[5] = x end
+    return a
+  end
+  local b = decide(nowrite, KEYS, args('1'))
+  if b.err then return b end
+  return {b[1], a[2], b[3], b[4], x}
 end
 -- epoch: the sub-window of tm, exactly (as luaSource's e0)
 local function epoch()
