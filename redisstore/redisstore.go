@@ -12,6 +12,12 @@
 // share counters (see Limiter.Key). Concurrent calls share round trips as
 // pipelines, and every call returns by its context's deadline.
 //
+// Reserve holds admitted units that Cancel gives back and Settle adjusts
+// to the work's actual cost, and ChargeN records a cost known only
+// afterwards, each one script call on the key's sub-window; with ReserveN,
+// a Limiter serves httplimit's and grpclimit's WithInFlight and
+// WithSettle.
+//
 // The script reads TIME and then writes, which needs effects replication
 // (the default since Redis 5, the only mode since Redis 7); on older
 // servers the script calls redis.replicate_commands() first.
