@@ -100,6 +100,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzOperations$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzReserveCancel$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzCostEdges$$' -fuzztime $(FUZZTIME) ./engine/
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzHeldOperations$$' -fuzztime $(FUZZTIME) -parallel 2 .
 
 # The scenario table (bench/): medians of COUNT runs, one column per
 # algorithm, via benchstat; then the layout and memory figures.

@@ -165,7 +165,7 @@ func (r *Reservation) At() time.Time {
 	case r.claim == nil:
 		return r.local.At()
 	}
-	return time.UnixMicro(r.epoch * r.l.args[0].(int64))
+	return time.Unix(0, r.epoch*r.l.width) // width: ns, a whole number of µs
 }
 
 // Cancel returns the Reservation's units to the sub-window they were

@@ -1,159 +1,14 @@
 package redisstore
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
-
-// heldTimes is a go-redis hook that keeps the Redis time of the last
-// reply of heldScript (its fourth element), so that a test can drive the
-// engine at the instant Redis decided.
-type heldTimes struct{ last atomic.Int64 } // µs
-
-func watchHeld(c *redis.Client) *heldTimes {
-	h := &heldTimes{}
-	c.AddHook(h)
-	return h
-}
-
-func (h *heldTimes) at() time.Time                               { return time.UnixMicro(h.last.Load()) }
-func (h *heldTimes) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *heldTimes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *heldTimes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if c, ok := cmd.(*redis.Cmd); ok {
-			if a, ok := c.Val().([]any); ok && len(a) == 5 {
-				if t, ok := a[3].(int64); ok {
-					h.last.Store(t)
-				}
-			}
-		}
-		return err
-	}
-}
-
-// A random run of Reserve, Cancel, Settle (fewer, equal, more units) and
-// ChargeN, with copies, matches the engine driven at the Redis time of
-// each call: every Decision, every error's kind, and every Cancel's report
-// (but one case: a sub-window Redis TIME has moved out of the window,
-// which Redis refuses and the engine, judging by the key's newest time,
-// may cancel in a ring that no longer counts it).
-func TestReserveMatchesEngine(t *testing.T) {
-	s := redistest.Start(t)
-	for _, tc := range []struct {
-		alg engine.Algorithm
-		n   int
-	}{{engine.SlidingWindowStrict, 4}, {engine.SlidingWindow, 4}, {engine.FixedWindow, 0}, {engine.SlidingWindowStrict, 1}} {
-		t.Run(fmt.Sprintf("%v/N=%d", tc.alg, tc.n), func(t *testing.T) {
-			t.Parallel()
-			c := client(t, s)
-			times := watchHeld(c)
-			cfg := engine.Config{Limit: 10, Window: 80 * time.Millisecond * time.Duration(max(1, tc.n)), SubWindows: tc.n, Algorithm: tc.alg}
-			l := mustNew(t, c, cfg, WithPrefix(fmt.Sprintf("held:%v:%d:", tc.alg, tc.n)))
-			ref := engineRef(t, cfg)
-			w := l.width / 1000 // µs
-			rng := rand.New(rand.NewPCG(uint64(tc.alg), uint64(tc.n)))
-			type pair struct {
-				r Reservation
-				e engine.Reservation
-			}
-			var held []pair
-			keys := []string{"a", "b{c}"}
-			var cancelled, settledLess, settledMore, charged, debts int
-			for i := range 500 {
-				key := keys[rng.IntN(len(keys))]
-				switch op := rng.IntN(10); {
-				case op < 4 || len(held) == 0: // reserve
-					n := int64(rng.IntN(5))
-					r, err := l.Reserve(ctx, key, n)
-					if err != nil {
-						t.Fatal(err)
-					}
-					e := ref.ReserveAt(key, n, times.at())
-					if r.Decision() != e.Decision() || r.Units() != e.Units() {
-						t.Fatalf("step %d: Reserve(%q, %d) at %v: redis %+v (%d units), engine %+v (%d units)", i, key, n, times.at(), r.Decision(), r.Units(), e.Decision(), e.Units())
-					}
-					if r.Units() > 0 {
-						if got, want := r.At(), e.At(); !got.Equal(want) {
-							t.Fatalf("step %d: At %v, engine %v", i, got, want)
-						}
-						held = append(held, pair{r, e})
-					}
-				case op < 6: // cancel, maybe on a copy, maybe twice
-					k := rng.IntN(len(held))
-					p := held[k]
-					if rng.IntN(3) == 0 {
-						held = append(held[:k], held[k+1:]...)
-					}
-					got, err := p.r.Cancel(ctx)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want := p.e.Cancel()
-					gone := p.r.epoch < times.at().UnixMicro()/w-int64(tc.n) // left the window by TIME
-					if got != want && !(gone && !got) {
-						t.Fatalf("step %d: Cancel of %d units at %v (reserved at %v): redis %v, engine %v", i, p.r.Units(), times.at(), p.r.At(), got, want)
-					}
-					if got {
-						cancelled++
-					}
-				case op < 9: // settle
-					k := rng.IntN(len(held))
-					p := held[k]
-					held = append(held[:k], held[k+1:]...)
-					actual := int64(rng.IntN(int(2*p.r.Units() + 2)))
-					if rng.IntN(8) == 0 {
-						actual = p.r.Units() + cfg.Limit*3 // a debt past the limit
-						debts++
-					}
-					got, err := p.r.Settle(ctx, actual)
-					want, werr := p.e.SettleAt(actual, times.at())
-					if (err == nil) != (werr == nil) || errors.Is(err, engine.ErrSettled) != errors.Is(werr, engine.ErrSettled) {
-						t.Fatalf("step %d: Settle(%d) of %d units: redis %v, engine %v", i, actual, p.r.Units(), err, werr)
-					}
-					if err == nil && got != want {
-						t.Fatalf("step %d: Settle(%d) of %d units at %v: redis %+v, engine %+v", i, actual, p.r.Units(), times.at(), got, want)
-					}
-					if actual < p.r.Units() {
-						settledLess++
-					} else if actual > p.r.Units() {
-						settledMore++
-					}
-				default: // charge
-					n := int64(rng.IntN(8))
-					got, err := l.ChargeN(ctx, key, n)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want, werr := ref.ChargeAt(key, n, times.at())
-					if werr != nil || got != want {
-						t.Fatalf("step %d: ChargeN(%q, %d) at %v: redis %+v, engine %+v %v", i, key, n, times.at(), got, want, werr)
-					}
-					charged++
-				}
-				if rng.IntN(25) == 0 {
-					time.Sleep(time.Duration(rng.Int64N(int64(cfg.Window) * 3 / 2)))
-				}
-			}
-			t.Logf("cancelled %d, settled to fewer %d, to more %d (debts past the limit %d), charged %d", cancelled, settledLess, settledMore, debts, charged)
-			if cancelled == 0 || settledLess == 0 || settledMore == 0 || charged == 0 {
-				t.Fatal("the run did not exercise every operation")
-			}
-		})
-	}
-}
 
 // A Reservation settles or cancels once, across copies: a second Cancel
 // and a Cancel after Settle report false, a Settle after either is
@@ -261,5 +116,55 @@ func TestChargeBounds(t *testing.T) {
 	weighted := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindow})
 	if _, err := weighted.ChargeN(ctx, "w", weighted.maxLimit+1); !errors.Is(err, engine.ErrDebtFull) {
 		t.Fatalf("SlidingWindow: a charge past the exactness bound %d: %v, want ErrDebtFull", weighted.maxLimit, err)
+	}
+}
+
+// ReserveN's SettleFunc after an admission of 0 units (nothing reserved)
+// charges what the work used, as the adapters expect; a refusal returns
+// no SettleFunc.
+func TestReserveNZeroCharges(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	d, settle, err := l.ReserveN(ctx, "k", 0)
+	if err != nil || !d.Allowed || settle == nil {
+		t.Fatalf("ReserveN(0): %+v %v (settle nil: %v)", d, err, settle == nil)
+	}
+	if d, err := settle(ctx, 12); err != nil || d.Allowed {
+		t.Fatalf("settle(12) after ReserveN(0): %+v %v, want the debt to refuse", d, err)
+	}
+	if got := storedUnits(t, c, l, "k"); got != 12 {
+		t.Fatalf("stored %d, want 12", got)
+	}
+	if d, settle, err := l.ReserveN(ctx, "k", 1); err != nil || d.Allowed || settle != nil {
+		t.Fatalf("ReserveN refused: %+v %v (settle nil: %v)", d, err, settle == nil)
+	}
+}
+
+// A value at the key that is not this limiter's state is left alone: a
+// cancel, a settle and a charge fail with Redis's WRONGTYPE, wrapped in
+// ErrNotApplied, and are counted.
+func TestHeldForeignValue(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	r, err := l.Reserve(ctx, "k", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, l.Key("k"), "not a state", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.Cancel(ctx); ok || !errors.Is(err, ErrNotApplied) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Cancel over a foreign value: %v %v", ok, err)
+	}
+	if _, err := l.ChargeN(ctx, "k", 1); !errors.Is(err, ErrNotApplied) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("ChargeN over a foreign value: %v", err)
+	}
+	if v, _ := c.Get(ctx, l.Key("k")).Result(); v != "not a state" {
+		t.Fatalf("the foreign value was changed: %q", v)
+	}
+	if st := l.Stats(); st.CancelErrors != 1 || st.ChargeErrors != 1 {
+		t.Fatalf("Stats %+v", st)
 	}
 }
