@@ -30,8 +30,9 @@ const (
 //	8 x         opCancel: the epoch the units were recorded in (the
 //	            reservation's); opCharge: the most one sub-window may count
 //
-// Every TIME inside one call returns the first one's answer (the proxy
-// below), so a charge and the Decision after it are at one instant.
+// Every TIME inside a cancel, charge or peek returns the first one's answer
+// (the proxy below), so a charge and the Decision after it are at one
+// instant; a reservation is one decision, on redis itself.
 //
 // opCancel returns min(n, c_x) units to c_x, and to mid when x is one of
 // its sub-windows, with SETRANGE (the TTL stays), when x is in the window
@@ -63,6 +64,14 @@ local key = KEYS[1]
 local op = ARGV[1]
 local n = tonumber(ARGV[2])
 local span = tonumber(ARGV[5])
+if op == 'r' then -- AllowN's decision, on redis itself (one TIME)
+  local r = decide(redis, KEYS, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
+  if r.err then return r end
+  local x = -1
+  if r[1] == 1 and n >= 1 then x = struct.unpack('<d', redis.call('GET', key)) end -- after an admission, l is its epoch
+  return {r[1], r[2], r[3], r[4], x}
+end
+
 local tm = redis.call('TIME')
 -- proxies of redis whose TIME is tm: fixed passes every other command,
 -- nowrite drops SET (a peek runs the decision without recording)
@@ -109,13 +118,6 @@ local function state()
   return raw
 end
 
-if op == 'r' then
-  local r = decide(fixed, KEYS, args(ARGV[2]))
-  if r.err then return r end
-  local x = -1
-  if r[1] == 1 and n >= 1 then x = struct.unpack('<d', redis.call('GET', key)) end -- after an admission, l is its epoch
-  return {r[1], r[2], r[3], r[4], x}
-end
 if op == 'p' then return peek(0) end
 if op == 'c' then
   local raw, err = state()
