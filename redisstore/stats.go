@@ -33,8 +33,8 @@ type Stats struct {
 	// in Failures too.
 	NoReply uint64
 	// Failures: round trips to Redis that failed, each passed to the
-	// OnError hook once: a decision's script call, a breaker probe, a
-	// hybrid flush, probe or last flush at Close (one per flush, however
+	// OnError hook once: a decision's script call, a cancel's, settle's or
+	// charge's (reserve.go), a breaker probe, a hybrid flush, probe or last flush at Close (one per flush, however
 	// many keys it carried, also when only some keys failed with
 	// WRONGTYPE). A decision's round trip whose caller's context ended
 	// first is counted only if it failed with an error reply or a refused
