@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -191,7 +192,7 @@ func (r *Reservation) Cancel(ctx context.Context) (bool, error) {
 	if !r.claim.CompareAndSwap(false, true) {
 		return false, nil
 	}
-	rep, err := r.l.adjust(ctx, "Cancel", opCancel, r.key, r.n, r.epoch)
+	rep, err := r.l.adjust(ctx, opName{"Cancel", -1, r.n}, opCancel, r.key, r.n, r.epoch)
 	return err == nil && rep.x == 1, err
 }
 
@@ -227,7 +228,7 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) (engine.Decision
 	if !r.claim.CompareAndSwap(false, true) {
 		return engine.Decision{}, r.settleErr(actual, engine.ErrSettled)
 	}
-	what := fmt.Sprintf("Settle(%d) on a reservation of %d units", actual, r.n)
+	what := opName{"Settle", actual, r.n}
 	switch {
 	case actual < r.n:
 		rep, err := r.l.adjust(ctx, what, opCancel, r.key, r.n-actual, r.epoch)
@@ -279,10 +280,10 @@ func (l *Limiter) ChargeN(ctx context.Context, key string, n int64) (engine.Deci
 		return engine.Decision{Limit: limit}, fmt.Errorf("redisstore: ChargeN(%q, %d): nothing was sent: %w", key, n, err)
 	}
 	if n == 0 {
-		rep, err := l.adjust(ctx, "ChargeN", opPeek, key, 0, 0)
+		rep, err := l.adjust(ctx, opName{"ChargeN", 0, -1}, opPeek, key, 0, 0)
 		return rep.d, err
 	}
-	rep, err := l.adjust(ctx, fmt.Sprintf("ChargeN(%d)", n), opCharge, key, n, l.maxLimit)
+	rep, err := l.adjust(ctx, opName{"ChargeN", n, -1}, opCharge, key, n, l.maxLimit)
 	if err == nil && rep.x == 0 {
 		err = fmt.Errorf("redisstore: ChargeN(%q, %d): %w", key, n, engine.ErrDebtFull)
 	}
@@ -295,7 +296,7 @@ func (l *Limiter) ChargeN(ctx context.Context, key string, n int64) (engine.Deci
 // for a failed round trip), judged for the breaker, passed to the OnError
 // hook and returned wrapping ErrNotApplied; FallbackLocal's engine is
 // charged what a failed charge could not record.
-func (l *Limiter) adjust(ctx context.Context, what, op, key string, n, x int64) (heldReply, error) {
+func (l *Limiter) adjust(ctx context.Context, what opName, op, key string, n, x int64) (heldReply, error) {
 	limit, _ := l.limitOf(key)
 	if err := l.breakerErr(ctx, key); err != nil {
 		return heldReply{d: engine.Decision{Limit: limit}}, l.notApplied(what, op, key, n, err)
@@ -309,8 +310,26 @@ func (l *Limiter) adjust(ctx context.Context, what, op, key string, n, x int64) 
 	return rep, nil
 }
 
+// opName names an operation in its errors, formatted only for one: its
+// argument (−1: none) and the reservation's units (−1: none).
+type opName struct {
+	name      string
+	arg, held int64
+}
+
+func (c opName) String() string {
+	s := c.name
+	if c.arg >= 0 {
+		s += "(" + strconv.FormatInt(c.arg, 10) + ")"
+	}
+	if c.held >= 0 {
+		s += " on a reservation of " + strconv.FormatInt(c.held, 10) + " units"
+	}
+	return s
+}
+
 // notApplied counts, reports and returns the failure cause of what.
-func (l *Limiter) notApplied(what, op, key string, n int64, cause error) error {
+func (l *Limiter) notApplied(what opName, op, key string, n int64, cause error) error {
 	switch op {
 	case opCancel:
 		l.cancelErrors.Add(1)

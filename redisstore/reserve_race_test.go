@@ -80,7 +80,7 @@ func TestInFlightNeverPastLimit(t *testing.T) {
 // reservation with exactly one winner.
 func TestSettleConcurrentExact(t *testing.T) {
 	s := redistest.Start(t)
-	cfg := engine.Config{Limit: 40, Window: time.Minute, SubWindows: 6, Algorithm: engine.SlidingWindow}
+	cfg := engine.Config{Limit: 100_000, Window: time.Minute, SubWindows: 6, Algorithm: engine.SlidingWindow} // the limit is not the point: every reservation of 3 fits
 	l := mustNew(t, client(t, s), cfg)
 	var want, winners atomic.Int64
 	errc := make(chan error, 64)
@@ -139,7 +139,7 @@ func TestSettleConcurrentExact(t *testing.T) {
 	if got := storedUnits(t, l.client, l, "k"); got != want.Load() {
 		t.Fatalf("Redis holds %d units, want %d (settled and charged)", got, want.Load())
 	}
-	if winners.Load() < 20 {
+	if winners.Load() < 100 {
 		t.Fatalf("only %d reservations admitted", winners.Load())
 	}
 }
