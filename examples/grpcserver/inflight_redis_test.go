@@ -177,3 +177,79 @@ func within[T any](t *testing.T, ch <-chan T, what string) T {
 		panic("unreachable")
 	}
 }
+
+// While Redis is down, FallbackLocal's admissions hold their unit in the
+// local engine and the interceptor gives it back there when the call
+// ends: calls one after another keep being admitted under a limit of 1 in
+// flight, and one beside a call in flight is refused locally (Unavailable,
+// as every refusal of a failure policy).
+func TestInFlightFallbackLocalOverDeadRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
+	defer rdb.Close()
+	rl, err := redisstore.New(rdb, engine.Config{Limit: 1, Window: time.Minute, SubWindows: 12, Algorithm: engine.SlidingWindowStrict},
+		redisstore.WithFallbackLocal(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	li, err := grpclimit.NewInterceptor(rl, grpclimit.WithInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	s := grpc.NewServer(grpc.UnaryInterceptor(li.Unary()))
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "ringlimit.test.Slow",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Wait", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/ringlimit.test.Slow/Wait"}, func(context.Context, any) (any, error) {
+				if in.GetValue() == "slow" {
+					started <- struct{}{}
+					<-release
+				}
+				return wrapperspb.String("ok"), nil
+			})
+		}}},
+	}, struct{}{})
+	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(sl) }()
+	defer s.Stop()
+	cc := dial(t, sl.Addr().String())
+	invoke := func(v string) error {
+		return cc.Invoke(context.Background(), "/ringlimit.test.Slow/Wait", wrapperspb.String(v), new(wrapperspb.StringValue))
+	}
+	for i := range 4 {
+		if err := invoke("fast"); err != nil {
+			t.Fatalf("call %d one after another: %v (each gives its unit back locally)", i, err)
+		}
+	}
+	first := make(chan error, 1)
+	go func() { first <- invoke("slow") }()
+	within(t, started, "the slow call")
+	if err := invoke("fast"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call beside one in flight: %v, want the failure policy's refusal (Unavailable: the local engine refused it)", err)
+	}
+	close(release)
+	if err := within(t, first, "the slow call's end"); err != nil {
+		t.Fatal(err)
+	}
+	if err := invoke("fast"); err != nil {
+		t.Fatalf("after the slow call: %v", err)
+	}
+	if st := li.Stats(); st.SettleErrors != 0 || st.Errors == 0 {
+		t.Fatalf("Stats %+v: want the policy answers counted as Errors, no settle errors", st)
+	}
+}
