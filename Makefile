@@ -12,7 +12,7 @@ OUT       ?= bench/out
 # The modules a user imports or runs, in the order make test runs them,
 # and the consumer check's tool.
 # bench/peers (the peer comparison) runs its short tests only.
-MODULES = . redisstore grpclimit promlimit otellimit examples/httpserver examples/grpcserver examples/llmgateway internal/tools/modproxy
+MODULES = . redisstore grpclimit promlimit otellimit examples/httpserver examples/grpcserver examples/recipes internal/tools/modproxy
 
 .PHONY: test test-module fmt vet race modules peers-short test386 long stress fuzz bench peers profile decompose consumer tidy lint release-check
 

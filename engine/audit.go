@@ -172,6 +172,7 @@ const (
 	evUnadmit              // n units of the admission id (admitted at ref) are being returned (a Cancel, before the engine's)
 	evReadmit              // the engine did not take them back after all: the unadmit id is undone
 	evKept                 // the engine took them back: the unadmit id stands
+	evReset                // the key's counts were dropped at t (Engine.Reset; auditreset.go)
 )
 
 // auditEvent is one sampled decision, as the buffer holds it.
@@ -443,64 +444,38 @@ func (k *shadowKey) readmit(tk takenUnits, window int64) (reinserted bool) {
 
 // AuditReport is what Engine.Audit returns: the self-audit's counts since
 // the engine started, over the decisions of sampled keys (Config.Audit).
+// Each decision with 1 ≤ n ≤ the key's limit is judged at its time t
+// against C, the exact units the engine admitted for the key in
+// (t − W, t], with L the limit it decided with: an admission with C + n >
+// L is a false admit, a denial with C + n ≤ L a false deny. What each
+// algorithm should show, and how to read the counts: docs/audit.md.
 //
-// Each sampled decision with 1 ≤ n ≤ the key's limit is replayed, in time
-// order, into an exact sliding log of the units the ENGINE admitted for that
-// key. At the decision's time t (the engine's effective time: the
-// request's, or the start of the key's newest sub-window if that is later;
-// and the key's newest decision time, if that is later still: time never
-// runs backwards for a key), with C the exact units admitted in (t − W, t]
-// and L the limit the engine decided with:
-//
-//   - a false admit is an admission with C + n > L;
-//   - a false deny is a denial with C + n ≤ L.
-//
-// So these count the engine's errors against what it actually admitted, not
-// disagreement with a separate exact limiter (whose admissions would
-// diverge). SlidingWindow makes both, bounded: a window never holds 2·L,
-// and for smooth traffic about (1 + 1/N)·L. Strict makes no false admits
-// and may deny up to a sub-window's worth early; SlidingLog makes neither
-// when a key's decisions are not concurrent (under contention any algorithm
-// may deny falsely, never admit falsely); FixedWindow makes false admits
-// across its boundaries (up to 2·L). Peeks (n = 0), n outside 1 … limit,
-// refused times and MaxKeys refusals are not decisions about the window and
-// are not audited.
-//
-// Fields are read under the auditor's lock after a drain, so one report is
-// consistent: Decisions = Admits + Denies = Judged + Unjudged. Counts are
-// cumulative; subtract two reports for a rate.
+// One report is consistent (read under the audit's lock after a drain):
+// Decisions = Admits + Denies = Judged + Unjudged. Counts are cumulative;
+// subtract two reports for a rate.
 type AuditReport struct {
 	// Share is Config.Audit; 0 means the audit is off and the report empty.
 	Share float64
 	// Decisions shadowed: Admits + Denies.
 	Decisions, Admits, Denies int64
 	// Judged decisions were compared with a complete log; Unjudged ones
-	// were replayed but not judged, because units of their window may be
-	// missing from the log (a buffered decision was dropped within one
-	// window before them, or their key was not shadowed, by a cap, within
-	// one window before it got its log), or because the decision reached
-	// the buffer only after a drain had replayed a later sub-window of its
-	// key (its goroutine was preempted between deciding and buffering).
+	// were replayed but not judged, because their window's log may be
+	// incomplete or may hold units the engine no longer counts (a drop, a
+	// cap, a late buffering, a Reset: docs/audit.md).
 	Judged, Unjudged int64
 	// FalseAdmits and FalseDenies, among the judged decisions.
 	FalseAdmits, FalseDenies int64
 	// WorstWindow is the largest exact count of admitted units in one
-	// window (t − W, t], over the judged admissions of every key, as a
-	// multiple of the limit in force at t: ≤ 1 for Strict and SlidingLog,
-	// < 2 for SlidingWindow, ≤ 2 for FixedWindow (more if SetLimit lowered
-	// a limit below what the window already held). WorstKey is that key;
-	// of keys with the same worst window, the least (so the report does
-	// not depend on when drains ran).
+	// window, over the judged admissions of every key, as a multiple of
+	// the limit in force: ≤ 1 for Strict and SlidingLog, < 2 for
+	// SlidingWindow, ≤ 2 for FixedWindow. WorstKey is that key (of keys
+	// tied, the least).
 	WorstWindow float64
 	WorstKey    string
 	// Unadmits counts every Cancel of an audited reservation that gave
-	// units back, and every Settle below its units that did, once (a key kept out of the logs by a cap counts none;
-	// a take-back that found the buffer full is counted in Dropped
-	// instead). UnadmitMissed is the part of Unadmits whose units had
-	// already left the exact window at the key's newest time, or whose
-	// key's log had been dropped as idle, or whose admission was itself
-	// dropped from the buffer (Dropped), so the log had nothing to take
-	// out (a weighted counter still counts part of that sub-window).
+	// units back, and every Settle below its units that did, once.
+	// UnadmitMissed is the part of them whose units the log no longer
+	// held (out of the exact window, or the log dropped).
 	Unadmits, UnadmitMissed int64
 	// Charges counts the charges replayed into the logs (ChargeAt, and
 	// Settle above a reservation's units): their units count in the
@@ -510,15 +485,10 @@ type AuditReport struct {
 	// AuditMaxKeys and AuditMaxEntries).
 	Keys    int
 	Entries int64
-	// KeysSkipped counts sampled keys that were refused a log, or lost
-	// theirs, because AuditMaxKeys or AuditMaxEntries was reached: once
-	// per refusal, which lasts until the key's unlogged units have left the
-	// window (a key refused again after that counts again); Skipped counts
-	// their decisions, which are
-	// not in Decisions. The audit remembers at most max(AuditMaxKeys,
-	// 4096) keys kept out at a time; keys beyond those are not told apart,
-	// and not counted in KeysSkipped (a lower bound then), only their
-	// decisions in Skipped.
+	// KeysSkipped counts sampled keys refused a log, or that lost theirs,
+	// at AuditMaxKeys or AuditMaxEntries (a lower bound past
+	// max(AuditMaxKeys, 4096) such keys at once); Skipped counts their
+	// decisions, which are not in Decisions.
 	KeysSkipped, Skipped int64
 	// Dropped counts sampled decisions that found the buffer full
 	// (AuditBuffer): not in Decisions, and the window after each is
@@ -774,6 +744,10 @@ func (q quarantine) holds(t int64) bool { return t >= q.from && t < q.until }
 
 // replay applies one event to its key's log and counts it.
 func (a *auditor) replay(ev *auditEvent, q quarantine) {
+	if ev.kind == evReset {
+		a.replayReset(ev)
+		return
+	}
 	if len(a.skipped) > 0 { // usually none: one map lookup less per decision
 		if until, ok := a.skipped[ev.key]; ok {
 			if ev.t < *until {

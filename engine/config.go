@@ -28,19 +28,13 @@ const (
 	// one Window's length.
 	FixedWindow
 	// SlidingLog is the exact sliding log, the reference the others are
-	// measured against: a key keeps the time of every unit it admitted, and
-	// n units fit at t iff the units at times s with t−W < s ≤ t, plus n,
-	// are at most the limit. No window of length Window ever holds more
-	// than Limit, and nothing is refused early. The price is memory and a
-	// lock. Each key holds a ring of one 8-byte timestamp per unit of its
-	// limit, allocated in full when the key is created (8·Limit + 48
-	// bytes, then the key, rounded up to 64), so Limit is capped by
-	// Config.MaxLogLimit. And each key has a
-	// spin lock, held for a decision on it, because an exact log must drop
-	// expired units, count and append as one step, which no single-word CAS
-	// covers: requests for one key are serialised, denials included.
-	// SubWindows is ignored; time is clamped to the newest time the key has
-	// seen, not to a sub-window.
+	// measured against: n units fit at t iff the units admitted at times
+	// in (t−W, t], plus n, are at most the limit. No window ever holds more
+	// than Limit, and nothing is refused early. The price: each key holds
+	// one 8-byte timestamp per unit of its limit (8·Limit + 48 bytes, then
+	// the key, rounded up to 64; Limit is capped by Config.MaxLogLimit),
+	// and a spin lock that serialises the key's decisions. SubWindows is
+	// ignored.
 	SlidingLog
 )
 
@@ -71,8 +65,8 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 
 // Bounds of Config fields.
 const (
-	// MaxLimit is the largest limit: a sub-window's count must fit the
-	// slot's count field (pack.CountBits = 40 bits).
+	// MaxLimit is the largest limit, 2^40 − 1 = 1,099,511,627,775: a
+	// sub-window's count is 40 bits.
 	MaxLimit = pack.MaxCount
 	// DefaultSubWindows is N when Config.SubWindows is 0.
 	DefaultSubWindows = 10
@@ -137,28 +131,20 @@ type Config struct {
 	MaxLogLimit int64
 	// MaxKeyBytes is the longest key, in bytes, that the engine holds: 0
 	// means DefaultMaxKeyBytes, otherwise 1 … MaxKeyBytesCeiling. A
-	// decision on a longer key (Allow, AllowN, AllowAt, Reserve,
-	// ReserveAt, AllowAll, Wait) is refused with ReasonKeyTooLong,
-	// stores nothing and does not hash the key; SetLimit and SetLimitAt
-	// return an error. It bounds what one request can make the engine
-	// keep, whatever the adapter in front of it forgets to check.
+	// decision on a longer key is refused with ReasonKeyTooLong and stores
+	// nothing; SetLimit and SetLimitAt return an error.
 	MaxKeyBytes int
 
-	// KeyLimit, if set, gives a key its own limit. It is called when a
-	// key's state is created: on first sight, and again after the key was
-	// idle long enough to be reclaimed. It may be called concurrently, and
-	// more than once for one key when two goroutines create it at once
-	// (one result is kept). Return 0 for the default Limit. A result
-	// outside 1 … MaxLimit (1 … MaxLogLimit with SlidingLog) refuses that
-	// request with RetryAfter Never and creates nothing. A SlidingLog key's
-	// log is allocated for the limit it is created with.
-	// Setting KeyLimit enables per-key limits (see PerKeyLimits).
+	// KeyLimit, if set, gives a key its own limit when its state is
+	// created: on first sight, and again after it was reclaimed. It may be
+	// called concurrently, and more than once for one key (one result is
+	// kept). 0 means Limit; a result outside 1 … MaxLimit (1 … MaxLogLimit
+	// with SlidingLog) refuses that request with RetryAfter Never and
+	// creates nothing. It implies PerKeyLimits.
 	KeyLimit func(key string) int64
 	// PerKeyLimits stores a limit in every key's state, so that SetLimit
-	// can change one key's limit. It costs 8 bytes in the state, which is
-	// rounded up to 64-byte lines: with N = 10 keys of 8 to 15 bytes then
-	// take a 192-byte state instead of 128 (nothing more with SlidingLog,
-	// whose keys always store it). KeyLimit implies it.
+	// can change one key's limit: 8 bytes more per key, which with N = 10
+	// and keys of 8 to 15 bytes makes a 192-byte state of a 128-byte one.
 	PerKeyLimits bool
 
 	// Clock, if set, is the time source of Allow and AllowN and of the
@@ -167,27 +153,13 @@ type Config struct {
 	// ManualClock.
 	Clock Clock
 	// CoarseClock, if > 0, makes the engine own a cached clock refreshed
-	// every CoarseClock (≥ 100µs), so that Allow costs one atomic load for
-	// the time instead of a clock read (about 30–60 ns). It cannot be
-	// combined with Clock.
-	//
-	// The engine decides on the coarse readings as if they were the time,
-	// so every bound of the algorithm holds exactly on the coarse
-	// timeline. In real time they hold over windows shorter by Λ, the
-	// longest gap between two refreshes (CoarseClock plus the refresher's
-	// scheduling delay; Λ ≈ CoarseClock on an idle machine, more under
-	// CPU starvation): a reading lags true time by less than Λ, and an
-	// admission is stamped with its reading, so its unit can leave the
-	// window up to Λ early. With SlidingWindowStrict or SlidingLog, any
-	// real interval of length Window − Λ holds at most Limit units, but a
-	// real interval of length Window can hold the units of Window + Λ of
-	// coarse time (Limit 1, Window 100ms, CoarseClock 20ms: two
-	// admissions about 80ms apart). And a window can open up to Λ late:
-	// a RetryAfter counts from a lagging reading. Use the precise clock
-	// where the bound must hold in real time (docs/design.md §4).
-	//
-	// Close stops the refresher; the engine then reads the precise clock,
-	// so decisions made after Close still see time move.
+	// every CoarseClock (≥ 100µs): one atomic load per decision instead of
+	// a clock read (about 30–60 ns). It cannot be combined with Clock. The
+	// bounds then hold exactly on the coarse timeline, and in real time
+	// over windows shorter by Λ, the longest gap between two refreshes: a
+	// unit can leave the window up to Λ early, and a window open up to Λ
+	// late (docs/semantics.md, "Time"). Close stops the refresher; the
+	// engine then reads the precise clock.
 	CoarseClock time.Duration
 
 	// Shards is the number of map shards, a power of two in 1 … MaxShards;
@@ -197,17 +169,11 @@ type Config struct {
 	// request for a new key is refused (ReasonKeysFull); existing keys
 	// are never evicted early to make room.
 	MaxKeys int64
-	// LookupCache turns on the key table's lookup cache (docs/design.md §5,
-	// "Hints"): a shard that holds 1,024 keys or more keeps one or two
-	// cells (8 bytes each) per key in front of its map, so that a decision
-	// at a million keys skips the map's two dependent cache misses for most
-	// keys (measured there, a decision took about a tenth less;
-	// docs/benchmarks.md). It is off by default because the cells are pointers that the garbage collector
-	// follows: measured at 1M keys, a forced GC took half as long again,
-	// and under a load that allocated 256 bytes per request the collector's
-	// share of CPU doubled (8% → 17%) and each request took longer
-	// overall. Turn it on where requests allocate little and decisions at
-	// that scale dominate; measure with your own load.
+	// LookupCache keeps 8 to 16 bytes per key of pointers in front of the
+	// key table (in shards of 1,024 keys or more), which at a million keys
+	// saves about a tenth of a decision, and costs the garbage collector
+	// (at 1M keys a forced GC took half as long again). Off by default;
+	// measure with your own load (docs/benchmarks.md).
 	LookupCache bool
 
 	// DisableEviction stops the engine from reclaiming idle keys. Set it
@@ -215,24 +181,20 @@ type Config struct {
 	// simulations), or inject a Clock that follows that timeline: idleness
 	// is judged by Clock.
 	DisableEviction bool
-	// SweepInterval is the period of one full sweep over every shard; the
-	// sweeper visits one shard per SweepInterval/Shards. 0 means
-	// max(Window + one sub-window, 1s), or max(Window, 1s) for FixedWindow
-	// and SlidingLog. A key, its counts and its SetLimit override are kept
-	// while it is idle for at most Window plus one sub-window (FixedWindow,
-	// whose sub-window is the window: 2·Window; SlidingLog: Window). Once
-	// idle for Window plus two sub-windows (FixedWindow: 3·Window;
-	// SlidingLog: just over Window) it is reclaimed within one more
-	// SweepInterval.
+	// SweepInterval is the period of one full sweep over every shard: 0
+	// means max(Window + one sub-window, 1s), or max(Window, 1s) for
+	// FixedWindow and SlidingLog. A key idle for at most Window plus one
+	// sub-window is kept, with its counts and SetLimit override; one idle
+	// for Window plus two sub-windows is reclaimed within one more
+	// SweepInterval (FixedWindow and SlidingLog: docs/semantics.md, "Idle
+	// keys").
 	SweepInterval time.Duration
 
 	// Audit is the share of keys whose decisions the engine shadows with an
 	// exact sliding log, to measure its own accuracy on live traffic
-	// (Engine.Audit): 0 (off, the default) or a fraction in (0, 1]; 0.001
-	// audits about one key in 1,000, 1 every key. A key is sampled by its
-	// seeded hash, so all of a sampled key's decisions are shadowed, and
-	// the keys sampled differ between engines. An unsampled key pays one
-	// compare and a predictable branch on its decision path.
+	// (Engine.Audit): 0 (off, the default) or a fraction in (0, 1]. A key
+	// is sampled by its seeded hash, with all its decisions. An unsampled
+	// key pays one compare and a predictable branch (docs/audit.md).
 	Audit float64
 	// AuditMaxKeys caps the keys shadowed at once: 0 means
 	// DefaultAuditMaxKeys, otherwise 1 … MaxAuditMaxKeys. A sampled key
@@ -249,23 +211,10 @@ type Config struct {
 	// drains into the logs (every AuditDrainInterval, whenever a quarter
 	// of it has filled, and at each Engine.Audit): 0 means
 	// DefaultAuditBuffer, otherwise a power of two in MinAuditBuffer …
-	// MaxAuditBuffer. Decisions fill at most seven eighths of it; the
-	// last eighth is kept for Reservation.Cancel's take-backs. A decision
-	// or take-back that finds it full is counted in AuditReport.Dropped,
-	// never lost silently. Needs Audit > 0.
-	//
-	// When it drops: the engine's goroutine drains when a quarter has
-	// filled, so decisions drop once 5/8 of the buffer more (10,240 at
-	// the default) arrive before that goroutine has run and replayed
-	// them: at a sampled-decision rate R, when the drain waits longer
-	// than 0.625·AuditBuffer/R (10 ms at the default and 1M sampled
-	// decisions per second), or for good when R exceeds what one core
-	// replays (a replay costs about what a decision does, so goroutines
-	// deciding sampled keys in a tight loop on every core, as a
-	// benchmark or a test under -cover does, outrun it). Size it as
-	// AuditBuffer ≥ 2·R·(the longest scheduling delay you expect), lower
-	// Audit until Dropped (ringlimit_audit_dropped_total in promlimit)
-	// stays 0, or call Engine.Audit from the deciding goroutines.
+	// MaxAuditBuffer. A decision that finds it full is counted in
+	// AuditReport.Dropped, never lost silently. Size it as AuditBuffer ≥
+	// 2·R·(the longest scheduling delay you expect) at R sampled decisions
+	// per second (docs/audit.md). Needs Audit > 0.
 	AuditBuffer int
 }
 

@@ -1,5 +1,3 @@
-// Package engine is ringlimit's public API: an in-process, lock-free, keyed
-// sliding-window limiter.
 package engine
 
 import (
@@ -16,23 +14,12 @@ import (
 // Engine decides, for any string key, whether n more units fit the key's
 // limit in a sliding window. It is safe for concurrent use.
 //
-// The decision path for an existing key takes no lock and does not
-// allocate: one seeded hash of the key, a lock-free map load (with
-// Config.LookupCache, a look in its shard's cache first), the key
-// compared in its state, four atomic loads (the newest epoch, two words
-// caching the window's settled counts, the current slot) and one CAS, then
-// the newest epoch again; once per key per sub-window a walk of its N+1
-// slots refreshes the cache (docs/design.md §3 has the protocol). A key's first request, and
-// its first after it was reclaimed, creates its state under one xsync bucket
-// lock inside the map. SlidingLog is the exception: a decision holds the
-// key's own spin lock (see SlidingLog), and still does not allocate.
-//
-// Under contention on one key a request can be refused that a sequential
-// execution would admit (a false denial, when it sees another request's add
-// that is then undone at a sub-window boundary or around a change of the
-// key's limit); no request is ever admitted
-// that the algorithm's estimate would refuse. docs/design.md states the
-// algorithm, its bounds and the proofs (§1–§5).
+// A decision on an existing key takes no lock and allocates nothing (with
+// SlidingLog it holds the key's own spin lock); a key's first request
+// creates its state under one map bucket lock. Under contention on one key
+// a request can be refused that a sequential run would admit (a false
+// denial); none is ever admitted that the algorithm would refuse.
+// docs/design.md has the protocol and its proofs.
 type Engine struct {
 	cfg      normalized
 	geo      *ringslot.Geometry
@@ -153,39 +140,21 @@ func (e *Engine) now() int64 {
 // if they do.
 //
 //   - n == 0 is allowed and records nothing; the Decision reports Remaining.
-//   - n < 0 is refused with RetryAfter Never and records nothing: never a
-//     refund.
-//   - n above the key's limit is refused with RetryAfter Never, and records
-//     nothing.
-//
-// A now before 1970 or after 2262-04-11 (beyond int64 Unix nanoseconds) is
-// refused with RetryAfter Never and leaves the key untouched; it is judged
-// by the time.Time itself, so a year-1000 time never wraps into 2169.
+//   - n < 0, and n above the key's limit, are refused with RetryAfter
+//     Never and record nothing: never a refund.
+//   - A now before 1970 or after 2262-04-11 is refused with RetryAfter
+//     Never and leaves the key untouched (judged by the time.Time itself,
+//     so a year-1000 time never wraps into 2169).
 //
 // Time never runs backwards for a key: a now older than the newest
-// sub-window the key has seen is treated as the start of that sub-window
-// (with SlidingLog, a now older than the newest time the key has seen is
-// treated as that time), so it gains no capacity and erases nothing. Idle
-// keys are reclaimed by the engine's Clock, not by now; see
-// Config.DisableEviction.
-//
-// With eviction on, a key's new state starts no earlier than its shard's
-// floor: the latest retirement time of any key reclaimed from that shard
-// (a reclaimed key retires one window and one sub-window after its newest
-// sub-window began, and never later than the engine's clock minus one
-// sub-window). So a new key decided at a now older than the floor, which
-// takes a now more than a sub-window behind the clock, is decided at the
-// floor, as an older now is for an existing key: it gets Limit units
-// there, and RetryAfter counts from now to the room on that timeline (in
-// one test, 40 s behind the clock, about 41 s). Nothing is admitted that
-// the algorithm would refuse on the key's timeline. The floor is per shard
-// on purpose: it stops a writer that read its time before a sweep
-// reclaimed its key, and reached the table after, from building the key
-// again below counts still inside its window; a record per key would have
-// to outlive the key for as long as such a writer can be delayed, which
-// nothing bounds, while one word per shard costs nothing. A caller on a
-// timeline of its own avoids it as it avoids eviction by the wrong clock:
-// a matching Clock, or DisableEviction (docs/design.md §5).
+// sub-window the key has seen is decided at the start of that sub-window
+// (SlidingLog: at the key's newest time), gaining no capacity, and
+// RetryAfter still counts from now. Idle keys are reclaimed by the
+// engine's Clock, not by now (see Config.DisableEviction). A new key
+// decided more than a sub-window behind the Clock may be decided at its
+// shard's latest reclamation time instead of now: a loss of capacity,
+// never a false admission (docs/semantics.md, "Idle keys"; docs/design.md
+// §5).
 func (e *Engine) AllowAt(key string, n int64, now time.Time) Decision {
 	t := clock.UnixNano(now) // −1 outside 1970 … 2262: refused in decideSlow
 	if res, limit, ok := e.fast(key, n, t, true); ok {
@@ -413,26 +382,21 @@ func (e *Engine) SetLimit(key string, limit int64) error {
 
 // SetLimitAt sets key's own limit, creating the key's state at now if it
 // has none, and keeps its counts. It needs Config.PerKeyLimits or
-// Config.KeyLimit. A lower limit applies from the next decision; units
-// already admitted stay. A change is linearizable with the key's
-// decisions, also those in flight: each admission fits the limit in force
-// when it is made, never one it read before a lowering (such a decision
-// decides again); a decision in flight when the limit is raised may still
-// be refused under the old one, a false denial (docs/design.md §3c). The
-// override lasts until the key is reclaimed
-// after being idle for longer than Window plus one sub-window (FixedWindow:
-// 2·Window; SlidingLog: Window), or, with eviction disabled, until a request
-// comes 2^21 or more sub-windows after the key's newest one; after that
-// Config.KeyLimit (or Limit) applies again, so durable per-tenant limits
-// belong in KeyLimit. Setting a limit is activity at now: the key's time
-// moves to now (never backwards). A now before 1970 or past 2262-04-11 is
-// an error, and changes nothing. A key that is new while Config.MaxKeys
-// keys are held gets an error wrapping ErrKeysFull, and nothing is stored.
+// Config.KeyLimit. The change is linearizable with the key's decisions,
+// also those in flight: each admission fits the limit in force when it is
+// made; a decision in flight when the limit is raised may still be refused
+// under the old one. Setting a limit is activity at now: the key's time
+// moves to now (never backwards). The override lasts until the key is
+// reclaimed when idle (or retired by a request 2^21 or more sub-windows
+// after its newest one); then Config.KeyLimit (or Limit) applies again, so
+// durable per-tenant limits belong in KeyLimit.
 //
-// With SlidingLog the limit must be at most Config.MaxLogLimit. A limit
-// above the one the key's log was allocated for moves the log into a larger
-// allocation, with every admitted unit, while the key's map bucket is
-// locked; decisions on the key wait for the copy.
+// Errors change nothing: a limit outside 1 … MaxLimit (SlidingLog: 1 …
+// Config.MaxLogLimit), a now outside 1970 … 2262-04-11, a key longer
+// than Config.MaxKeyBytes, and a new key while Config.MaxKeys keys are
+// held (wrapping ErrKeysFull). With SlidingLog a limit above the one the
+// key's log was allocated for moves the log into a larger allocation,
+// under the key's map bucket lock.
 func (e *Engine) SetLimitAt(key string, limit int64, now time.Time) error {
 	return e.setLimit("SetLimitAt", key, limit, clock.UnixNano(now))
 }

@@ -13,7 +13,7 @@ import (
 // sub-window width), and RetryAfter is found by bisection. It serves every
 // model-based test: the step and property scripts (decide), reservations,
 // Cancel and Settle (reserve, cancel, settle, allowAll), debts (charge),
-// per-key limits (setLimit, KeyLimit through keyLimit), and the audit
+// per-key limits (setLimit, KeyLimit through keyLimit), Reset (reset), and the audit
 // (observe and observeCharge, judged by the exact count in (t−W, t]).
 //
 // Time is an epoch: t/w, where w is the sub-window width W/N, W itself for
@@ -128,6 +128,22 @@ func (m *model) touch(k *modelKey, t int64) {
 func (m *model) reclaim(k *modelKey) {
 	k.gen++
 	k.live, k.log, k.limit = false, nil, 0
+}
+
+// reset is Engine.Reset(key): a live key's counts go, its reservations
+// cancel nothing (a new generation), its limit and its newest epoch stay
+// (SlidingLog: the newest time moves on by 1 ns).
+func (m *model) reset(key string) bool {
+	k := m.keys[key]
+	if k == nil || !k.live {
+		return false
+	}
+	k.gen++
+	k.log = nil
+	if m.alg == engine.SlidingLog {
+		k.newest++
+	}
+	return true
 }
 
 // setLimit is SetLimitAt(key, l, t).

@@ -15,12 +15,14 @@ import (
 var t0 = time.Unix(1_700_000_000, 0)
 
 // op is one step of a script: advance the time by dt (negative: go back),
-// then ask for n units of key, or with charge, charge them (ChargeAt).
+// then ask for n units of key, or with charge, charge them (ChargeAt), or
+// with reset, reset the key (Engine.Reset).
 type op struct {
 	key    string
 	n      int64
 	dt     time.Duration
 	charge bool
+	reset  bool
 }
 
 // runScript replays ops through a fresh engine and the reference, and
@@ -35,6 +37,12 @@ func runScript(t testing.TB, cfg engine.Config, ops []op) {
 	now := t0
 	for i, o := range ops {
 		now = now.Add(o.dt)
+		if o.reset {
+			if g, w := e.Reset(o.key), ref.reset(o.key); g != w {
+				t.Fatalf("step %d: Reset(%q) at t0%+v: got %v, want %v", i, o.key, now.Sub(t0), g, w)
+			}
+			continue
+		}
 		if o.charge {
 			got, err := e.ChargeAt(o.key, o.n, now)
 			if want := ref.charge(o.key, max(o.n, 0), now.UnixNano()); o.n >= 0 && (err != nil || got != want) {
@@ -136,7 +144,8 @@ func TestPropertyMatchesReference(t *testing.T) {
 
 // FuzzOperations decodes random bytes into a script and checks every
 // decision against the reference. A first byte of 0xC0 or more on key "c"
-// is a charge (ChargeAt) of n units rather than a request.
+// is a charge (ChargeAt) of n units rather than a request, and on key "b"
+// a Reset of the key.
 func FuzzOperations(f *testing.F) {
 	f.Add(uint8(0), uint8(3), []byte{1, 1, 1, 1, 1, 9, 200, 1, 0, 0, 3, 7})
 	f.Add(uint8(1), uint8(10), []byte{5, 250, 5, 251, 5, 0, 0, 128, 64, 2})
@@ -144,6 +153,8 @@ func FuzzOperations(f *testing.F) {
 	f.Add(uint8(0), uint8(60), []byte{3, 3, 3, 3, 3, 3, 200, 200, 17, 4})
 	f.Add(uint8(3), uint8(7), []byte{9, 0, 5, 31, 2, 64, 60, 130, 1, 200, 13, 127, 6, 1})
 	f.Add(uint8(1), uint8(5), []byte{0xC2, 3, 0xC5, 0, 1, 1, 0xFE, 140, 5, 2, 0xC2, 250})
+	f.Add(uint8(3), uint8(3), []byte{1, 1, 1, 1, 1, 1, 0xC1, 3, 1, 0, 1, 0, 0xC1, 200, 1, 1})
+	f.Add(uint8(0), uint8(4), []byte{1, 1, 1, 1, 1, 1, 0xC1, 3, 1, 0, 1, 0, 0xC1, 200, 1, 1})
 	f.Fuzz(func(t *testing.T, alg, n uint8, data []byte) {
 		cfg := engine.Config{
 			Limit:      int64(n%16) + 1,
@@ -155,7 +166,7 @@ func FuzzOperations(f *testing.F) {
 		var ops []op
 		for i := 0; i+1 < len(data) && len(ops) < 200; i += 2 {
 			a, b := data[i], data[i+1]
-			o := op{key: string(rune('a' + a%3)), n: int64(a>>2)%(cfg.Limit+3) - 1, charge: a >= 0xC0 && a%3 == 2}
+			o := op{key: string(rune('a' + a%3)), n: int64(a>>2)%(cfg.Limit+3) - 1, charge: a >= 0xC0 && a%3 == 2, reset: a >= 0xC0 && a%3 == 1}
 			// b picks the step: fractions of a sub-window, whole windows,
 			// or a step back.
 			switch {

@@ -137,24 +137,15 @@ func (r *Reservation) At() time.Time {
 //     e's units; FixedWindow: the next window; SlidingLog: Window after the
 //     recorded time), so the units no longer count anywhere. The slot may hold a
 //     newer sub-window by then, and is never touched;
-//   - the key's state was reclaimed after being idle, or retired and
-//     replaced: its units are outside every window of the new state.
-//     (SlidingLog: when the key's log only moved into a larger allocation,
-//     by SetLimit, Cancel follows it and returns the units there.)
+//   - the key's state was reclaimed after being idle, retired and
+//     replaced, or Reset (SlidingLog: a log SetLimit only moved into a
+//     larger allocation is followed, and the units returned there).
 //
-// Time is the key's: "the key's window" is the window at the newest time
-// the key has seen, not at the engine's clock. An idle key's last
-// sub-window stays cancellable until the key is reclaimed.
-//
-// A count never goes below zero, and no other reservation's units are
-// touched. Under concurrency a Cancel can make a concurrent request be
-// refused that a sequential run (the cancel first) would admit, never admit
-// one that the live units would refuse: docs/design.md §3b and
-// the doc of ringslot's Geometry.Cancel have the proof. A Cancel that makes room does
-// not wake Wait: waiters retry at their RetryAfter.
-//
-// With SlidingLog, Cancel removes exactly n of the timestamps recorded at
-// the reservation's effective time.
+// "The key's window" is the window at the newest time the key has seen,
+// not at the engine's clock. A count never goes below zero, and no other
+// reservation's units are touched. Under concurrency a Cancel can make a
+// concurrent request be refused falsely, never admitted falsely
+// (docs/design.md §3b). It does not wake Wait.
 func (r *Reservation) Cancel() bool {
 	if r.n == 0 || !r.take() {
 		return false
@@ -214,15 +205,9 @@ type Request struct {
 // with Never. Keys that the earlier requests created stay, empty, after a
 // refusal, until swept; they take MaxKeys room as any key does.
 //
-// The all-or-nothing holds for what the engines count: the cancelled units
-// are returned to their sub-windows (see Reservation.Cancel), which, with
-// all requests at one now, are still inside their keys' windows unless
-// another request at a later time moved a key a whole window on meanwhile.
-// Under concurrency, a request on one of the keys made while an AllowAll
-// holds units it then returns can be refused falsely (as around any
-// Cancel), never admitted falsely.
-//
-// If a request panics (a Config.KeyLimit that panics), the requests
+// The units given back are returned as Cancel returns them; a request on
+// one of the keys racing an AllowAll can be refused falsely, never
+// admitted falsely. If a request panics (a Config.KeyLimit that panics), the requests
 // reserved before it are cancelled as the panic unwinds: the panic goes
 // on, and nothing is consumed.
 //

@@ -183,8 +183,9 @@ func TestReserveDecidesAsAllowAt(t *testing.T) {
 
 // rop is a step of a reserve/cancel script: cancel > 0 cancels reservation
 // cancel−1 (modulo the count so far); settle > 0 settles it to actual;
-// charge charges n of key; otherwise, with all set, it is AllowAll of n of
-// key and 1 of all; otherwise it reserves n of key.
+// charge charges n of key; reset resets key (Engine.Reset); otherwise, with
+// all set, it is AllowAll of n of key and 1 of all; otherwise it reserves n
+// of key.
 type rop struct {
 	op
 	cancel int
@@ -192,6 +193,7 @@ type rop struct {
 	settle int
 	actual int64
 	charge bool
+	reset  bool
 }
 
 // runReserveScript replays ops through ReserveAt/Cancel and the reference,
@@ -219,6 +221,12 @@ func runReserveScript(t testing.TB, cfg engine.Config, ops []rop) {
 		}
 		if o.settle > 0 || o.charge {
 			stepSettleOrCharge(t, i, e, ref, now, o, got, want)
+			continue
+		}
+		if o.reset {
+			if g, w := e.Reset(o.key), ref.reset(o.key); g != w {
+				t.Fatalf("step %d: Reset(%q) at t0%+v: got %v, want %v", i, o.key, now.Sub(t0), g, w)
+			}
 			continue
 		}
 		if o.all != "" {
@@ -270,6 +278,8 @@ func TestReserveCancelMatchesReference(t *testing.T) {
 							ro.settle, ro.actual = 1+rng.IntN(steps), rng.Int64N(3*cfg.Limit)-1
 						} else if rng.IntN(8) == 0 {
 							ro.charge = true
+						} else if rng.IntN(12) == 0 {
+							ro.reset = true
 						} else if rng.IntN(3) == 0 {
 							ro.cancel = 1 + rng.IntN(steps)
 							if rng.IntN(2) == 0 {
@@ -285,16 +295,18 @@ func TestReserveCancelMatchesReference(t *testing.T) {
 	}
 }
 
-// FuzzReserveCancel is FuzzOperations with cancels, AllowAll, settles and
-// charges: a byte pair whose first byte is odd cancels an earlier
-// reservation (at every third step) or is an AllowAll with a second key (at
-// the step before); at the step after, it settles one (a%4 == 1) or is a
-// charge (a%4 == 3).
+// FuzzReserveCancel is FuzzOperations with cancels, AllowAll, settles,
+// charges and resets: a byte pair whose first byte is odd cancels an
+// earlier reservation (at every third step) or is an AllowAll with a second
+// key (at the step before); at the step after, it settles one (a%4 == 1),
+// or resets a key (a%4 == 3 and b ≥ 0xF0), or is a charge (a%4 == 3).
 func FuzzReserveCancel(f *testing.F) {
 	f.Add(uint8(0), uint8(3), []byte{9, 1, 3, 0, 13, 1, 9, 200, 7, 3, 17, 64})
 	f.Add(uint8(3), uint8(7), []byte{21, 0, 1, 5, 21, 140, 3, 0, 41, 2, 5, 1})
 	f.Add(uint8(1), uint8(4), []byte{13, 10, 13, 10, 1, 0, 13, 250, 3, 1, 13, 130})
 	f.Add(uint8(2), uint8(6), []byte{9, 3, 13, 0, 21, 2, 5, 1, 7, 30, 1, 9, 13, 0, 41, 1, 3, 60})
+	f.Add(uint8(3), uint8(3), []byte{9, 1, 9, 0, 13, 0, 3, 0xF5, 9, 0, 9, 0, 13, 1, 7, 0xF1, 9, 1, 21, 0})
+	f.Add(uint8(1), uint8(3), []byte{9, 1, 9, 0, 13, 0, 3, 0xF5, 9, 0, 9, 0, 13, 1, 7, 0xF1, 9, 1, 21, 0})
 	f.Fuzz(func(t *testing.T, alg, n uint8, data []byte) {
 		cfg := engine.Config{
 			Limit:      int64(n%16) + 1,
@@ -312,6 +324,8 @@ func FuzzReserveCancel(f *testing.F) {
 				o.cancel = int(b) + 1
 			case a%4 == 1 && len(ops)%3 == 0:
 				o.settle, o.actual = int(b)+1, int64(a>>2)%(2*cfg.Limit+3)-1
+			case a%4 == 3 && len(ops)%3 == 0 && b >= 0xF0:
+				o.reset, o.key = true, string(rune('a'+a%3))
 			case a%4 == 3 && len(ops)%3 == 0:
 				o.charge = true
 				o.key, o.n = string(rune('a'+a%3)), int64(b)%(2*cfg.Limit+3)-1

@@ -59,34 +59,21 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // attempt, and a nil error exactly when that Decision is Allowed.
 //
 //   - n == 0 is admitted at once (it records nothing).
-//   - If ctx is done when Wait is called, or its deadline has passed (even
-//     before ctx's timer fired and set ctx.Err()), it returns ctx's error
-//     (context.DeadlineExceeded for a deadline) and records nothing. If ctx
-//     is done while it sleeps, it returns ctx.Err() at once, with the last
-//     denial, and releases its timer; if its deadline passed during the
-//     sleep, it returns DeadlineExceeded on waking, with the last denial,
-//     and records nothing.
-//   - It returns at once, with an error wrapping ErrNeverAdmitted or
-//     ErrKeysFull, when n can never fit (see the errors), and with
-//     ErrWaitExceedsDeadline when ctx has a deadline that comes before the
-//     denial's RetryAfter ends (measured with time.Until: the deadline is
-//     wall time).
+//   - When ctx is done or its deadline has passed (before ctx's timer has
+//     fired too), at the call or during a sleep, it returns ctx's error
+//     (context.DeadlineExceeded for a deadline), with the last denial, and
+//     records nothing.
+//   - It returns at once with an error wrapping ErrNeverAdmitted or
+//     ErrKeysFull when n can never fit, and ErrWaitExceedsDeadline when
+//     the room comes after ctx's deadline.
 //
-// Otherwise it sleeps until the denial's RetryAfter plus a small jitter (at
-// most RetryAfter/8 and 1 ms) has passed since the denial, on the engine's
-// clock, then asks again (AllowN), and repeats: under contention, when
-// others take the room first, it may sleep more than once, but it makes at
-// most one attempt per RetryAfter and never spins. It does not queue: a
-// waiter has no priority over later requests, and a Cancel that frees room
-// does not wake it.
-//
-// Waiting uses the engine's Clock: a WaitClock (ManualClock) when the
-// Clock implements it, so that tests move waiters deterministically by
-// advancing the clock; a time.Timer otherwise (the monotonic and the
-// coarse clock run at the pace of real time). With Config.CoarseClock the
-// reading can lag the timer by up to the gap between two refreshes (the
-// resolution plus the refresher's scheduling delay), so a wake may find
-// the room not yet there and sleep once more, for about that lag.
+// Otherwise it sleeps until the denial's RetryAfter, plus a jitter of at
+// most min(RetryAfter/8, 1 ms), has passed on the engine's clock, and asks
+// again: at most one attempt per RetryAfter, never a spin, and no queue (a
+// waiter has no priority over newer requests). A Clock that implements
+// WaitClock (ManualClock does) is slept on, so that a test moves waiters
+// by advancing it (docs/semantics.md, "Reservations, all-or-nothing, and
+// Wait").
 func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
 	waiter, _ := e.clk.(WaitClock)
 	var timer *time.Timer

@@ -20,9 +20,10 @@ import (
 var ErrUnavailable = errors.New("redisstore: Redis unavailable, the failure policy decided")
 
 // ErrNoReply is wrapped by the error AllowN returns when its round trip
-// got no answer (the client's own timeout, a connection lost mid-call)
-// while Redis answers others, as a confirmation showed: the process was
-// short of CPU, a connection was killed, or the client's timeouts are
+// got no answer (the client's own timeout, a connection lost mid-call, no
+// connection free in the client's pool) while Redis answers, as a
+// confirmation showed: the process was short of CPU, a connection was
+// killed, the application holds the pool, or the client's timeouts are
 // shorter than Redis's replies. Redis is not down, so no failure policy
 // decides: nothing is admitted, and Redis may have counted the call.
 var ErrNoReply = errors.New("redisstore: no reply to this call, though Redis answers: nothing admitted (Redis may have counted the call)")

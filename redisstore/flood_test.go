@@ -208,3 +208,58 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// Killed connections on a busy process are no outage: the flood above
+// (FailOpen, the key full) while another client kills every other
+// client's connection (CLIENT KILL TYPE normal) every 20 ms. A lost
+// connection on a server that accepts new ones and answers is not an
+// outage, however long the busy process takes to see the reply: nothing
+// is admitted, no policy decides, no breaker opens. Before, the
+// confirmation's check was killed with the callers' connections and its
+// retries waited on the busy pool, and FailOpen admitted 37,945 calls.
+func TestKilledConnectionsUnderFloodAreNoOutage(t *testing.T) {
+	for _, hybrid := range []bool{false, true} {
+		t.Run(fmt.Sprint("hybrid=", hybrid), func(t *testing.T) {
+			s := redistest.Start(t)
+			c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
+			defer c.Close()
+			opts := []Option{WithPolicy(FailOpen)}
+			if hybrid {
+				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
+			}
+			l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, opts...)
+			if d, err := l.AllowN(ctx, "k", 5); err != nil || !d.Allowed {
+				t.Fatalf("filling the key: %+v %v", d, err)
+			}
+			admin := client(t, s)
+			stop := make(chan struct{})
+			killed := make(chan int64)
+			go func() {
+				var n int64
+				defer func() { killed <- n }()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					if k, err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Int64(); err == nil {
+						n += k
+					}
+				}
+			}()
+			ft := flood(l, "k", false, 2*time.Second)
+			close(stop)
+			kills := <-killed
+			st := l.Stats()
+			t.Logf("%d calls, %d admitted, %d policy answers, %d callers gone; %d connections killed; %+v",
+				ft.calls.Load(), ft.admitted.Load(), ft.unavailable.Load(), ft.gone.Load(), kills, st)
+			if kills == 0 {
+				t.Fatal("no connection was killed")
+			}
+			if ft.admitted.Load() != 0 || ft.unavailable.Load() != 0 || st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
+				t.Errorf("killed connections on a healthy server were taken for an outage: %d admitted, %d policy answers, %+v", ft.admitted.Load(), ft.unavailable.Load(), st)
+			}
+		})
+	}
+}

@@ -83,9 +83,12 @@ func (h *hybrid) flush(start time.Time) {
 		// passed, a lost connection) is a suspicion: the batches stay
 		// unconfirmed, the next flush sends them again, and only a
 		// confirmed silence opens it (liveness.go).
-		if classify(err) == proof {
+		switch {
+		case l.multi:
+			h.judgeNodes(items, replies, err)
+		case classify(err) == proof:
 			h.br.trip(err)
-		} else {
+		default:
 			h.br.suspect()
 		}
 	default:
@@ -140,8 +143,8 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	h.seq++
 	seq := h.seq
 	for key, k := range h.keys {
-		if k.pulling {
-			continue
+		if k.pulling || h.nodeErr(k, key) != nil {
+			continue // a node in its failure state: its probe, then a flush, sends the batch
 		}
 		if k.batch > 0 && now.Sub(k.batchAt) > h.horizon {
 			h.l.lostUnits.Add(uint64(k.batch))

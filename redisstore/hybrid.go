@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -49,8 +50,11 @@ import (
 // WithBreaker): an error reply (other than WRONGTYPE, which fails that key
 // alone: its units are given up) or a refused connection at once; a flush
 // past its deadline or a lost connection only once a confirmation finds
-// Redis silent for 250 ms of the process's own time (the batches stay
-// unconfirmed meanwhile, and the next flush sends them again). Each failed
+// Redis silent for the client's ReadTimeout (at least 250 ms) of the
+// process's own time (the batches stay unconfirmed meanwhile, and the
+// next flush sends them again). With a ClusterClient or a Ring the
+// failure state is per node (master, shard), as the plain mode's
+// breakers: a node's keys get the policy, the others' do not. Each failed
 // flush is reported to the OnError hook. In the failure state the failure
 // policy answers every decision at once, with an error wrapping
 // ErrUnavailable, and a probe resends the unconfirmed batches in the
@@ -208,6 +212,8 @@ type hkey struct {
 	dFlight  int64     // units of exact decisions in flight (F4 in the proof at hybrid)
 	dDone    int64     // units of exact decisions that admitted or failed, not yet shown to be in est
 	calls    int32     // exact decisions in flight
+	node     string    // the key's node's address (multi-node clients; see nodeOf)
+	nodeSet  bool      // node is known
 	acks     uint32    // pull replies applied so far
 	seen     bool      // est holds an observation
 	pulling  bool      // a flush carrying the key is in flight
@@ -248,8 +254,10 @@ func (l *Limiter) startHybrid() error {
 	h.br.onClose = l.startCheck // the outage may have been a restart or a failover: another server
 	h.br.onOpen = h.opened
 	h.br.bg = l.bg
-	h.br.check = func(ctx context.Context) error { return l.check(ctx, "") }
-	h.br.replies = l.replies.Load
+	addr, node := l.node(l.bg, "")
+	h.br.budget = l.live
+	h.br.check = func(ctx context.Context) error { return l.check(ctx, addr, node, "") }
+	h.br.replies, h.br.handshakes = l.nodeReplies(), l.handshakes(addr)
 	l.hyb = h
 	if !o.manual {
 		h.loop.Add(1)
@@ -278,6 +286,11 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	if k == nil {
 		k = &hkey{}
 		h.keys[key] = k
+	}
+	if err := h.nodeErr(k, key); err != nil { // the key's node's failure state
+		h.mu.Unlock()
+		l.fallbacks.Add(1)
+		return l.policy(key, n, limit), err
 	}
 	k.used = true
 	if k.seen && (n <= h.maxLocal || n > limit) {
@@ -313,7 +326,15 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	}
 	h.mu.Unlock()
 	if err != nil {
-		return l.fail(ctx, key, n, limit, err) // judges it for h.br, as for a plain breaker
+		var held *heldError
+		if errors.As(err, &held) { // its node's failure state began while it was queued: never sent
+			if cerr := ctxDone(ctx); cerr != nil {
+				return l.gone(key, limit, cerr, nil)
+			}
+			l.fallbacks.Add(1)
+			return l.policy(key, n, limit), held.err
+		}
+		return l.fail(ctx, key, n, limit, err) // judges it for h.br (per node: the node's), as for a plain breaker
 	}
 	l.redisDecisions.Add(1)
 	l.answeredDecision()

@@ -24,28 +24,37 @@ import (
 //     deadline, a caller's deadline while round trips have gone
 //     unanswered for suspectAfter) or a connection lost mid-call. It
 //     starts a confirmation, and decisions keep going to Redis meanwhile.
+//     A call that got no connection from the client's pool is no evidence
+//     (the application may hold the pool): it only starts a confirmation.
 //   - nothing: a call that was never sent, or a caller's cancellation.
 //
-// A confirmation sends the script (check) and counts how long Redis leaves
-// it and every other round trip unanswered, in the process's own time:
-// ticks of confirmTick, each credited at most 2 × confirmTick however late
-// it fires, so time the process spent without the CPU counts for little.
-// Any reply (to the check, or, with one breaker per limiter, to any round
-// trip) ends it: Redis answers. An error reply or a refused connection
-// ends it as an outage. After confirmBudget of credited time it passes
-// the scheduler's global run queue twice (runtime.Gosched, one tick
-// apart), behind every goroutine the network poller had woken for a reply
-// already in the socket, and only if no reply came then either is the
-// silence an outage.
+// A confirmation, one per node (a ClusterClient's master, a Ring's shard,
+// or the one server), sends the script (check) on the node's checker, a
+// connection of the limiter's own (client.go), never in the client's
+// pool, and counts how long the node leaves it unanswered, in the
+// process's own time: ticks of confirmTick, each credited at most 2 ×
+// confirmTick however late it fires, so time the process spent without
+// the CPU counts for little. Any reply of the node ends it: Redis
+// answers. That is the check's; after a check's connection was lost, the
+// handshake of the next one; with a client of one server, any round
+// trip's (another node's says nothing of this one). An error reply or a
+// refused connection ends it as an outage. After the budget (the
+// client's ReadTimeout, at least confirmBudget: liveBudget) of credited
+// time it passes the scheduler's global run queue twice
+// (runtime.Gosched, one tick apart), behind every goroutine the network
+// poller had woken for a reply already in the socket, and only if no
+// reply came then either is the silence an outage.
 const (
 	// suspectAfter: a caller's deadline that passes during its call is a
 	// suspicion only when round trips have gone unanswered this long
 	// (see stalled): a server slower than one caller's budget, answering
 	// others, is not suspected at all.
 	suspectAfter = 100 * time.Millisecond
-	// confirmBudget is how long, in the process's own time, Redis may
-	// leave every round trip unanswered before the silence is an outage:
-	// a pause shorter than this (a fork, a slow command) is ridden out.
+	// confirmBudget is the least time, in the process's own time, Redis
+	// may leave every round trip unanswered before the silence is an
+	// outage; the budget is the client's ReadTimeout when longer
+	// (liveBudget): a pause or a round trip shorter than that (a fork, a
+	// slow command, a distant server) is ridden out.
 	confirmBudget = 250 * time.Millisecond
 	// confirmTick is the confirmation's clock; a tick is credited at most
 	// twice its length.
@@ -74,9 +83,6 @@ func classify(err error) evidence {
 	return suspicion
 }
 
-// errSilent is the cause of an outage found by a confirmation: no reply.
-var errSilent = fmt.Errorf("no reply from Redis for %v of this process's own time, to a probe or any other round trip", confirmBudget)
-
 // confirm is a confirmation's goroutine: it judges v (see above) and ends
 // when v is final.
 func (b *breaker) confirm(v *verdict) {
@@ -91,7 +97,7 @@ func (b *breaker) confirm(v *verdict) {
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			ctx, cancel := context.WithTimeout(b.bg, probeTimeout)
+			ctx, cancel := context.WithTimeout(b.bg, 2*b.budget) // the ticks judge; this bounds the round trip
 			defer cancel()
 			err := b.check(ctx)
 			if err == nil {
@@ -100,7 +106,15 @@ func (b *breaker) confirm(v *verdict) {
 			res <- err
 		}()
 	}
-	replied := func() bool { return answered.Load() || b.replies != nil && b.replies() != seen }
+	// A check's connection lost (killed, say) is replaced by the next
+	// check's, and that one's handshake is a reply: Redis accepts
+	// connections and answers. A handshake after a check of ours timed
+	// out is not: HELLO is no write, and CLIENT PAUSE WRITE answers it.
+	lost, mark := false, uint64(0)
+	replied := func() bool {
+		return answered.Load() || b.replies != nil && b.replies() != seen ||
+			lost && b.handshakes != nil && b.handshakes() != mark
+	}
 	send()
 	tick := time.NewTicker(confirmTick)
 	defer tick.Stop()
@@ -118,6 +132,9 @@ func (b *breaker) confirm(v *verdict) {
 			case classify(err) == proof:
 				down = err
 			default: // a timeout, a lost connection: send another on the next tick (one that fails at once must not spin)
+				if lostConn(err) && !lost && b.handshakes != nil {
+					lost, mark = true, b.handshakes()
+				}
 				resend = true
 			}
 		case <-tick.C:
@@ -128,9 +145,9 @@ func (b *breaker) confirm(v *verdict) {
 				resend = false
 				send()
 			}
-			if credited >= confirmBudget && !replied() {
+			if credited >= b.budget && !replied() {
 				if passes == 2 {
-					down = errSilent
+					down = fmt.Errorf("no reply from Redis for %v of this process's own time, to a check on a connection of the limiter's own or to any other round trip", b.budget)
 				} else {
 					passes++
 					runtime.Gosched() // behind the goroutines woken for replies already in the socket

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -12,9 +13,11 @@ import (
 
 // Ping reports whether Redis can decide: it runs the limiter's script, as
 // the breaker's probe does, on a probe key of its own (adding one unit
-// there, never to a user key), on every master of a ClusterClient (on one
-// server through any other client, a Ring included). It returns nil when
-// each ran it, else an error naming the server. It counts in no Stats
+// there, never to a user key), on every master of a ClusterClient, on
+// every shard of a Ring (each shard of the Ring's options, one its
+// heartbeat has marked down included), on the one server of any other
+// client. It returns nil when each ran it, else an error naming each
+// server that did not. It counts in no Stats
 // field but NoScript (it loads the script where Redis lacks it), and does
 // not call the OnError hook.
 //
@@ -25,9 +28,12 @@ import (
 // decide: a replica left behind by a failover (READONLY), a full server
 // with noeviction (OOM), a Cluster node still joining (CLUSTERDOWN).
 func (l *Limiter) Ping(ctx context.Context) error {
+	if r, ok := l.client.(*redis.Ring); ok {
+		return l.pingRing(ctx, r)
+	}
 	cc, ok := l.client.(*redis.ClusterClient)
 	if !ok {
-		if err := l.probeCall(ctx, ""); err != nil {
+		if err := l.probeCall(ctx, l.client, ""); err != nil {
 			return fmt.Errorf("redisstore: Ping: %w", err)
 		}
 		return nil
@@ -56,12 +62,46 @@ func (l *Limiter) Ping(ctx context.Context) error {
 			continue
 		}
 		delete(masters, addr)
-		if err := l.probeCall(ctx, k); err != nil {
+		if err := l.probeCall(ctx, l.client, k); err != nil {
 			errs = append(errs, fmt.Errorf("redisstore: Ping: %s: %w", addr, err))
 		}
 	}
 	for addr := range masters {
 		errs = append(errs, fmt.Errorf("redisstore: Ping: %s: no key of this node found to probe", addr))
+	}
+	return errors.Join(errs...)
+}
+
+// pingRing is Ping on a Ring: the probe on each shard's own client (the
+// probe key need not be one the Ring routes there), and an error for a
+// shard of the options that the Ring no longer lists as up.
+func (l *Limiter) pingRing(ctx context.Context, r *redis.Ring) error {
+	up := map[string]*redis.Client{}
+	for _, c := range r.GetShardClients() {
+		up[c.Options().Addr] = c
+	}
+	var names []string
+	for name := range r.Options().Addrs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var errs []error
+	for _, name := range names {
+		addr := r.Options().Addrs[name]
+		c, ok := up[addr]
+		if !ok {
+			errs = append(errs, fmt.Errorf("redisstore: Ping: shard %s (%s): the Ring marked it down", name, addr))
+			continue
+		}
+		delete(up, addr)
+		if err := l.probeCall(ctx, c, ""); err != nil {
+			errs = append(errs, fmt.Errorf("redisstore: Ping: shard %s (%s): %w", name, addr, err))
+		}
+	}
+	for addr, c := range up { // shards added by SetAddrs
+		if err := l.probeCall(ctx, c, ""); err != nil {
+			errs = append(errs, fmt.Errorf("redisstore: Ping: shard %s: %w", addr, err))
+		}
 	}
 	return errors.Join(errs...)
 }

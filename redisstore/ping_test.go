@@ -104,3 +104,38 @@ func TestPingCluster(t *testing.T) {
 		}
 	}
 }
+
+// With a Ring, Ping probes every shard, and names the one that fails. (Before,
+// it probed the shard of one key and returned nil with another shard dead.)
+func TestPingRing(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}, MaxRetries: -1,
+		DialTimeout: time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	defer ring.Close()
+	l := mustNew(t, ring, engine.Config{Limit: 10, Window: time.Minute})
+	if err := l.Ping(ctx); err != nil {
+		t.Fatalf("healthy ring: %v", err)
+	}
+	for _, s := range []*redistest.Server{a, b} {
+		if n, err := s.Client().Exists(ctx, l.probeName("")).Result(); err != nil || n != 1 {
+			t.Fatalf("shard %s holds no probe key (%d, %v): every shard is probed", s.Addr(), n, err)
+		}
+	}
+	// Kill the shard that the probe key of "" is not routed to.
+	c, err := ring.GetShardClientForKey(l.probeName(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, live := a, b
+	if c.Options().Addr == a.Addr() {
+		dead, live = b, a
+	}
+	dead.Kill()
+	err = l.Ping(ctx)
+	if err == nil || !strings.Contains(err.Error(), dead.Addr()) {
+		t.Fatalf("a shard killed: %v, want an error naming %s", err, dead.Addr())
+	}
+	if strings.Contains(err.Error(), live.Addr()) {
+		t.Errorf("the healthy shard named: %v", err)
+	}
+}

@@ -40,16 +40,19 @@ const (
 // on an error reply (except WRONGTYPE, which fails its key alone) or a
 // refused connection; after a round trip that got no answer (a timeout, a
 // lost connection, callers' deadlines passing while round trips went
-// unanswered for 100 ms) only once a confirmation finds Redis silent for
-// 250 ms of the process's own time (docs/design.md §10). Until then
-// decisions keep going to Redis; a caller whose round trip failed waits
-// for the verdict, and gets ErrNoReply if Redis answers.
+// unanswered for 100 ms; not a call that got no connection from the
+// client's pool, which only asks for a confirmation) only once a
+// confirmation, on a connection of the limiter's own, finds the node
+// silent for the client's ReadTimeout (at least 250 ms; 5 s when unset)
+// of the process's own time (docs/design.md §10). Until then decisions
+// keep going to Redis; a caller whose round trip failed waits for the
+// verdict, and gets ErrNoReply if Redis answers.
 //
 // Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns it
 // off: every decision tries Redis, and failures are still judged so. With
-// a ClusterClient there is one breaker per master node; with any other
-// client, one per Limiter. New refuses WithBreaker with WithHybrid, which
-// has its own failure state.
+// a ClusterClient there is one breaker per master node, with a Ring one
+// per shard; with any other client, one per Limiter. New refuses
+// WithBreaker with WithHybrid, which has its own failure state.
 func WithBreaker(minWait, maxWait time.Duration) Option {
 	return func(o *options) error {
 		if minWait == 0 && maxWait == 0 {
@@ -66,24 +69,30 @@ func WithBreaker(minWait, maxWait time.Duration) Option {
 
 // plainBreaker is one breaker of the plain mode, with the key its probe
 // writes near: the Limiter's only one, or with a ClusterClient one per
-// master node.
+// master node (with a Ring, one per shard).
 type plainBreaker struct {
 	*breaker
-	l   *Limiter
-	key atomic.Pointer[string] // the user key whose failure last tripped it, or was last suspected
+	l    *Limiter
+	addr string                 // the node's address ("": the one server)
+	node *redis.Client          // the node's client, for its checker (nil: unknown)
+	key  atomic.Pointer[string] // the user key whose failure last tripped it, or was last suspected
 }
 
-func (l *Limiter) newPlainBreaker() *plainBreaker {
-	pb := &plainBreaker{l: l}
+func (l *Limiter) newPlainBreaker(addr string, node *redis.Client) *plainBreaker {
+	pb := &plainBreaker{l: l, addr: addr, node: node}
 	b := newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
 	b.onClose = l.startCheck // the outage may have been a restart or a failover: another server
-	b.onOpen = func() { l.breakerOpens.Add(1) }
+	b.onOpen = func() {
+		l.breakerOpens.Add(1)
+		if l.hyb != nil {
+			l.hyb.openedNode(addr)
+		}
+	}
 	b.off = l.opts.brMax == 0
 	b.bg = l.bg
-	b.check = func(ctx context.Context) error { return l.check(ctx, pb.lastKey()) }
-	if l.cluster == nil {
-		b.replies = l.replies.Load // with a ClusterClient, other nodes' replies say nothing of this one
-	}
+	b.budget = l.live
+	b.check = func(ctx context.Context) error { return l.check(ctx, addr, node, pb.lastKey()) }
+	b.replies, b.handshakes = l.nodeReplies(), l.handshakes(addr)
 	b.wrap = func(cause error) error {
 		return fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", pb.lastKey(), cause)
 	}
@@ -100,31 +109,27 @@ func (pb *plainBreaker) lastKey() string {
 
 // startBreaker sets up the plain mode's breaker (its goroutines start with
 // the first failure); WithBreaker(0, 0) makes it one that confirms outages
-// but never opens. With a ClusterClient, breakers are per master node and
-// made at their node's first failure.
+// but never opens. With a ClusterClient or a Ring, breakers are per node
+// (master, shard) and made at their node's first failure.
 func (l *Limiter) startBreaker() {
-	if cc, ok := l.client.(*redis.ClusterClient); ok {
-		l.cluster = cc
+	if l.multi {
 		return
 	}
-	l.br = l.newPlainBreaker()
+	l.br = l.newPlainBreaker(l.node(context.Background(), ""))
 }
 
 // breakerFor returns the breaker that guards key: the Limiter's one, or
-// the one of the master node that owns key's slot (address "" when the
-// ClusterClient cannot say), made if create and none exists yet. It
-// returns nil when there is none, or after Close.
+// the one of the node that serves key (a master that owns its slot, a
+// Ring's shard; address "" when the client cannot say), made if create
+// and none exists yet. It returns nil when there is none, or after Close.
 func (l *Limiter) breakerFor(ctx context.Context, key string, create bool) *plainBreaker {
-	if l.cluster == nil {
+	if !l.multi {
 		return l.br
 	}
 	if !create && l.nodeCount.Load() == 0 {
 		return nil // no node has failed yet: no lookup
 	}
-	var addr string
-	if c, err := l.cluster.MasterForKey(ctx, l.Key(key)); err == nil {
-		addr = c.Options().Addr
-	}
+	addr, node := l.node(ctx, key)
 	if v, ok := l.nodes.Load(addr); ok {
 		return v.(*plainBreaker)
 	}
@@ -136,7 +141,7 @@ func (l *Limiter) breakerFor(ctx context.Context, key string, create bool) *plai
 	if l.closed.Load() {
 		return nil // Close stops every breaker made before it, under nodeMu
 	}
-	v, loaded := l.nodes.LoadOrStore(addr, l.newPlainBreaker())
+	v, loaded := l.nodes.LoadOrStore(addr, l.newPlainBreaker(addr, node))
 	if !loaded {
 		l.nodeCount.Add(1)
 	}
@@ -162,7 +167,7 @@ func (l *Limiter) stopBreakers() {
 // error for a policy answer. After Close it is always nil: no prober
 // would close a breaker.
 func (l *Limiter) breakerErr(ctx context.Context, key string) error {
-	if l.hyb != nil || l.closed.Load() {
+	if l.hyb != nil && !l.multi || l.closed.Load() {
 		return nil
 	}
 	if pb := l.breakerFor(ctx, key, false); pb != nil {
@@ -246,9 +251,9 @@ func (l *Limiter) judge(ctx context.Context, key string, err error) *verdict {
 		return nil
 	}
 	var b *breaker
-	if l.hyb != nil {
+	if l.hyb != nil && !l.multi {
 		b = l.hyb.br
-	} else {
+	} else { // per node, in both modes
 		pb := l.breakerFor(ctx, key, true)
 		if pb == nil {
 			return nil
@@ -264,7 +269,7 @@ func (l *Limiter) judge(ctx context.Context, key string, err error) *verdict {
 }
 
 // probe is a plain breaker's probe: the script on the probe key of the
-// key that last tripped it, within probeTimeout. Its failure is counted and
+// key that last tripped it, within max(probeTimeout, the budget). Its failure is counted and
 // reported.
 func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	select {
@@ -273,10 +278,18 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 	default:
 	}
 	l := pb.l
-	ctx, cancel := context.WithTimeout(l.bg, probeTimeout)
+	ctx, cancel := context.WithTimeout(l.bg, max(probeTimeout, l.live))
 	defer cancel()
-	err := l.check(ctx, pb.lastKey())
+	// Through the client, as decisions go: a probe that succeeds there has
+	// also cleared the pool of connections that fail (to a demoted node
+	// after a failover, say). Only if it got no connection (the
+	// application holds the pool: no evidence) does the checker answer.
+	err := l.probeCall(ctx, l.client, pb.lastKey())
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		err = l.check(ctx, pb.addr, pb.node, pb.lastKey())
+	}
 	if err == nil {
+		l.answered()
 		return nil
 	}
 	if l.bg.Err() != nil {
@@ -288,15 +301,48 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 }
 
 // check is one round trip that shows whether Redis can decide: the probe
-// script on key's probe key (see probeCall). A reply counts as any reply
+// script on key's probe key (see probeCall), on the checker of the node
+// at addr (client.go), never in the client's pool (through l.client only
+// when the client's type has no checker). A reply counts as any reply
 // does (answered).
-func (l *Limiter) check(ctx context.Context, key string) error {
-	l.sending()
-	err := l.probeCall(ctx, key)
+func (l *Limiter) check(ctx context.Context, addr string, node *redis.Client, key string) error {
+	var c redis.Scripter = l.client
+	if ck := l.checkerFor(addr, node); ck != nil {
+		c = ck.c
+	} else if l.closed.Load() {
+		return errAborted
+	}
+	err := l.probeCall(ctx, c, key)
+	if lostConn(err) && ctx.Err() == nil {
+		// A pooled connection that the server closed (killed, or the
+		// server restarted): once more, on a new one.
+		err = l.probeCall(ctx, c, key)
+	}
 	if err == nil {
 		l.answered()
 	}
 	return err
+}
+
+// nodeReplies returns the count of replies that show the node answers:
+// with a client of one server, every round trip's (answered); nil with a
+// ClusterClient or a Ring, where other nodes' replies say nothing of it.
+func (l *Limiter) nodeReplies() func() uint64 {
+	if l.multi {
+		return nil
+	}
+	return l.replies.Load
+}
+
+// handshakes returns the count of the handshakes of the checker of the
+// node at addr (0 while it has none).
+func (l *Limiter) handshakes(addr string) func() uint64 {
+	return func() uint64 {
+		if v, ok := l.checkers.Load(addr); ok {
+			return v.(*checker).handshakes.Load()
+		}
+		return 0
+	}
 }
 
 // probeName returns the Redis key a probe writes to for user key k: the
@@ -307,16 +353,16 @@ func (l *Limiter) probeName(k string) string { return l.Key(k) + ":probe" }
 // one unit, unchecked, to the probe key (which expires as any key does),
 // so that the server must run the script and write. An explicit NOSCRIPT
 // loads it (the script did not run).
-func (l *Limiter) probeCall(ctx context.Context, key string) error {
+func (l *Limiter) probeCall(ctx context.Context, c redis.Scripter, key string) error {
 	keys := []string{l.probeName(key)}
 	args := make([]any, 0, 9)
 	args = append(args, 1, l.cfg.Limit)
 	args = append(args, l.args...)
 	args = append(args, "1", 0, 0)
-	res, err := script.EvalSha(ctx, l.client, keys, args...).Result()
+	res, err := script.EvalSha(ctx, c, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		l.noscript.Add(1)
-		res, err = script.Eval(ctx, l.client, keys, args...).Result()
+		res, err = script.Eval(ctx, c, keys, args...).Result()
 	}
 	if err != nil {
 		return err

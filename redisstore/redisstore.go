@@ -67,11 +67,14 @@ type Limiter struct {
 
 	// The plain mode's breakers (plainbreaker.go): br is the one breaker,
 	// or with a ClusterClient nodes holds one per master address, made
-	// under nodeMu. The hybrid mode's is hyb.br.
+	// under nodeMu. The hybrid mode's is hyb.br, or with a ClusterClient
+	// or a Ring the nodes' breakers, as in the plain mode.
 	br        *plainBreaker
-	cluster   *redis.ClusterClient
-	nodes     sync.Map     // string → *plainBreaker
-	nodeCount atomic.Int32 // breakers in nodes
+	multi     bool          // the client spreads keys over nodes (ClusterClient, Ring): breakers per node
+	nodes     sync.Map      // string → *plainBreaker
+	checkers  sync.Map      // string (a node's address) → *checker (client.go)
+	live      time.Duration // liveBudget: the longest silence of a node that answers
+	nodeCount atomic.Int32  // breakers in nodes
 	nodeMu    sync.Mutex
 	bg        context.Context // a probe's or a confirmation's parent, cancelled by Close
 	bgCancel  context.CancelFunc
@@ -186,6 +189,7 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	l.args = []any{l.width / 1000, l.span, w, ttl}
 	l.batch = &batcher{l: l}
 	l.ctxTimeouts = contextTimeouts(client)
+	l.multi, l.live = multiNode(client), liveBudget(client)
 	if o.policy == FallbackLocal {
 		lc := cfg
 		lc.Limit = max(1, int64(math.Floor(o.share*float64(cfg.Limit))))
@@ -274,6 +278,7 @@ func (l *Limiter) Close() error {
 		if l.hyb != nil {
 			l.closeErr = l.hyb.close()
 		}
+		l.closeCheckers()
 		if l.local != nil {
 			_ = l.local.Close()
 		}

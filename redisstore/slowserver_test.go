@@ -247,3 +247,37 @@ func TestIdleTinyDeadlineBurstsNeverOpenBreaker(t *testing.T) {
 	}
 	t.Logf("%+v", l.Stats())
 }
+
+// A healthy server behind a path that adds 100 ms to every reply (the
+// test's proxy), under the busy-process flood (flood_test.go: FailOpen,
+// the key full, most callers with 0–3 ms deadlines, CPU-bound goroutines
+// beside them), in the plain and the hybrid mode. A Redis that answers
+// late but answers is not an outage: callers' deadlines pass (CallerGone),
+// but nothing is admitted, no policy decides and no breaker opens. Before,
+// the confirmation's check waited behind the flood's round trips for a
+// connection and found Redis "silent": FailOpen admitted 18,365 calls.
+func TestSlowPathIsNoOutage(t *testing.T) {
+	for _, hybrid := range []bool{false, true} {
+		t.Run(fmt.Sprint("hybrid=", hybrid), func(t *testing.T) {
+			s := redistest.Start(t)
+			p := startProxy(t, s.Addr())
+			c := redis.NewClient(&redis.Options{Addr: p.addr()}) // go-redis's defaults: ReadTimeout 3 s
+			defer c.Close()
+			opts := []Option{WithPolicy(FailOpen)}
+			if hybrid {
+				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
+			}
+			l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, opts...)
+			if d, err := l.AllowN(ctx, "k", 5); err != nil || !d.Allowed {
+				t.Fatalf("filling the key: %+v %v", d, err)
+			}
+			p.delay.Store(int64(100 * time.Millisecond))
+			ft := flood(l, "k", false, 2*time.Second)
+			st := l.Stats()
+			t.Logf("100 ms path: %d calls, %d admitted, %d policy answers, %d callers gone; %+v", ft.calls.Load(), ft.admitted.Load(), ft.unavailable.Load(), ft.gone.Load(), st)
+			if ft.admitted.Load() != 0 || ft.unavailable.Load() != 0 || st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
+				t.Errorf("a Redis 100 ms away was taken for an outage: %d admitted, %d policy answers, %+v", ft.admitted.Load(), ft.unavailable.Load(), st)
+			}
+		})
+	}
+}

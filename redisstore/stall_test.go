@@ -65,6 +65,9 @@ func TestStallPhantomUnits(t *testing.T) {
 							admitted.Add(n)
 						case errors.Is(err, ErrUnavailable):
 							policy.Add(1)
+						case errors.Is(err, ErrNoReply) && !d.Allowed:
+							// A round trip past its 100 ms ReadTimeout on a
+							// loaded machine, Redis answering: no outage.
 						default:
 							errc <- fmt.Errorf("%+v %v", d, err)
 							return

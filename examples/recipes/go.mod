@@ -1,4 +1,4 @@
-module github.com/ringlimit/ringlimit/examples/llmgateway
+module github.com/ringlimit/ringlimit/examples/recipes
 
 go 1.26.8
 

@@ -1,18 +1,16 @@
-// Command llmgateway is a runnable example of a tokens-per-minute limit,
-// the way an LLM gateway runs one: each request reserves its estimated
-// tokens before the model runs, and is settled to the tokens the response
-// really used (httplimit.WithSettle and ReportCost), in one process or
-// shared by every replica through Redis (-redis).
+// Command llmgateway is a recipe of docs/recipes.md: a tokens-per-minute
+// limit, the way an LLM gateway runs one. Each request reserves its
+// estimated tokens before the model runs, and is settled to the tokens the
+// response really used (httplimit.WithSettle and ReportCost), in one
+// process or shared by every replica through Redis (-redis).
 //
-//	go run .                                 # listens on 127.0.0.1:8080
-//	go run . -redis 127.0.0.1:6379           # each tenant's budget shared through Redis
+//	go run ./llmgateway                         # listens on 127.0.0.1:8080
+//	go run ./llmgateway -redis 127.0.0.1:6379   # each tenant's budget shared through Redis
 //	curl -i -H 'X-Tenant: acme' -d '{"prompt": "say hello to the world", "max_tokens": 400}' \
 //	    http://127.0.0.1:8080/v1/completions
 //
 // The estimate is the prompt's tokens plus max_tokens (404 here), the
 // usage 8: after the response, acme's budget has lost 8 tokens, not 404.
-// It is its own module because -redis needs go-redis, which the root
-// module must not depend on; run it from this directory.
 package main
 
 import (
