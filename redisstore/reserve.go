@@ -46,6 +46,7 @@ type Reservation struct {
 	key   string
 	n     int64        // units held: in Redis when claim is set, else in local
 	epoch int64        // the sub-window (Redis TIME / width) the units were recorded in
+	mark  int64        // the key's reset mark when they were (0: none; see resetSource)
 	claim *atomic.Bool // shared by copies: set by the one Cancel or Settle that acts
 	local engine.Reservation
 }
@@ -91,7 +92,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (Reservation
 		r.d = l.reservePolicy(&r, n, limit)
 		return r, err
 	}
-	rep, err := l.held(ctx, opReserve, key, n, limit, 0)
+	rep, err := l.held(ctx, opReserve, key, n, limit, 0, 0)
 	if err != nil {
 		v := l.judge(ctx, key, err)
 		err = &judgedError{mayHaveCounted(ctx, err), v}
@@ -102,7 +103,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (Reservation
 	l.answeredDecision()
 	r.d = rep.d
 	if rep.d.Allowed && n >= 1 && rep.x >= 0 {
-		r.n, r.epoch, r.claim = n, rep.x, new(atomic.Bool)
+		r.n, r.epoch, r.mark, r.claim = n, rep.x, rep.mark, new(atomic.Bool)
 	}
 	return r, nil
 }
@@ -192,7 +193,7 @@ func (r *Reservation) Cancel(ctx context.Context) (bool, error) {
 	if !r.claim.CompareAndSwap(false, true) {
 		return false, nil
 	}
-	rep, err := r.l.adjust(ctx, opName{"Cancel", -1, r.n}, opCancel, r.key, r.n, r.epoch)
+	rep, err := r.l.adjust(ctx, opName{"Cancel", -1, r.n}, opCancel, r.key, r.n, r.epoch, r.mark)
 	return err == nil && rep.x == 1, err
 }
 
@@ -231,16 +232,16 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) (engine.Decision
 	what := opName{"Settle", actual, r.n}
 	switch {
 	case actual < r.n:
-		rep, err := r.l.adjust(ctx, what, opCancel, r.key, r.n-actual, r.epoch)
+		rep, err := r.l.adjust(ctx, what, opCancel, r.key, r.n-actual, r.epoch, r.mark)
 		return rep.d, err
 	case actual > r.n:
-		rep, err := r.l.adjust(ctx, what, opCharge, r.key, actual-r.n, r.l.maxLimit)
+		rep, err := r.l.adjust(ctx, what, opCharge, r.key, actual-r.n, r.l.maxLimit, 0)
 		if err == nil && rep.x == 0 {
 			err = fmt.Errorf("redisstore: %s of %q, charging the debt of %d: %w", what, r.key, actual-r.n, engine.ErrDebtFull)
 		}
 		return rep.d, err
 	}
-	rep, err := r.l.adjust(ctx, what, opPeek, r.key, 0, 0)
+	rep, err := r.l.adjust(ctx, what, opPeek, r.key, 0, 0, 0)
 	return rep.d, err
 }
 
@@ -280,10 +281,10 @@ func (l *Limiter) ChargeN(ctx context.Context, key string, n int64) (engine.Deci
 		return engine.Decision{Limit: limit}, fmt.Errorf("redisstore: ChargeN(%q, %d): nothing was sent: %w", key, n, err)
 	}
 	if n == 0 {
-		rep, err := l.adjust(ctx, opName{"ChargeN", 0, -1}, opPeek, key, 0, 0)
+		rep, err := l.adjust(ctx, opName{"ChargeN", 0, -1}, opPeek, key, 0, 0, 0)
 		return rep.d, err
 	}
-	rep, err := l.adjust(ctx, opName{"ChargeN", n, -1}, opCharge, key, n, l.maxLimit)
+	rep, err := l.adjust(ctx, opName{"ChargeN", n, -1}, opCharge, key, n, l.maxLimit, 0)
 	if err == nil && rep.x == 0 {
 		err = fmt.Errorf("redisstore: ChargeN(%q, %d): %w", key, n, engine.ErrDebtFull)
 	}
@@ -296,12 +297,12 @@ func (l *Limiter) ChargeN(ctx context.Context, key string, n int64) (engine.Deci
 // for a failed round trip), judged for the breaker, passed to the OnError
 // hook and returned wrapping ErrNotApplied; FallbackLocal's engine is
 // charged what a failed charge could not record.
-func (l *Limiter) adjust(ctx context.Context, what opName, op, key string, n, x int64) (heldReply, error) {
+func (l *Limiter) adjust(ctx context.Context, what opName, op, key string, n, x, mark int64) (heldReply, error) {
 	limit, _ := l.limitOf(key)
 	if err := l.breakerErr(ctx, key); err != nil {
 		return heldReply{d: engine.Decision{Limit: limit}}, l.notApplied(what, op, key, n, err)
 	}
-	rep, err := l.held(ctx, op, key, n, limit, x)
+	rep, err := l.held(ctx, op, key, n, limit, x, mark)
 	if err != nil {
 		l.judge(ctx, key, err)
 		l.failures.Add(1)
@@ -345,9 +346,10 @@ func (l *Limiter) notApplied(what opName, op, key string, n int64, cause error) 
 }
 
 // held makes one call of heldScript for key on the caller's goroutine.
-func (l *Limiter) held(ctx context.Context, op, key string, n, limit, x int64) (heldReply, error) {
-	keys := []string{l.Key(key)}
-	args := []any{op, n, limit, l.args[0], l.args[1], l.args[2], l.args[3], x}
+func (l *Limiter) held(ctx context.Context, op, key string, n, limit, x, mark int64) (heldReply, error) {
+	name := l.Key(key)
+	keys := []string{name, name + resetSuffix}
+	args := []any{op, n, limit, l.args[0], l.args[1], l.args[2], l.args[3], x, mark}
 	l.sending()
 	res, err := heldScript.EvalSha(ctx, l.client, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -361,4 +363,15 @@ func (l *Limiter) held(ctx context.Context, op, key string, n, limit, x int64) (
 	}
 	l.answered()
 	return parseHeld(res, limit)
+}
+
+// resetSuffix names a key's reset mark: its state's name (Key) and this,
+// outside the hash tag, so in the state's Cluster slot.
+const resetSuffix = ":reset"
+
+// resetState deletes key's state and sets its reset mark, in one script
+// call (resetSource): Reset's round trip.
+func (l *Limiter) resetState(ctx context.Context, key string) error {
+	name := l.Key(key)
+	return resetScript.Run(ctx, l.client, []string{name, name + resetSuffix}, l.args[3]).Err()
 }

@@ -34,7 +34,7 @@ func (h *heldTimes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if c, ok := cmd.(*redis.Cmd); ok {
-			if a, ok := c.Val().([]any); ok && len(a) == 5 {
+			if a, ok := c.Val().([]any); ok && len(a) == 6 {
 				if t, ok := a[3].(int64); ok {
 					h.last.Store(t)
 				}
@@ -58,7 +58,7 @@ type heldModel struct {
 	span  int64
 	held  []heldPair
 	// what ran: for a test to check that a run exercised every operation
-	cancelled, settledLess, settledMore, charged, debts int
+	cancelled, settledLess, settledMore, charged, debts, resets int
 }
 
 type heldPair struct {
@@ -138,6 +138,16 @@ func (m *heldModel) settle(step, k int, actual int64) {
 	}
 }
 
+// reset resets key on both: the reservations held from before give
+// nothing back to the fresh count.
+func (m *heldModel) reset(step int, key string) {
+	if err := m.l.Reset(ctx, key); err != nil {
+		m.tb.Fatalf("step %d: Reset(%q): %v", step, key, err)
+	}
+	m.ref.Reset(key)
+	m.resets++
+}
+
 func (m *heldModel) charge(step int, key string, n int64) {
 	got, err := m.l.ChargeN(ctx, key, n)
 	if err != nil {
@@ -179,6 +189,8 @@ func TestReserveMatchesEngine(t *testing.T) {
 						actual = m.held[k].r.Units() + cfg.Limit*3 // a debt past the limit
 					}
 					m.settle(i, k, actual)
+				case op < 10 && rng.IntN(8) == 0:
+					m.reset(i, key)
 				default:
 					m.charge(i, key, int64(rng.IntN(8)))
 				}
@@ -186,8 +198,8 @@ func TestReserveMatchesEngine(t *testing.T) {
 					time.Sleep(time.Duration(rng.Int64N(int64(cfg.Window) * 3 / 2)))
 				}
 			}
-			t.Logf("cancelled %d, settled to fewer %d, to more %d (debts past the limit %d), charged %d", m.cancelled, m.settledLess, m.settledMore, m.debts, m.charged)
-			if m.cancelled == 0 || m.settledLess == 0 || m.settledMore == 0 || m.debts == 0 || m.charged == 0 {
+			t.Logf("cancelled %d, settled to fewer %d, to more %d (debts past the limit %d), charged %d, resets %d", m.cancelled, m.settledLess, m.settledMore, m.debts, m.charged, m.resets)
+			if m.cancelled == 0 || m.settledLess == 0 || m.settledMore == 0 || m.debts == 0 || m.charged == 0 || m.resets == 0 {
 				t.Fatal("the run did not exercise every operation")
 			}
 		})
@@ -198,7 +210,7 @@ func TestReserveMatchesEngine(t *testing.T) {
 // real redis-server against the engine (heldModel): the first byte picks
 // the algorithm, then each pair of bytes is one operation on key "a" or
 // "b" (the high bit of its first byte): reserve, cancel (kept or
-// forgotten), settle, charge, or a pause of up to 15 ms (the sub-windows
+// forgotten), settle, charge, Reset, or a pause of up to 15 ms (the sub-windows
 // are 10 ms, the window 40 ms) that moves time on. CI runs the seeds;
 // make fuzz runs more (redis-server runs the script serially: -parallel
 // 2 keeps the fuzzer's workers from waiting on it).
@@ -207,6 +219,8 @@ func FuzzHeldOperations(f *testing.F) {
 	f.Add([]byte{1, 0, 5, 1, 4, 3, 30, 5, 15, 2, 0, 4, 2})
 	f.Add([]byte{2, 0, 2, 0x80, 2, 5, 11, 3, 0, 0x83, 1, 4, 4})
 	f.Add([]byte{0, 0, 5, 0, 5, 5, 15, 5, 15, 3, 60, 0x80, 4, 3, 1})
+	f.Add([]byte{0, 0, 3, 0, 2, 4, 0, 0, 4, 1, 0, 2, 9, 1, 1})    // reserve, reserve, Reset, reserve, cancels and a settle across it
+	f.Add([]byte{1, 0, 4, 4, 0, 2, 7, 0x80, 3, 4, 1, 1, 2, 1, 3}) // SlidingWindow: a settle to more after a Reset
 	s := redistest.Start(f)
 	var run atomic.Int64
 	algs := []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow}
@@ -240,6 +254,8 @@ func FuzzHeldOperations(f *testing.F) {
 				}
 			case 3:
 				m.charge(i, key, x%(3*cfg.Limit))
+			case 4:
+				m.reset(i, key)
 			default:
 				time.Sleep(time.Duration(x%16) * time.Millisecond)
 			}

@@ -21,7 +21,8 @@ const (
 // whose redis, KEYS and ARGV are its parameters, so that a reservation is
 // decided by the very code AllowN runs, and a charge is its force path (a
 // hybrid flush's: add n without the check). KEYS[1] is the key's state,
-// as for a decision: one key, one hash tag, one Cluster slot. ARGV:
+// as for a decision, and KEYS[2] its reset mark (resetSource), in the same
+// hash tag: one Cluster slot. ARGV:
 //
 //	1 op        opReserve, opCancel, opCharge or opPeek
 //	2 n         units to reserve, return or charge (opPeek: 0)
@@ -29,6 +30,7 @@ const (
 //	4 … 7       w (µs), span, weighted, ttl (ms): as luaSource's 3 … 6
 //	8 x         opCancel: the epoch the units were recorded in (the
 //	            reservation's); opCharge: the most one sub-window may count
+//	9 mark      opCancel: the reset mark the reservation read (0: none)
 //
 // Every TIME inside a cancel, charge or peek returns the first one's answer
 // (the proxy below), so a charge and the Decision after it are at one
@@ -43,16 +45,21 @@ const (
 // one the units went into (no state: it expired, which it does only one
 // Window plus a sub-window after its last write, when x has left the
 // window; x > l: a state created afresh under a clock stepped back), and
-// nothing changes.
+// nothing changes. Nothing changes either when the key's reset mark is
+// not the one the reservation read: a Reset (Limiter.Reset) ran since, and
+// the units it forgot give nothing back to the fresh count, as the
+// engine's. A reservation that reads a mark renews its TTL, so that the
+// mark outlives the reservation's sub-window.
 //
 // opCharge refuses (reply status 0) when the current sub-window (TIME's,
 // or l when TIME is older) would count more than ARGV[8]; else it runs the
 // decision with force, which adds n at that sub-window, moving the ring as
 // an admission does, and sets the TTL.
 //
-// Replies {allowed, remaining, retryAfterNs (−1 = Never), t, x}: for
-// opReserve the decision's (luaSource's reply) and x the epoch its units
-// were recorded in (−1: none); for the others the Decision a one-unit
+// Replies {allowed, remaining, retryAfterNs (−1 = Never), t, x, mark}:
+// for opReserve the decision's (luaSource's reply), x the epoch its units
+// were recorded in (−1: none) and mark the key's reset mark (0: none); for
+// the others the Decision a one-unit
 // request would get now, recording nothing (Remaining before it, as
 // engine.Engine's Settle and ChargeAt report), and x the status: 1 done,
 // 0 not (opCancel: nothing to return; opCharge: the sub-window is full).
@@ -61,15 +68,23 @@ var heldSource = "local function decide(redis, KEYS, ARGV)\n" + luaSource + "\ne
 const opsSource = `
 if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 local key = KEYS[1]
+local state1 = {key} -- the decision's KEYS: the state alone (its KEYS[2] is a flush's dedup key)
 local op = ARGV[1]
 local n = tonumber(ARGV[2])
 local span = tonumber(ARGV[5])
 if op == 'r' then -- AllowN's decision, on redis itself (one TIME)
-  local r = decide(redis, KEYS, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
+  local r = decide(redis, state1, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
   if r.err then return r end
-  local x = -1
-  if r[1] == 1 and n >= 1 then x = struct.unpack('<d', redis.call('GET', key)) end -- after an admission, l is its epoch
-  return {r[1], r[2], r[3], r[4], x}
+  local x, mark = -1, 0
+  if r[1] == 1 and n >= 1 then
+    x = struct.unpack('<d', redis.call('GET', key)) -- after an admission, l is its epoch
+    local m = redis.call('GET', KEYS[2])
+    if m then
+      mark = tonumber(m)
+      redis.call('PEXPIRE', KEYS[2], ARGV[7])
+    end
+  end
+  return {r[1], r[2], r[3], r[4], x, mark}
 end
 
 local tm = redis.call('TIME')
@@ -92,14 +107,14 @@ end
 -- a refusal runs the decision for one unit (without its SET), for its
 -- RetryAfter.
 local function peek(x)
-  local a = decide(nowrite, KEYS, args('0'))
+  local a = decide(nowrite, state1, args('0'))
   if a.err or a[2] >= 1 then
-    if not a.err then a[5] = x end
+    if not a.err then a[5], a[6] = x, 0 end
     return a
   end
-  local b = decide(nowrite, KEYS, args('1'))
+  local b = decide(nowrite, state1, args('1'))
   if b.err then return b end
-  return {b[1], a[2], b[3], b[4], x}
+  return {b[1], a[2], b[3], b[4], x, 0}
 end
 -- epoch: the sub-window of tm, exactly (as luaSource's e0)
 local function epoch()
@@ -123,7 +138,7 @@ if op == 'c' then
   local raw, err = state()
   if err then return err end
   local x, done = tonumber(ARGV[8]), 0
-  if raw then
+  if raw and tonumber(redis.call('GET', KEYS[2]) or '0') == tonumber(ARGV[9]) then
     local l, mid = struct.unpack('<dd', raw)
     if x <= l and x >= math.max(l, epoch()) - span then
       local k = x - l + span -- c_x is at byte 17 + 8k
@@ -147,7 +162,7 @@ if op == 'g' then
     if epoch() <= l then cur = struct.unpack('<d', raw, 8 * span + 17) end
   end
   if n > tonumber(ARGV[8]) - cur then return peek(0) end
-  local r = decide(fixed, KEYS, args(ARGV[2], '1'))
+  local r = decide(fixed, state1, args(ARGV[2], '1'))
   if r.err then return r end
   return peek(1)
 end
@@ -156,19 +171,37 @@ return redis.error_reply('ERR ringlimit: unknown operation ' .. tostring(op))
 
 var heldScript = redis.NewScript(heldSource)
 
+// resetSource is Limiter.Reset's script: it deletes the key's state
+// (KEYS[1]) and sets its reset mark (KEYS[2], same hash tag) to Redis TIME
+// in µs, for ARGV[1] ms (the state's TTL: one Window and one sub-window,
+// after which every unit from before the Reset has left the window). A
+// reservation's cancel or settle finds another mark than the one it read,
+// and gives nothing back to the fresh count (heldSource).
+const resetSource = `
+if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
+redis.call('DEL', KEYS[1])
+local tm = redis.call('TIME')
+redis.call('SET', KEYS[2], tm[1] .. string.format('%06d', tonumber(tm[2])), 'PX', ARGV[1])
+return 1
+`
+
+var resetScript = redis.NewScript(resetSource)
+
 // heldReply is heldSource's reply.
 type heldReply struct {
 	d  engine.Decision
 	at time.Time // Redis TIME of the call
 	x  int64     // opReserve: the units' epoch, −1 none; else the status
+	// mark: opReserve, the key's reset mark after an admission (0: none)
+	mark int64
 }
 
 func parseHeld(res any, limit int64) (heldReply, error) {
 	a, ok := res.([]any)
-	if !ok || len(a) != 5 {
+	if !ok || len(a) != 6 {
 		return heldReply{}, fmt.Errorf("redisstore: unexpected script reply %v", res)
 	}
-	var v [5]int64
+	var v [6]int64
 	for i := range a {
 		x, ok := a[i].(int64)
 		if !ok {
@@ -180,5 +213,5 @@ func parseHeld(res any, limit int64) (heldReply, error) {
 	if v[2] < 0 {
 		d.RetryAfter = engine.Never
 	}
-	return heldReply{d: d, at: time.UnixMicro(v[3]), x: v[4]}, nil
+	return heldReply{d: d, at: time.UnixMicro(v[3]), x: v[4], mark: v[5]}, nil
 }

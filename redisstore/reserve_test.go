@@ -168,3 +168,52 @@ func TestHeldForeignValue(t *testing.T) {
 		t.Fatalf("Stats %+v", st)
 	}
 }
+
+// A reservation from before a Reset gives nothing back to the fresh count,
+// as the engine's: its Cancel reports false and a Settle to fewer units
+// returns nothing, while one to more charges the difference to the fresh
+// count; reservations after the Reset (which read the new mark) cancel as
+// usual, also after a second Reset's mark has come and gone.
+func TestReserveAcrossReset(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	before, _ := l.Reserve(ctx, "k", 3)
+	before2, _ := l.Reserve(ctx, "k", 3)
+	before3, _ := l.Reserve(ctx, "k", 2)
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.Reserve(ctx, "k", 2)
+	if err != nil || after.Units() != 2 {
+		t.Fatal(after, err)
+	}
+	if ok, err := before.Cancel(ctx); ok || err != nil {
+		t.Fatalf("Cancel of a reservation from before the Reset: %v %v, want false", ok, err)
+	}
+	if _, err := before2.Settle(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedUnits(t, c, l, "k"); got != 2 {
+		t.Fatalf("after the old reservations' give-backs: the fresh count is %d, want 2 (untouched)", got)
+	}
+	if _, err := before3.Settle(ctx, 5); err != nil { // 3 more than its 2: charged to the fresh count
+		t.Fatal(err)
+	}
+	if got := storedUnits(t, c, l, "k"); got != 5 {
+		t.Fatalf("after a settle to more: %d, want 2 + 3", got)
+	}
+	if ok, err := after.Cancel(ctx); !ok || err != nil {
+		t.Fatalf("Cancel of a reservation after the Reset: %v %v, want true", ok, err)
+	}
+	if got := storedUnits(t, c, l, "k"); got != 3 {
+		t.Fatalf("after its cancel: %d, want 3", got)
+	}
+	// The mark lives as long as a reservation that read it may count:
+	// its TTL is renewed by each such reservation.
+	ttl := c.PTTL(ctx, l.Key("k")+resetSuffix).Val()
+	cfg := l.Config()
+	if lease := cfg.Window + cfg.Window/time.Duration(cfg.SubWindows); ttl <= lease-time.Second || ttl > lease {
+		t.Fatalf("the reset mark's TTL %v, want about Window plus one sub-window", ttl)
+	}
+}
