@@ -143,6 +143,9 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if cfg.Algorithm == engine.SlidingLog {
 		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound (see the README's table of what each store supports)")
 	}
+	if cfg.Algorithm == engine.TokenBucket {
+		return nil, errors.New("redisstore: Config.Algorithm = TokenBucket is not supported yet: its Lua script is not in this build")
+	}
 	if cfg.PerKeyLimits && cfg.KeyLimit == nil {
 		return nil, errors.New("redisstore: Config.PerKeyLimits without Config.KeyLimit: redisstore has no SetLimit; give per-key limits with Config.KeyLimit, which is asked on every decision")
 	}

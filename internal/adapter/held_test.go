@@ -63,8 +63,8 @@ func TestMultiReserveAllOrNothing(t *testing.T) {
 	var c Reported
 	c.n.Store(4)
 	c.set.Store(true)
-	if n := Finish(context.Background(), hs, 1, 2, false, &c, []int64{2, 2, 2}); n != 0 {
-		t.Fatalf("%d settles failed", n)
+	if Finish(context.Background(), hs, 1, 2, false, &c, []int64{2, 2, 2}) {
+		t.Fatal("a settle failed")
 	}
 	if got := [3]int64{left(a, "p"), left(a, "q"), left(a, "r")}; got != [3]int64{5, 1, 3} {
 		t.Fatalf("after Finish: %v, want [5 1 3]", got)
