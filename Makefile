@@ -105,6 +105,7 @@ fuzz:
 	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketRate$$' -fuzztime $(FUZZTIME) .
 	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketWait$$' -fuzztime $(FUZZTIME) .
 	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketOperations$$' -fuzztime $(FUZZTIME) .
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzHeldOperations$$' -fuzztime $(FUZZTIME) -parallel 2 .
 
 # The scenario table (bench/): medians of COUNT runs, one column per
 # algorithm, via benchstat; then the layout and memory figures.

@@ -129,7 +129,8 @@ func checkHold(where string, l any, b adapter.Backend, inFlight, settle bool) []
 // hold decides a call whose units are held across its handler, keeping
 // them in held: it returns the fields, the call's costs (one per policy,
 // in costs), how many of held it used, and nil to run the handler (a dry
-// run's let-through and a failure policy's admission hold nothing), or the
+// run's let-through holds nothing, a failure policy's admission what its
+// ReserveN held: nothing, or redisstore's FallbackLocal's local units), or the
 // refusal's status.
 func (i *Interceptor) hold(ctx context.Context, method string, held *[MaxPolicies]adapter.Held, costs *[MaxPolicies]int64) (metadata.MD, int, error) {
 	if i.multi != nil {

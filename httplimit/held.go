@@ -157,7 +157,7 @@ func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http
 			m.callerGone(w, r)
 			return
 		}
-		m.limiterFailed(w, r, m.unheld(next), d, err) // a failure policy's admission holds nothing
+		m.limiterFailed(w, r, m.failedHeld(next, h, cost), d, err)
 		return
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
@@ -168,6 +168,20 @@ func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http
 		return
 	}
 	m.refuse(w, r, m.unheld(next), d, cost, m.fields)
+}
+
+// failedHeld is next for a request a failure policy admitted: most hold
+// nothing (unheld), but a ReservingLimiter's policy may hold units
+// (redisstore's FallbackLocal, in its local engine), given back or
+// settled after the handler as an admission's.
+func (m *Middleware) failedHeld(next http.Handler, h adapter.Held, cost int64) http.Handler {
+	if h.Units() == 0 {
+		return m.unheld(next)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held, costs := [1]adapter.Held{h}, [1]int64{cost}
+		m.run(w, r, next, held[:], costs[:])
+	})
 }
 
 // unheld is next for a request that holds nothing (a failure policy's

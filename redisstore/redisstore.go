@@ -13,6 +13,12 @@
 // share counters (see Limiter.Key). Concurrent calls share round trips as
 // pipelines, and every call returns by its context's deadline.
 //
+// Reserve holds admitted units that Cancel gives back and Settle adjusts
+// to the work's actual cost, and ChargeN records a cost known only
+// afterwards, each one script call on the key's sub-window; with ReserveN,
+// a Limiter serves httplimit's and grpclimit's WithInFlight and
+// WithSettle.
+//
 // The script reads TIME and then writes, which needs effects replication
 // (the default since Redis 5, the only mode since Redis 7); on older
 // servers the script calls redis.replicate_commands() first.
@@ -86,6 +92,7 @@ type Limiter struct {
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
 	callerGone, noReply                                           atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
+	cancelErrors, chargeErrors                                    atomic.Uint64 // reserve.go
 }
 
 var script = redis.NewScript(luaSource)
@@ -145,9 +152,6 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	}
 	if cfg.Algorithm == engine.SlidingLog {
 		return nil, errors.New("redisstore: Config.Algorithm = SlidingLog is not supported; use SlidingWindowStrict for a hard bound (see the README's table of what each store supports)")
-	}
-	if cfg.Algorithm == engine.TokenBucket {
-		return nil, errors.New("redisstore: Config.Algorithm = TokenBucket is not supported yet: its Lua script is not in this build")
 	}
 	if cfg.PerKeyLimits && cfg.KeyLimit == nil {
 		return nil, errors.New("redisstore: Config.PerKeyLimits without Config.KeyLimit: redisstore has no SetLimit; give per-key limits with Config.KeyLimit, which is asked on every decision")

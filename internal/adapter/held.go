@@ -66,7 +66,10 @@ func (h *Held) Units() int64 {
 func (b *Backend) CanReserve() bool { return b.eng != nil || b.reserving != nil }
 
 // Reserve is AllowN that keeps what it admitted in a Held, when b can
-// reserve (else the Held is empty, and the admission stays).
+// reserve (else the Held is empty, and the admission stays). A failure
+// policy's admission (err != nil, d.Allowed) holds what the limiter says
+// it holds: nothing for most (a nil SettleFunc), a local reservation for
+// redisstore's FallbackLocal, which its SettleFunc gives back there.
 func (b *Backend) Reserve(ctx context.Context, key string, n int64) (engine.Decision, Held, error) {
 	switch {
 	case b.eng != nil:
@@ -74,8 +77,8 @@ func (b *Backend) Reserve(ctx context.Context, key string, n int64) (engine.Deci
 		return r.Decision(), Held{res: r}, nil
 	case b.reserving != nil:
 		d, settle, err := b.reserving.ReserveN(ctx, key, n)
-		if err != nil || !d.Allowed {
-			settle = nil // nothing is held: the failure policy's admission, or a refusal
+		if !d.Allowed {
+			settle = nil // a refusal holds nothing
 		}
 		return d, Held{remote: settle}, err
 	}
@@ -107,6 +110,13 @@ func Reserved(cost int64, settled bool) int64 {
 func CheckHold(option string, l any, b Backend) error {
 	if !b.CanReserve() {
 		return fmt.Errorf("%s needs a limiter that can give units back or settle them after the handler: an *engine.Engine, or a ReservingLimiter (ReserveN); %T is neither", option, l)
+	}
+	if c, ok := l.(interface{ CanReserve() error }); ok && !IsNil(l) {
+		// A limiter that has ReserveN but cannot use it in its mode
+		// (redisstore's hybrid limiter) says so at construction.
+		if err := c.CanReserve(); err != nil {
+			return fmt.Errorf("%s: %w", option, err)
+		}
 	}
 	if c, ok := l.(Configured); ok && option == "WithInFlight" && !IsNil(l) {
 		if alg := c.Config().Algorithm; alg == engine.FixedWindow {
@@ -170,6 +180,7 @@ func (m *Multi) reserveInOrder(ctx context.Context, keys []string, ns []int64, d
 				v.At, v.Failure = i, true
 				return v
 			}
+			held[i] = h // a failure policy's admission may hold units (Backend.Reserve)
 			continue
 		}
 		ds[i], have[i], held[i] = d, true, h
