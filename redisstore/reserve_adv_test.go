@@ -1,0 +1,313 @@
+package redisstore
+
+// Adversarial tests of Reserve, Cancel, Settle and ChargeN through Redis
+// (issue 31, "Through Redis"). Each test names the sentence of the docs it
+// holds the implementation to.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// docs/design.md §12, "A cancel": "a state created afresh under a monotonic
+// TIME has l ≥ x + N + 1, which the condition refuses", and the invariant
+// "a count never drops below what is live ... no admission passes the limit
+// because of a cancel". A redis-server restarted without persistence (the
+// helpers' servers persist nothing; a crash of a cache-configured Redis)
+// creates the key's state afresh within the same sub-window, with no reset
+// mark: a reservation held across the restart then cancels into the fresh
+// count, which takes other, live reservations' units.
+func TestAdvCancelAcrossRestartTakesFreshUnits(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	// Two sub-windows of 30 s: the restart stays inside one sub-window.
+	l := mustNew(t, c, engine.Config{Limit: 2, Window: time.Minute, SubWindows: 2, Algorithm: engine.SlidingWindowStrict})
+	old, err := l.Reserve(ctx, "k", 1)
+	if err != nil || old.Units() != 1 {
+		t.Fatal(old, err)
+	}
+	s.Kill()
+	s.Start()
+	waitUntil(t, "a reconnect", func() bool { return c.Ping(ctx).Err() == nil }, func() any { return nil })
+	waitUntil(t, "the breaker closed", func() bool { _, err := l.AllowN(ctx, "probe", 0); return err == nil }, func() any { return l.Stats() })
+	// Two live reservations fill the fresh count to the limit.
+	for i := range 2 {
+		r, err := l.Reserve(ctx, "k", 1)
+		if err != nil || !r.Decision().Allowed {
+			t.Fatalf("fresh reservation %d: %+v %v", i, r.Decision(), err)
+		}
+	}
+	ok, err := old.Cancel(ctx)
+	third, err2 := l.Reserve(ctx, "k", 1)
+	if err != nil || err2 != nil {
+		t.Fatal(err, err2)
+	}
+	if ok || third.Decision().Allowed {
+		t.Fatalf("a reservation from before the restart cancelled into the fresh count (Cancel %v), and a third request was admitted (%v) while 2 live reservations hold the limit of 2", ok, third.Decision().Allowed)
+	}
+}
+
+// Reservation.Settle: "A negative actual, or a debt above engine.MaxLimit,
+// is an error that changes nothing"; engine's SettleAt: "is an error that
+// changes nothing". So the claim is kept: a later Cancel returns the units.
+func TestAdvSettleBadActualKeepsClaim(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	for _, actual := range []int64{-1, math.MinInt64, math.MaxInt64, engine.MaxLimit + 4} {
+		r, err := l.Reserve(ctx, "k", 3)
+		if err != nil || r.Units() != 3 {
+			t.Fatal(r, err)
+		}
+		if _, err := r.Settle(ctx, actual); err == nil {
+			t.Fatalf("Settle(%d): no error", actual)
+		}
+		if ok, err := r.Cancel(ctx); !ok || err != nil {
+			t.Fatalf("Cancel after Settle(%d) failed with an error that changes nothing: %v %v, want true", actual, ok, err)
+		}
+		if got := storedUnits(t, c, l, "k"); got != 0 {
+			t.Fatalf("after Settle(%d) and Cancel: Redis holds %d units, want 0", actual, got)
+		}
+	}
+	if st := l.Stats(); st.CancelErrors != 0 || st.ChargeErrors != 0 {
+		t.Fatalf("Stats: %+v: an input error is no failure of Redis", st)
+	}
+}
+
+// Reservation.Cancel: "A ctx already done sends nothing and returns its
+// error: the units stay held, for a later Cancel"; design §12: "A context
+// already done sends nothing and keeps nothing claimed." A copy cancelled
+// on a live context, racing a copy whose context is done, must therefore
+// always return the units: the done one cannot take the claim from it.
+func TestAdvDoneContextNeverStealsClaim(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	done := canceled()
+	for i := range 300 {
+		r, err := l.Reserve(ctx, "k", 1)
+		if err != nil || r.Units() != 1 {
+			t.Fatal(r, err)
+		}
+		cp := r
+		var wg sync.WaitGroup
+		var live bool
+		var liveErr error
+		wg.Go(func() {
+			if i%2 == 0 {
+				_, _ = r.Cancel(done)
+			} else {
+				_, _ = r.Settle(done, 0)
+			}
+		})
+		wg.Go(func() { live, liveErr = cp.Cancel(ctx) })
+		wg.Wait()
+		if !live || liveErr != nil {
+			t.Fatalf("iteration %d: the live Cancel lost to a copy on a done context: %v %v", i, live, liveErr)
+		}
+	}
+	if got := storedUnits(t, c, l, "k"); got != 0 {
+		t.Fatalf("Redis holds %d units after every cancel, want 0", got)
+	}
+}
+
+// The same race with a Settle whose input is refused (a negative actual):
+// "an error that changes nothing", so the live Cancel beside it returns the
+// units.
+func TestAdvBadSettleNeverStealsClaim(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	for i := range 300 {
+		r, err := l.Reserve(ctx, "k", 1)
+		if err != nil || r.Units() != 1 {
+			t.Fatal(r, err)
+		}
+		cp := r
+		var wg sync.WaitGroup
+		var live bool
+		wg.Go(func() { _, _ = r.Settle(ctx, -1) })
+		wg.Go(func() { live, _ = cp.Cancel(ctx) })
+		wg.Wait()
+		if !live {
+			t.Fatalf("iteration %d: the Cancel lost to a Settle(-1) that should change nothing", i)
+		}
+	}
+	if got := storedUnits(t, c, l, "k"); got != 0 {
+		t.Fatalf("Redis holds %d units, want 0", got)
+	}
+}
+
+// Reservation.Cancel's contract has no condition on KeyLimit: it "returns
+// the Reservation's units to the sub-window they were recorded in" unless
+// nothing is held, it was settled, or the sub-window left the window.
+// Settle: "fewer units go back to their sub-window under Cancel's rule". A
+// KeyLimit answer that changed meanwhile (Policies.Swap), to a new limit or
+// to one out of range, must not lose the refund: either the units go back,
+// or the call is an error that keeps the claim.
+func TestAdvKeyLimitChangeBeforeCancelAndSettle(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	var lim atomic.Int64
+	lim.Store(10)
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			cfg := engine.Config{Limit: 10, Window: time.Minute, Algorithm: alg, KeyLimit: func(string) int64 { return lim.Load() }}
+			l := mustNew(t, c, cfg, WithPrefix("kl:"+alg.String()+":"))
+			for _, changed := range []int64{4, -1, engine.MaxLimit + 1} {
+				lim.Store(10)
+				r1, _ := l.Reserve(ctx, "k", 6)
+				r2, _ := l.Reserve(ctx, "k", 3)
+				if r1.Units() != 6 || r2.Units() != 3 {
+					t.Fatal(r1.Decision(), r2.Decision())
+				}
+				lim.Store(changed)
+				ok, cerr := r1.Cancel(ctx)
+				d, serr := r2.Settle(ctx, 1)
+				lim.Store(10)
+				if !ok {
+					if cerr == nil {
+						t.Errorf("KeyLimit %d: Cancel reported false with no error: the refund of 6 units is lost", changed)
+					} else if ok2, err := r1.Cancel(ctx); !ok2 {
+						t.Errorf("KeyLimit %d: Cancel failed (%v) and a later Cancel did not return the units (%v)", changed, cerr, err)
+					}
+				}
+				if serr != nil {
+					if _, err := r2.Settle(ctx, 1); err != nil {
+						t.Errorf("KeyLimit %d: Settle(1) failed (%v) and consumed the claim: a later Settle: %v", changed, serr, err)
+					}
+				} else if changed == 4 && d.Limit != 4 {
+					t.Errorf("KeyLimit 4: Settle's Decision %+v, want Limit 4", d)
+				}
+				if got := storedUnits(t, c, l, "k"); got != 1 {
+					t.Errorf("KeyLimit %d between reserve and cancel/settle: Redis holds %d units, want 1 (6 cancelled, 3 settled to 1)", changed, got)
+				}
+				_ = l.Reset(ctx, "k")
+			}
+		})
+	}
+}
+
+// Reservation: "A Reservation that FallbackLocal admitted while Redis
+// failed holds its units in the local engine, and is cancelled or settled
+// there" (design §12: "never to Redis, where nothing was recorded"), also
+// once Redis is back.
+func TestAdvFallbackReservationCancelledLocallyAfterRecovery(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	cfg := engine.Config{Limit: 10, Window: time.Minute, SubWindows: 2, Algorithm: engine.SlidingWindowStrict}
+	l := mustNew(t, c, cfg, WithFallbackLocal(1), WithBreaker(time.Millisecond, 5*time.Millisecond))
+	s.Kill()
+	local, err := l.Reserve(ctx, "k", 4)
+	if !errors.Is(err, ErrUnavailable) || local.Units() != 4 {
+		t.Fatalf("Reserve with Redis down: %+v %v", local.Decision(), err)
+	}
+	settled, err := l.Reserve(ctx, "k", 4)
+	if !errors.Is(err, ErrUnavailable) || settled.Units() != 4 {
+		t.Fatalf("Reserve with Redis down: %+v %v", settled.Decision(), err)
+	}
+	s.Start()
+	waitUntil(t, "Redis deciding again", func() bool { _, err := l.AllowN(ctx, "probe", 0); return err == nil }, func() any { return l.Stats() })
+	held, err := l.Reserve(ctx, "k", 5) // in Redis
+	if err != nil || held.Units() != 5 {
+		t.Fatalf("Reserve in Redis: %+v %v", held.Decision(), err)
+	}
+	if ok, err := local.Cancel(ctx); !ok || err != nil {
+		t.Fatalf("Cancel of the local reservation after recovery: %v %v", ok, err)
+	}
+	if _, err := settled.Settle(ctx, 1); err != nil {
+		t.Fatalf("Settle of the local reservation after recovery: %v", err)
+	}
+	if got := storedUnits(t, c, l, "k"); got != 5 {
+		t.Fatalf("Redis holds %d units, want the 5 reserved there: a local reservation was given back to Redis", got)
+	}
+	if d := l.local.AllowN("k", 0); d.Remaining != 9 {
+		t.Fatalf("local engine: %+v, want 1 unit (4 cancelled, 4 settled to 1)", d)
+	}
+}
+
+// Reservation.Cancel: "A round trip that fails is not sent again; its error
+// wraps ErrNotApplied"; ErrNotApplied: "a caller whose context ended while
+// it was in flight ... counted in Stats().CancelErrors". A cancel stuck on
+// a stalled server is reported once and never resent: after the server
+// resumes, Redis holds either the units or none, never less.
+func TestAdvCancelStalledReportedNeverResent(t *testing.T) {
+	s := redistest.Start(t)
+	c := stallClient(t, s)
+	var hook hookLog
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, hook.opt())
+	a, _ := l.Reserve(ctx, "k", 3)
+	b, _ := l.Reserve(ctx, "k", 2)
+	more, _ := l.Reserve(ctx, "k", 1)
+	if a.Units() != 3 || b.Units() != 2 || more.Units() != 1 {
+		t.Fatal(a.Decision(), b.Decision(), more.Decision())
+	}
+	resume := stall(t, s)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	ok, err := a.Cancel(cctx)
+	cancel()
+	_, serr := more.Settle(ctx, 4) // a debt, on a silent server
+	resume()
+	if ok || !errors.Is(err, ErrNotApplied) || !errors.Is(serr, ErrNotApplied) {
+		t.Fatalf("Cancel on a stalled server: %v %v; Settle: %v; want ErrNotApplied", ok, err, serr)
+	}
+	waitUntil(t, "Redis deciding again", func() bool { _, err := l.AllowN(ctx, "probe", 0); return err == nil }, func() any { return l.Stats() })
+	if ok, err := a.Cancel(ctx); ok || err != nil {
+		t.Fatalf("a second Cancel: %v %v, want false, nil", ok, err)
+	}
+	if st := l.Stats(); st.CancelErrors != 1 || st.ChargeErrors != 1 {
+		t.Fatalf("Stats %+v, want CancelErrors 1 and ChargeErrors 1", st)
+	}
+	got := storedUnits(t, c, l, "k")
+	// a's 3 units were given back or not; more's debt of 3 was charged or not.
+	if got != 6 && got != 3 && got != 9 && got != 6-3+3 {
+		t.Fatalf("Redis holds %d units: neither applied nor not", got)
+	}
+	if ok, err := b.Cancel(ctx); !ok || err != nil {
+		t.Fatalf("b's Cancel: %v %v", ok, err)
+	}
+	if after := storedUnits(t, c, l, "k"); after != got-2 {
+		t.Fatalf("b's Cancel took %d units, want 2", got-after)
+	}
+}
+
+// Limiter.Reset: "A Reservation from before the Reset gives nothing back to
+// the fresh count (its Cancel reports false)"; README: "A settle to more
+// still charges the difference." Settle to fewer after a Reset must not
+// refund into the fresh count either, on every algorithm.
+func TestAdvResetThenSettleFewerNoRefund(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow} {
+		l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: alg}, WithPrefix("rs:"+alg.String()+":"))
+		before, _ := l.Reserve(ctx, "k", 5)
+		debt, _ := l.Reserve(ctx, "k", 1)
+		if err := l.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		fresh, _ := l.Reserve(ctx, "k", 4)
+		if before.Units() != 5 || fresh.Units() != 4 || debt.Units() != 1 {
+			t.Fatal(before.Decision(), fresh.Decision())
+		}
+		if _, err := before.Settle(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := storedUnits(t, c, l, "k"); got != 4 {
+			t.Fatalf("%v: Settle(0) of a reservation from before the Reset: Redis holds %d, want the fresh 4", alg, got)
+		}
+		if _, err := debt.Settle(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if got := storedUnits(t, c, l, "k"); got != 6 {
+			t.Fatalf("%v: Settle(3) of 1 from before the Reset: Redis holds %d, want 4 + the debt of 2", alg, got)
+		}
+	}
+}
