@@ -311,3 +311,91 @@ func TestAdvResetThenSettleFewerNoRefund(t *testing.T) {
 		}
 	}
 }
+
+// README: "`FailOpen`'s admissions hold nothing"; ReserveN: "(a refusal, a
+// FailOpen admission) it is nil". A FailOpen admission recorded nothing in
+// Redis, so its Cancel or Settle, after Redis is back, must not take units
+// from Redis's count (that would be a false admission).
+func TestAdvFailOpenReservationGivesNothingBack(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, SubWindows: 2, Algorithm: engine.SlidingWindowStrict},
+		WithPolicy(FailOpen), WithBreaker(time.Millisecond, 5*time.Millisecond))
+	s.Kill()
+	open1, err := l.Reserve(ctx, "k", 4)
+	open2, _ := l.Reserve(ctx, "k", 3)
+	if !errors.Is(err, ErrUnavailable) || !open1.Decision().Allowed {
+		t.Fatalf("Reserve with Redis down, FailOpen: %+v %v", open1.Decision(), err)
+	}
+	if d, settle, err := l.ReserveN(ctx, "k", 2); !d.Allowed || settle != nil || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ReserveN, FailOpen: %+v settle nil %v %v", d, settle == nil, err)
+	}
+	s.Start()
+	waitUntil(t, "Redis deciding again", func() bool { _, err := l.AllowN(ctx, "probe", 0); return err == nil }, func() any { return l.Stats() })
+	held, err := l.Reserve(ctx, "k", 9)
+	if err != nil || held.Units() != 9 {
+		t.Fatalf("Reserve in Redis: %+v %v", held.Decision(), err)
+	}
+	ok, err := open1.Cancel(ctx)
+	_, serr := open2.Settle(ctx, 0)
+	if got := storedUnits(t, c, l, "k"); got != 9 {
+		t.Fatalf("Redis holds %d units, want 9: a FailOpen admission (Cancel %v %v, Settle(0) %v) gave back units it never recorded", got, ok, err, serr)
+	}
+	if ok {
+		t.Fatalf("Cancel of a FailOpen admission reported true (Units %d)", open1.Units())
+	}
+}
+
+// AllowN: "A request that can never be admitted is refused at once,
+// without a round trip": n < 0, n above the key's limit. Reservation.Units:
+// "n when it was Allowed with n ≥ 1, else 0"; Settle: ErrNotReserved.
+func TestAdvReserveHugeAndNegativeHoldNothing(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	for _, n := range []int64{-1, math.MinInt64, 11, engine.MaxLimit, engine.MaxLimit + 1, MaxExact, MaxExact + 1, math.MaxInt64} {
+		r, err := l.Reserve(ctx, "k", n)
+		if err != nil || r.Decision().Allowed || r.Units() != 0 || r.Decision().RetryAfter != engine.Never {
+			t.Fatalf("Reserve(%d): %+v units %d %v", n, r.Decision(), r.Units(), err)
+		}
+		if ok, err := r.Cancel(ctx); ok || err != nil {
+			t.Fatalf("Cancel of Reserve(%d): %v %v", n, ok, err)
+		}
+		if _, err := r.Settle(ctx, 5); !errors.Is(err, engine.ErrNotReserved) {
+			t.Fatalf("Settle of Reserve(%d): %v, want ErrNotReserved", n, err)
+		}
+		if _, err := l.ChargeN(ctx, "k", n); (n < 0 || n > engine.MaxLimit) == (err == nil) {
+			t.Fatalf("ChargeN(%d): %v", n, err)
+		}
+		_ = l.Reset(ctx, "k")
+	}
+	if st := l.Stats(); st.RedisDecisions != 0 {
+		t.Fatalf("Stats %+v: refusals made a round trip", st)
+	}
+}
+
+// docs/design.md §12, "Debts": "with SlidingWindowStrict a debt charged in
+// sub-window e is waited out when the window no longer holds e, within
+// Window plus one sub-window": so the key's state must live that long after
+// a Settle to more, and not expire on the TTL the reservation set.
+func TestAdvSettleDebtRenewsTTL(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	const window = 2 * time.Second
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: window, SubWindows: 2, Algorithm: engine.SlidingWindowStrict})
+	r, _ := l.Reserve(ctx, "k", 1)
+	if r.Units() != 1 {
+		t.Fatal(r.Decision())
+	}
+	time.Sleep(1200 * time.Millisecond) // setup: the settle comes later than the reservation
+	if _, err := r.Settle(ctx, 500); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := c.PTTL(ctx, l.Key("k")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < window {
+		t.Fatalf("the key's TTL after a debt: %v, want ≥ Window %v: the debt would be forgotten before it is waited out", ttl, window)
+	}
+}
