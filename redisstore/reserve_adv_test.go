@@ -530,3 +530,37 @@ func TestAdvCancelDeadlineInFlight(t *testing.T) {
 		t.Fatalf("Settle again: %v, want ErrSettled", err)
 	}
 }
+
+// Reservation.Settle lists its errors (ErrNotReserved, ErrSettled,
+// ErrDebtFull, a negative actual, a debt above MaxLimit, a done ctx,
+// ErrNotApplied); a KeyLimit answer that turned out of range between the
+// reservation and its settle is none of them. The debt must then be
+// charged, or the call must be an error that keeps the claim, so that the
+// cost is not silently lost (design §12: a charge not recorded lets later
+// requests be admitted by that many more).
+func TestAdvKeyLimitOutOfRangeBeforeSettleMore(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	var lim atomic.Int64
+	lim.Store(10)
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict, KeyLimit: func(string) int64 { return lim.Load() }})
+	for _, bad := range []int64{-1, engine.MaxLimit + 1} {
+		_ = l.Reset(ctx, "k")
+		r, _ := l.Reserve(ctx, "k", 3)
+		if r.Units() != 3 {
+			t.Fatal(r.Decision())
+		}
+		lim.Store(bad)
+		_, err := r.Settle(ctx, 8)
+		lim.Store(10)
+		if err != nil {
+			if _, err2 := r.Settle(ctx, 8); err2 != nil {
+				t.Errorf("KeyLimit %d: Settle(8) of 3 failed (%v) and consumed the claim (%v): the debt of 5 is lost; Stats %+v", bad, err, err2, l.Stats())
+				continue
+			}
+		}
+		if got := storedUnits(t, c, l, "k"); got != 8 {
+			t.Errorf("KeyLimit %d: Redis holds %d after Settle(8) of 3, want 8", bad, got)
+		}
+	}
+}
