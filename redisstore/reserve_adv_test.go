@@ -564,3 +564,75 @@ func TestAdvKeyLimitOutOfRangeBeforeSettleMore(t *testing.T) {
 		}
 	}
 }
+
+// design §12, "Debts": with SlidingWindow a charge is refused whole past
+// (2^53 − 1) / width_ns; README: "A charge the current sub-window cannot
+// count is refused whole"; engine's SettleAt: ErrDebtFull "leaves the
+// reservation settled at its n units". At the bound exactly the debt is
+// counted, and the key then refuses with a finite RetryAfter (a debt is
+// waited out within Window plus one sub-window).
+func TestAdvSettleAtTheWeightedBound(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	cfg := engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindow}
+	l := mustNew(t, c, cfg)
+	capN := l.maxLimit
+	width := cfg.Window / 10
+	over, _ := l.Reserve(ctx, "over", 1)
+	if _, err := over.Settle(ctx, capN+1); !errors.Is(err, engine.ErrDebtFull) {
+		t.Fatalf("Settle(%d) of 1 (the sub-window would hold %d > %d): %v, want ErrDebtFull", capN+1, capN+1, capN, err)
+	}
+	if got := storedUnits(t, c, l, "over"); got != 1 {
+		t.Fatalf("after a refused debt Redis holds %d, want 1", got)
+	}
+	if ok, err := over.Cancel(ctx); ok || err != nil {
+		t.Fatalf("Cancel after ErrDebtFull: %v %v, want false (settled at its n units)", ok, err)
+	}
+	at, _ := l.Reserve(ctx, "at", 1)
+	d, err := at.Settle(ctx, capN)
+	if err != nil {
+		t.Fatalf("Settle(%d) of 1, the bound exactly: %v", capN, err)
+	}
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.RetryAfter > cfg.Window+width {
+		t.Fatalf("Decision after a debt of %d: %+v, want a refusal waited out within Window + one sub-window", capN-1, d)
+	}
+	if got := storedUnits(t, c, l, "at"); got != capN {
+		t.Fatalf("Redis holds %d, want %d", got, capN)
+	}
+	if d, err := l.AllowN(ctx, "at", 1); err != nil || d.Allowed {
+		t.Fatalf("AllowN after the debt: %+v %v", d, err)
+	}
+	if _, err := l.ChargeN(ctx, "at", 1); !errors.Is(err, engine.ErrDebtFull) {
+		t.Fatalf("ChargeN(1) past the bound: %v, want ErrDebtFull", err)
+	}
+}
+
+// Limiter.Reset "Cluster-safe", a reservation from before it gives nothing
+// back; in a Cluster, on keys of every node.
+func TestAdvClusterResetThenCancel(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes), MaxRetries: -1})
+	defer cc.Close()
+	l := mustNew(t, cc, engine.Config{Limit: 6, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
+	for i := range 30 {
+		k := "k" + string(rune('a'+i%26)) + string(rune('0'+i/26))
+		before, err := l.Reserve(ctx, k, 4)
+		if err != nil || before.Units() != 4 {
+			t.Fatalf("%q: %+v %v", k, before.Decision(), err)
+		}
+		if err := l.Reset(ctx, k); err != nil {
+			t.Fatalf("%q: Reset: %v", k, err)
+		}
+		fresh, err := l.Reserve(ctx, k, 5)
+		if err != nil || fresh.Units() != 5 {
+			t.Fatalf("%q: %+v %v", k, fresh.Decision(), err)
+		}
+		if ok, err := before.Cancel(ctx); ok || err != nil {
+			t.Fatalf("%q: Cancel from before the Reset: %v %v, want false", k, ok, err)
+		}
+		if d, err := l.AllowN(ctx, k, 2); err != nil || d.Allowed {
+			t.Fatalf("%q: 5 live of 6, a request of 2: %+v %v, want refused", k, d, err)
+		}
+	}
+}
