@@ -636,3 +636,29 @@ func TestAdvClusterResetThenCancel(t *testing.T) {
 		}
 	}
 }
+
+// ErrNotApplied: "Each is counted in Stats().CancelErrors or
+// Stats().ChargeErrors and passed to the OnError hook". A Settle to exactly
+// the reserved units that cannot reach Redis either succeeds (nothing to
+// change) or is such an error: counted in one of the two, and reported once.
+func TestAdvSettleEqualWithRedisDownIsCounted(t *testing.T) {
+	s := redistest.Start(t)
+	var hook hookLog
+	l := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, hook.opt())
+	r, _ := l.Reserve(ctx, "k", 3)
+	if r.Units() != 3 {
+		t.Fatal(r.Decision())
+	}
+	s.Kill()
+	_, err := r.Settle(ctx, 3)
+	st := l.Stats()
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("Settle(3) of 3 with Redis down: %v, want nil or ErrNotApplied", err)
+	}
+	if st.CancelErrors+st.ChargeErrors != 1 || hook.count(ErrNotApplied) != 1 {
+		t.Fatalf("Settle(3) of 3 with Redis down returned %v, but Stats has CancelErrors %d + ChargeErrors %d and OnError got %d ErrNotApplied; want 1 each", err, st.CancelErrors, st.ChargeErrors, hook.count(ErrNotApplied))
+	}
+}
