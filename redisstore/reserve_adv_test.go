@@ -662,3 +662,75 @@ func TestAdvSettleEqualWithRedisDownIsCounted(t *testing.T) {
 		t.Fatalf("Settle(3) of 3 with Redis down returned %v, but Stats has CancelErrors %d + ChargeErrors %d and OnError got %d ErrNotApplied; want 1 each", err, st.CancelErrors, st.ChargeErrors, hook.count(ErrNotApplied))
 	}
 }
+
+// README, FallbackLocal: "a charge Redis did not record is charged to the
+// local engine, so that its decisions count it"; ChargeN: "with
+// FallbackLocal the local engine is charged then". A Settle to more is a
+// charge of the difference (Settle: "more are charged at now ... (ChargeN)"):
+// when Redis cannot record it, the local engine must count it too.
+func TestAdvSettleDebtChargedLocallyWhenRedisDown(t *testing.T) {
+	s := redistest.Start(t)
+	l := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithFallbackLocal(1))
+	r, _ := l.Reserve(ctx, "k", 2)
+	if r.Units() != 2 {
+		t.Fatal(r.Decision())
+	}
+	s.Kill()
+	if _, err := l.ChargeN(ctx, "k", 1); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("ChargeN with Redis down: %v", err)
+	}
+	if d := l.local.AllowN("k", 0); d.Remaining != 9 {
+		t.Fatalf("local engine after ChargeN(1): %+v, want 1 unit", d)
+	}
+	if _, err := r.Settle(ctx, 8); !errors.Is(err, ErrNotApplied) {
+		t.Fatalf("Settle(8) of 2 with Redis down: %v, want ErrNotApplied", err)
+	}
+	if d := l.local.AllowN("k", 0); d.Remaining != 3 {
+		t.Fatalf("local engine after Settle(8) of 2 failed in Redis: %+v, want 1 + the debt of 6 counted (Remaining 3): the local decisions ignore the debt", d)
+	}
+}
+
+// Reservation.Cancel returns false and changes nothing "when the
+// sub-window has left the key's window (the key's newest sub-window is N+1
+// or more after it; FixedWindow: a later window)"; Settle to fewer follows
+// Cancel's rule. Once Redis's grid has moved past it, a cancel and a
+// settle of the old units must leave a fresh reservation's count alone, on
+// every algorithm.
+func TestAdvCancelAfterWindowLeavesFreshCount(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow} {
+		cfg := engine.Config{Limit: 100, Window: 20 * time.Millisecond, SubWindows: 2, Algorithm: alg}
+		span := time.Duration(3) * 10 * time.Millisecond
+		if alg == engine.FixedWindow {
+			cfg.SubWindows, span = 0, 20*time.Millisecond
+		}
+		l := mustNew(t, c, cfg, WithPrefix("aw:"+alg.String()+":"))
+		old, _ := l.Reserve(ctx, "k", 7)
+		old2, _ := l.Reserve(ctx, "k", 5)
+		if old.Units() != 7 || old2.Units() != 5 {
+			t.Fatal(old.Decision(), old2.Decision())
+		}
+		for { // setup: reserve until Redis's grid is past the old sub-window's window
+			r, err := l.Reserve(ctx, "k", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Units() == 1 && r.At().Sub(old.At()) >= span {
+				break // r holds the fresh sub-window's unit
+			}
+			if r.Units() == 1 {
+				_, _ = r.Cancel(ctx)
+			}
+		}
+		before := storedUnits(t, c, l, "k")
+		ok, err := old.Cancel(ctx)
+		_, serr := old2.Settle(ctx, 0)
+		if ok || err != nil || serr != nil {
+			t.Fatalf("%v: Cancel of a sub-window out of the window: %v %v; Settle(0): %v", alg, ok, err, serr)
+		}
+		if after := storedUnits(t, c, l, "k"); after != before {
+			t.Fatalf("%v: a cancel of units out of the window changed Redis's count from %d to %d", alg, before, after)
+		}
+	}
+}
