@@ -344,16 +344,20 @@ func (c opName) String() string {
 	return s
 }
 
-// notApplied counts, reports and returns the failure cause of what.
+// notApplied counts, reports and returns the failure cause of what: a
+// Reservation's Cancel or Settle to at most its units in CancelErrors, a
+// Settle to more and every ChargeN (n = 0 too) in ChargeErrors.
 func (l *Limiter) notApplied(what opName, op, key string, n int64, cause error) error {
-	switch op {
-	case opCancel:
-		l.cancelErrors.Add(1)
-	case opCharge:
+	switch {
+	case op == opCharge:
 		l.chargeErrors.Add(1)
 		if l.local != nil {
 			_, _ = l.local.Charge(key, n) // FallbackLocal decides while Redis fails: it counts the debt
 		}
+	case op == opCancel || what.held >= 0: // a cancel, or a settle's peek (Settle to equal units)
+		l.cancelErrors.Add(1)
+	default: // ChargeN(0)'s peek
+		l.chargeErrors.Add(1)
 	}
 	err := fmt.Errorf("%w: %s of key %q: %w", ErrNotApplied, what, key, backendCause(cause))
 	l.report(err)

@@ -73,16 +73,21 @@ local op = ARGV[1]
 local n = tonumber(ARGV[2])
 local span = tonumber(ARGV[5])
 if op == 'r' then -- AllowN's decision, on redis itself (one TIME)
+  local fresh = redis.call('EXISTS', key) == 0 -- the decision creates the state
   local r = decide(redis, state1, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
   if r.err then return r end
   local x, mark = -1, 0
   if r[1] == 1 and n >= 1 then
     x = struct.unpack('<d', redis.call('GET', key)) -- after an admission, l is its epoch
     local m = redis.call('GET', KEYS[2])
-    if m then
-      mark = tonumber(m)
+    if fresh or not m then -- a new incarnation: TIME in µs, never 0
+      local tm = redis.call('TIME')
+      m = tm[1] .. string.format('%06d', tonumber(tm[2]))
+      redis.call('SET', KEYS[2], m, 'PX', ARGV[7])
+    else
       redis.call('PEXPIRE', KEYS[2], ARGV[7])
     end
+    mark = tonumber(m)
   end
   return {r[1], r[2], r[3], r[4], x, mark}
 end

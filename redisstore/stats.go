@@ -58,13 +58,14 @@ type Stats struct {
 	// (see WithBreaker), or a hybrid limiter entered its failure state.
 	// The decisions answered while it was open are in FallbackDecisions.
 	BreakerOpens uint64
-	// CancelErrors: Cancels, and Settles to fewer units than reserved,
-	// that Redis did not apply or may not have (a failed round trip, an
-	// open breaker), each returned wrapping ErrNotApplied and passed to
-	// the OnError hook: their units count until their sub-window leaves
-	// the window. ChargeErrors: the same for ChargeN and Settles to more
-	// units, whose units may go uncounted. A failed round trip is in
-	// Failures too.
+	// CancelErrors: Cancels, and Settles to fewer or equal units than
+	// reserved, that Redis did not apply or may not have (a failed round
+	// trip, an open breaker), each returned wrapping ErrNotApplied and
+	// passed to the OnError hook: their units count until their
+	// sub-window leaves the window (a Settle to equal units changes
+	// nothing; only its Decision is lost). ChargeErrors: the same for
+	// ChargeN (n = 0 too) and Settles to more units, whose units may go
+	// uncounted. A failed round trip is in Failures too.
 	CancelErrors, ChargeErrors uint64
 }
 
