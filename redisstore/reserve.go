@@ -52,7 +52,7 @@ type Reservation struct {
 	key   string
 	n     int64        // units held: in Redis when claim is set, else in local
 	epoch int64        // the sub-window (Redis TIME / width) the units were recorded in
-	mark  int64        // the key's reset mark when they were (0: none; see resetSource)
+	mark  int64        // the state's incarnation they were counted in (heldSource's mark)
 	claim *atomic.Bool // shared by copies: set by the one Cancel or Settle that acts
 	local engine.Reservation
 }
@@ -188,7 +188,10 @@ func (r *Reservation) At() time.Time {
 // Cancel: it returns false and changes nothing when the Reservation holds
 // no units, when it (or a copy) was cancelled or settled before, and when
 // the sub-window has left the key's window (the key's newest sub-window is
-// N+1 or more after it; FixedWindow: a later window) or the key expired.
+// N+1 or more after it; FixedWindow: a later window), the key expired, or
+// the key's state is not the one the units were counted in (a Reset ran
+// since, or Redis lost the state and a reservation created it afresh:
+// docs/design.md §12).
 //
 // A ctx already done sends nothing and returns its error: the units stay
 // held, for a later Cancel. A round trip that fails is not sent again; its

@@ -21,8 +21,9 @@ const (
 // whose redis, KEYS and ARGV are its parameters, so that a reservation is
 // decided by the very code AllowN runs, and a charge is its force path (a
 // hybrid flush's: add n without the check). KEYS[1] is the key's state,
-// as for a decision, and KEYS[2] its reset mark (resetSource), in the same
-// hash tag: one Cluster slot. ARGV:
+// as for a decision, and KEYS[2] its mark, the state's incarnation (set by
+// a reservation that creates the state or finds no mark, and by
+// resetSource), in the same hash tag: one Cluster slot. ARGV:
 //
 //	1 op        opReserve, opCancel, opCharge or opPeek
 //	2 n         units to reserve, return or charge (opPeek: 0)
@@ -30,7 +31,7 @@ const (
 //	4 … 7       w (µs), span, weighted, ttl (ms): as luaSource's 3 … 6
 //	8 x         opCancel: the epoch the units were recorded in (the
 //	            reservation's); opCharge: the most one sub-window may count
-//	9 mark      opCancel: the reset mark the reservation read (0: none)
+//	9 mark      opCancel: the mark the reservation recorded
 //
 // Every TIME inside a cancel, charge or peek returns the first one's answer
 // (the proxy below), so a charge and the Decision after it are at one
@@ -45,11 +46,15 @@ const (
 // one the units went into (no state: it expired, which it does only one
 // Window plus a sub-window after its last write, when x has left the
 // window; x > l: a state created afresh under a clock stepped back), and
-// nothing changes. Nothing changes either when the key's reset mark is
-// not the one the reservation read: a Reset (Limiter.Reset) ran since, and
-// the units it forgot give nothing back to the fresh count, as the
-// engine's. A reservation that reads a mark renews its TTL, so that the
-// mark outlives the reservation's sub-window.
+// nothing changes. Nothing changes either when the key's mark is not the
+// one the reservation recorded: the state is another incarnation (a Reset,
+// Limiter.Reset, ran since, or Redis lost the state: a restart, an
+// eviction, a failover, and a reservation created it afresh), and the
+// units it does not count give nothing back to it, as the engine's after
+// a Reset. An admitted reservation sets a new mark (Redis TIME in µs, never
+// 0) when the state did not exist before it or the mark is missing, and
+// otherwise renews the mark's TTL, so that the mark outlives the
+// reservation's sub-window.
 //
 // opCharge refuses (reply status 0) when the current sub-window (TIME's,
 // or l when TIME is older) would count more than ARGV[8]; else it runs the
@@ -58,7 +63,7 @@ const (
 //
 // Replies {allowed, remaining, retryAfterNs (−1 = Never), t, x, mark}:
 // for opReserve the decision's (luaSource's reply), x the epoch its units
-// were recorded in (−1: none) and mark the key's reset mark (0: none); for
+// were recorded in (−1: none) and mark the state's mark (0: none held); for
 // the others the Decision a one-unit
 // request would get now, recording nothing (Remaining before it, as
 // engine.Engine's Settle and ChargeAt report), and x the status: 1 done,
@@ -177,11 +182,12 @@ return redis.error_reply('ERR ringlimit: unknown operation ' .. tostring(op))
 var heldScript = redis.NewScript(heldSource)
 
 // resetSource is Limiter.Reset's script: it deletes the key's state
-// (KEYS[1]) and sets its reset mark (KEYS[2], same hash tag) to Redis TIME
-// in µs, for ARGV[1] ms (the state's TTL: one Window and one sub-window,
-// after which every unit from before the Reset has left the window). A
-// reservation's cancel or settle finds another mark than the one it read,
-// and gives nothing back to the fresh count (heldSource).
+// (KEYS[1]) and sets its mark (KEYS[2], same hash tag), a new
+// incarnation, to Redis TIME in µs, for ARGV[1] ms (the state's TTL: one
+// Window and one sub-window, after which every unit from before the Reset
+// has left the window). A reservation's cancel or settle finds another
+// mark than the one it recorded, and gives nothing back to the fresh count
+// (heldSource).
 const resetSource = `
 if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end
 redis.call('DEL', KEYS[1])
@@ -197,7 +203,7 @@ type heldReply struct {
 	d  engine.Decision
 	at time.Time // Redis TIME of the call
 	x  int64     // opReserve: the units' epoch, −1 none; else the status
-	// mark: opReserve, the key's reset mark after an admission (0: none)
+	// mark: opReserve, the state's mark after an admission (0: none held)
 	mark int64
 }
 
