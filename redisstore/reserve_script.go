@@ -22,8 +22,9 @@ const (
 // decided by the very code AllowN runs, and a charge is its force path (a
 // hybrid flush's: add n without the check). KEYS[1] is the key's state,
 // as for a decision, and KEYS[2] its mark, the state's incarnation (set by
-// a reservation that creates the state or finds no mark, and by
-// resetSource), in the same hash tag: one Cluster slot. ARGV:
+// a reservation or charge that creates the state, by a reservation that
+// finds no mark, and by resetSource), in the same hash tag: one Cluster
+// slot. ARGV:
 //
 //	1 op        opReserve, opCancel, opCharge or opPeek
 //	2 n         units to reserve, return or charge (opPeek: 0)
@@ -59,7 +60,8 @@ const (
 // opCharge refuses (reply status 0) when the current sub-window (TIME's,
 // or l when TIME is older) would count more than ARGV[8]; else it runs the
 // decision with force, which adds n at that sub-window, moving the ring as
-// an admission does, and sets the TTL.
+// an admission does, and sets the TTL; a charge that creates the state
+// sets a new mark.
 //
 // Replies {allowed, remaining, retryAfterNs (−1 = Never), t, x, mark}:
 // for opReserve the decision's (luaSource's reply), x the epoch its units
@@ -77,6 +79,13 @@ local state1 = {key} -- the decision's KEYS: the state alone (its KEYS[2] is a f
 local op = ARGV[1]
 local n = tonumber(ARGV[2])
 local span = tonumber(ARGV[5])
+-- newMark gives the state a new incarnation: TIME in µs, never 0
+local function newMark()
+  local tm = redis.call('TIME')
+  local m = tm[1] .. string.format('%06d', tonumber(tm[2]))
+  redis.call('SET', KEYS[2], m, 'PX', ARGV[7])
+  return m
+end
 if op == 'r' then -- AllowN's decision, on redis itself (one TIME)
   local fresh = redis.call('EXISTS', key) == 0 -- the decision creates the state
   local r = decide(redis, state1, {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
@@ -85,10 +94,8 @@ if op == 'r' then -- AllowN's decision, on redis itself (one TIME)
   if r[1] == 1 and n >= 1 then
     x = struct.unpack('<d', redis.call('GET', key)) -- after an admission, l is its epoch
     local m = redis.call('GET', KEYS[2])
-    if fresh or not m then -- a new incarnation: TIME in µs, never 0
-      local tm = redis.call('TIME')
-      m = tm[1] .. string.format('%06d', tonumber(tm[2]))
-      redis.call('SET', KEYS[2], m, 'PX', ARGV[7])
+    if fresh or not m then
+      m = newMark()
     else
       redis.call('PEXPIRE', KEYS[2], ARGV[7])
     end
@@ -174,6 +181,7 @@ if op == 'g' then
   if n > tonumber(ARGV[8]) - cur then return peek(0) end
   local r = decide(fixed, state1, args(ARGV[2], '1'))
   if r.err then return r end
+  if not raw then newMark() end -- the charge created the state
   return peek(1)
 end
 return redis.error_reply('ERR ringlimit: unknown operation ' .. tostring(op))
