@@ -22,7 +22,7 @@ import (
 // redis-server, handlers that return, panic (also http.ErrAbortHandler) or
 // see their client hang up, all at once: never more than Limit handlers
 // run at once, and every unit comes back exactly once (Redis ends at 0).
-func TestAdvHTTPInFlightMixedEndingsOverRedis(t *testing.T) {
+func TestHTTPInFlightMixedEndingsOverRedis(t *testing.T) {
 	s := redistest.Start(t)
 	const limit = 4
 	var running, peak, served atomic.Int64
@@ -109,7 +109,7 @@ func (nopWriter) WriteHeader(int)             {}
 // httplimit.WithSettle: "A handler that panics is settled to what it
 // reported before the panic"; "one that reports twice is settled to the
 // last report". Over Redis the count is what was reported, exactly.
-func TestAdvHTTPSettlePanicAfterReportOverRedis(t *testing.T) {
+func TestHTTPSettlePanicAfterReportOverRedis(t *testing.T) {
 	s := redistest.Start(t)
 	l := inFlightLimiter(t, s, 100)
 	m, err := httplimit.NewMiddleware(l, httplimit.WithSettle(), httplimit.WithCost(func(*http.Request) int64 { return 10 }))
