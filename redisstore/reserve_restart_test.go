@@ -12,14 +12,12 @@ import (
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
-// docs/design.md §12, "A cancel": "a state created afresh under a monotonic
-// TIME has l ≥ x + N + 1, which the condition refuses", and the invariant
-// "a count never drops below what is live ... no admission passes the limit
-// because of a cancel". A redis-server restarted without persistence (the
-// helpers' servers persist nothing; a crash of a cache-configured Redis)
-// creates the key's state afresh within the same sub-window, with no reset
-// mark: a reservation held across the restart then cancels into the fresh
-// count, which takes other, live reservations' units.
+// A redis-server restarted without persistence (the helpers' servers
+// persist nothing; a crash of a cache-configured Redis) loses the state and
+// its mark; the next reservation creates both afresh within the same
+// sub-window. A reservation held across the restart must give nothing back
+// to that count, which holds other, live reservations' units: a third
+// reservation is refused while two hold the limit of 2.
 func TestCancelAcrossRestartRefundsNothing(t *testing.T) {
 	s := redistest.Start(t)
 	c := client(t, s)
@@ -47,5 +45,63 @@ func TestCancelAcrossRestartRefundsNothing(t *testing.T) {
 	}
 	if ok || third.Decision().Allowed {
 		t.Fatalf("a reservation from before the restart cancelled into the fresh count (Cancel %v), and a third request was admitted (%v) while 2 live reservations hold the limit of 2", ok, third.Decision().Allowed)
+	}
+}
+
+// The state lost alone (an eviction of the state key, its mark kept), then
+// created again by a reservation, or by a charge: a new incarnation, and
+// the older reservation gives nothing back. The mark lost alone: the next
+// reservation sets a new one, and the older one gives nothing back (a
+// false refusal at worst).
+func TestCancelAfterStateOrMarkLostRefundsNothing(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 2, Window: time.Hour, SubWindows: 2, Algorithm: engine.SlidingWindowStrict})
+	for _, tc := range []struct {
+		name  string
+		lose  string // the Redis key deleted: the state, or its mark
+		again func(key string)
+	}{
+		{"state, then Reserve", "", func(key string) {
+			if r, err := l.Reserve(ctx, key, 1); err != nil || r.Units() != 1 {
+				t.Fatal(r.Decision(), err)
+			}
+		}},
+		{"state, then ChargeN", "", func(key string) {
+			if _, err := l.ChargeN(ctx, key, 1); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"mark, then Reserve", resetSuffix, func(key string) {
+			if r, err := l.Reserve(ctx, key, 1); err != nil || r.Units() != 1 {
+				t.Fatal(r.Decision(), err)
+			}
+		}},
+	} {
+		key := tc.name
+		old, err := l.Reserve(ctx, key, 1)
+		if err != nil || old.Units() != 1 {
+			t.Fatal(old.Decision(), err)
+		}
+		if tc.lose == "" {
+			if err := c.Del(ctx, l.Key(key)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := c.Del(ctx, l.Key(key)+tc.lose).Err(); err != nil {
+			t.Fatal(err)
+		}
+		tc.again(key)
+		ok, err := old.Cancel(ctx)
+		if err != nil || ok {
+			t.Fatalf("%s: Cancel of a reservation from another incarnation: %v %v, want false", tc.name, ok, err)
+		}
+		// the count: 1 after the lost state (the unit of tc.again), 2 after the lost mark
+		want := int64(1)
+		if tc.lose != "" {
+			want = 2
+		}
+		if got := storedUnits(t, c, l, key); got != want {
+			t.Fatalf("%s: Redis holds %d units after the Cancel, want %d", tc.name, got, want)
+		}
 	}
 }
