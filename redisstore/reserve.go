@@ -387,11 +387,12 @@ func (l *Limiter) held(ctx context.Context, op, key string, n, limit, x, mark in
 	return parseHeld(res, limit)
 }
 
-// resetSuffix names a key's reset mark: its state's name (Key) and this,
-// outside the hash tag, so in the state's Cluster slot.
+// resetSuffix names a key's mark, its state's incarnation (heldSource):
+// its state's name (Key) and this, outside the hash tag, so in the state's
+// Cluster slot. The name predates the incarnations, and stays.
 const resetSuffix = ":reset"
 
-// resetState deletes key's state and sets its reset mark, in one script
+// resetState deletes key's state and sets a new mark, in one script
 // call (resetSource): Reset's round trip.
 func (l *Limiter) resetState(ctx context.Context, key string) error {
 	name := l.Key(key)

@@ -7,7 +7,7 @@ import (
 
 // Reset forgets the units key has used, for every replica: it deletes the
 // key's state in Redis (one script: the DEL of the Redis key that Key
-// names, and a reset mark beside it, Key(key)+":reset", in the key's hash
+// names, and a new mark beside it, Key(key)+":reset", in the key's hash
 // tag, so Cluster-safe), and the next decision starts from an empty count.
 // A Reservation from before the Reset gives nothing back to the fresh
 // count (its Cancel reports false), as the engine's; the mark expires one
