@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,15 +20,23 @@ import (
 //
 // Decisions. A decision is exact (one script call, as in the plain mode)
 // when this replica has no observation of the key yet (its first decision,
-// after the key idled for an interval, after an outage) and for a cost n
-// above maxLocal (n ≤ Limit); an exact decision counts the units this
-// replica admitted locally and has not recorded yet as if they were in
-// Redis. Every other decision is local: n is admitted iff the key's count at
-// the observation + this replica's exact admissions that the observation
-// may miss + its units not yet confirmed by a flush + n ≤ Limit, and its
-// units not yet confirmed stay at most maxLocal (1 ≤ maxLocal ≤ Limit). A
-// local denial's RetryAfter is advisory: one interval when only the local
-// allowance is spent, one sub-window when the window looks full.
+// after the key idled for an interval, after an outage), for a cost n
+// above maxLocal (n ≤ Limit), and when the key looks full and no exact
+// denial says until when; an exact decision counts the units this replica
+// admitted locally and has not recorded yet as if they were in Redis.
+// Every other decision is local: n is admitted iff the key's count at the
+// observation + this replica's exact admissions that the observation may
+// miss + its units not yet confirmed by a flush + n ≤ Limit, and its
+// units not yet confirmed stay within its allowance: max(maxLocal,
+// ⌊headroom / (3 × replicas)⌋), where headroom is Limit less that count
+// and those exact admissions, and replicas is WithReplicas's (default 16).
+// A key far below its limit is thus admitted locally however hot it is,
+// and the share shrinks to maxLocal (1 ≤ maxLocal ≤ Limit) as the key
+// fills. A local denial is one of two: the window is full (Remaining <
+// n), with the RetryAfter of this replica's last exact denial on the key
+// less the time since, a true lower bound (the first such denial is
+// exact); or the replica's share is spent (Remaining ≥ n), with
+// RetryAfter one interval, when the next flush renews it.
 //
 // Flushes. A flush takes the key's units as one batch with a sequence
 // number, and Redis adds a batch at most once (a resend or a go-redis retry
@@ -69,29 +78,33 @@ import (
 // flush late (a batch resent after an outage: up to one Window late), so
 // they count that much longer, never shorter. Let Q be the key's count as
 // the algorithm estimates it from the units recorded in Redis, plus the
-// units admitted and not yet recorded. While no round trip fails, a local
-// decision of replica j that admits leaves
+// units admitted and not yet recorded, and A_i the largest allowance
+// replica i has admitted locally against. While no round trip fails, a
+// local decision of replica j that admits leaves
 //
-//	Q ≤ Limit + Σ over the other replicas i of ((1 + c_i) × maxLocal + X_i),
+//	Q ≤ Limit + Σ over the other replicas i of ((1 + c_i) × A_i + X_i),
 //
 // where c_i is the number of replica i's flushes that Redis ran after j's
 // observation of the key and whose reply i had received, and X_i the units
 // i admitted by exact decisions that Redis ran after j's observation. An
-// exact decision that admits leaves Q ≤ Limit + (R − 1) × maxLocal + the
-// units j admitted locally while it was in flight (at most maxLocal). X_i
-// is 0 when i's decisions on the key since j's observation were all local
-// (costs at most maxLocal, and i had observed the key).
+// exact decision that admits leaves Q ≤ Limit + Σ_{i≠j} A_i + the units j
+// admitted locally while it was in flight (at most A_j). X_i is 0 when i's
+// decisions on the key since j's observation were all local.
 //
 // With R replicas and every X_i = 0: when every flush completes within
-// half an interval (Stats().SlowFlushes stays 0), c_i ≤ 2, so
-// Q ≤ Limit + (R − 1) × 3 × maxLocal. Slow flushes (a process short of CPU,
-// very many keys) raise c_i, and only the form above holds. In the runs
-// measured (TestHybridBoundScale, README), Q reached about
-// Limit + (R − 1) × maxLocal under sustained pressure (at most 1.5% more
-// with costs up to maxLocal, 20% more with larger costs mixed in), never
-// Limit + (R − 1) × 2 × maxLocal. The units admitted within any one window
-// are at most the largest Q. The proof is in the comment on the hybrid
-// type.
+// half an interval (Stats().SlowFlushes stays 0), c_i ≤ 2. Each A_i is at
+// most max(maxLocal, ⌊H_i / (3 × replicas)⌋), H_i ≤ Limit being the
+// headroom i saw, so with R ≤ replicas
+//
+//	Q ≤ Limit + (R − 1) × max(3 × maxLocal, Limit / replicas),
+//
+// and near the limit, once every replica's allowance is maxLocal (each
+// saw a headroom below 3 × replicas × (maxLocal + 1)), Q ≤ Limit + (R − 1)
+// × 3 × maxLocal as with a fixed allowance. Slow flushes (a process short
+// of CPU, very many keys) raise c_i, and only the first form holds. The
+// units admitted within any one window are at most the largest Q. The
+// measured overshoots are in the README (TestHybridBoundScale). The proof
+// is in the comment on the hybrid type and docs/design.md §11.
 func WithHybrid(interval time.Duration, maxLocal int64) Option {
 	return func(o *options) error {
 		if interval < time.Millisecond {
@@ -126,9 +139,11 @@ const maxPipeline = 1000
 //
 // Facts.
 //
-//	(F1) P_i + B_i ≤ maxLocal at all times: a local admission needs it, a
-//	     take moves P into B, and only a confirmation empties B. Exact
-//	     admissions are recorded when decided, so U_i ⊆ P_i ∪ B_i.
+//	(F1) P_i + B_i ≤ A_i(t) at all times, A_i(t) being the largest
+//	     allowance i has admitted locally against by t: a local admission
+//	     needs P_i + B_i + n ≤ its allowance then, a take moves P into B,
+//	     and only a confirmation empties B. Exact admissions are recorded
+//	     when decided, so U_i ⊆ P_i ∪ B_i.
 //	(F2) For a fixed set of recorded units the estimate does not grow as
 //	     time passes (each sub-window's weight only falls), and recording
 //	     moves a unit from U to the current sub-window, where it weighs 1:
@@ -148,26 +163,33 @@ const maxPipeline = 1000
 //	     with an older one; the exact decisions Redis ran in between are
 //	     still in D_j, since their replies came after the pull's take.
 //	(F5) For replica k and s < x: U_k(s) + (units k admitted locally in
-//	     (s, x]) ≤ (1 + c_k) × maxLocal, where c_k counts k's pulls run
+//	     (s, x]) ≤ (1 + c_k) × A_k(x), where c_k counts k's pulls run
 //	     after s and confirmed by x. Proof: k's unconfirmed units change by
-//	     +admissions −confirmations and are at most maxLocal at x (F1);
+//	     +admissions −confirmations and are at most A_k(x) at x (F1);
 //	     U_k(s) is at most its unconfirmed units at s less the batches
 //	     recorded by s and unconfirmed at s, and such a batch confirmed by x
-//	     cancels its own confirmation; what is left is at most maxLocal plus
-//	     the batches recorded after s and confirmed by x, each ≤ maxLocal.
+//	     cancels its own confirmation; what is left is at most A_k(x) plus
+//	     the batches recorded after s and confirmed by x, each ≤ A_k(x)
+//	     (a batch is at most the allowance of the last admission in it).
 //
 // Local decision by j at x with observation s. By F2, Q(x+) is at most
 // E(s), plus j's units recorded after s or not recorded, plus, for each
 // i ≠ j, U_i(s) and the units i admitted in (s, x], locally or exactly. j's
 // check est + D_j + P_j + B_j + n ≤ Limit with F3 and F4 bounds the first
-// two by Limit; F5 bounds i's local part by (1 + c_i) × maxLocal, and its
+// two by Limit; F5 bounds i's local part by (1 + c_i) × A_i(x), and its
 // exact part is X_i.
 //
 // Exact decision by j at Redis time z with reserve = P_j + B_j as sent. The
 // script admits n iff E(z) + reserve + n ≤ Limit. j's units not recorded at
 // z are those in the reserve (still unconfirmed) and those it admitted
-// locally since it sent the call; each other replica's are at most maxLocal
-// (F1). ∎
+// locally since it sent the call (at most A_j); each other replica's are at
+// most A_i (F1). ∎
+//
+// Sizing. j's allowance at a local decision is max(maxLocal, ⌊(Limit − est
+// − D_j) / (3 × replicas)⌋) ≤ max(maxLocal, Limit / (3 × replicas)): its
+// est, D_j only grow the subtrahend. So 3 × A_i ≤ max(3 × maxLocal,
+// Limit / replicas), which with c_i ≤ 2 (Timing, below) gives the simple
+// forms at WithHybrid.
 //
 // Timing. Let every flush take at most F ≤ I/2 from its take to its last
 // reply, so that each starts I after the previous one. j's observation s
@@ -183,6 +205,7 @@ type hybrid struct {
 	l        *Limiter
 	interval time.Duration
 	maxLocal int64
+	replicas int64         // WithReplicas: the allowance is a 1/(3 × replicas) share of the headroom
 	timeout  time.Duration // one round trip's deadline
 	horizon  time.Duration // an unconfirmed batch is given up this long after its take
 	rid      string        // this replica's id, in the batches' deduplication keys
@@ -203,21 +226,23 @@ type hybrid struct {
 
 // hkey is one key's local state. Every field is guarded by hybrid.mu.
 type hkey struct {
-	est      int64     // the key's count (Limit − Remaining) at the observation
-	obs      int64     // the observation's Redis time, µs
-	pending  int64     // admitted here since the last take
-	batch    int64     // taken and not confirmed: in flight, or left by a failed flush
-	batchSeq uint64    // the batch's sequence number
-	batchAt  time.Time // when the batch was taken
-	dFlight  int64     // units of exact decisions in flight (F4 in the proof at hybrid)
-	dDone    int64     // units of exact decisions that admitted or failed, not yet shown to be in est
-	calls    int32     // exact decisions in flight
-	node     string    // the key's node's address (multi-node clients; see nodeOf)
-	nodeSet  bool      // node is known
-	acks     uint32    // pull replies applied so far
-	seen     bool      // est holds an observation
-	pulling  bool      // a flush carrying the key is in flight
-	used     bool      // decided on since the last take
+	est       int64     // the key's count (Limit − Remaining) at the observation
+	obs       int64     // the observation's Redis time, µs
+	pending   int64     // admitted here since the last take
+	batch     int64     // taken and not confirmed: in flight, or left by a failed flush
+	batchSeq  uint64    // the batch's sequence number
+	batchAt   time.Time // when the batch was taken
+	dFlight   int64     // units of exact decisions in flight (F4 in the proof at hybrid)
+	dDone     int64     // units of exact decisions that admitted or failed, not yet shown to be in est
+	calls     int32     // exact decisions in flight
+	node      string    // the key's node's address (multi-node clients; see nodeOf)
+	nodeSet   bool      // node is known
+	acks      uint32    // pull replies applied so far
+	seen      bool      // est holds an observation
+	pulling   bool      // a flush carrying the key is in flight
+	used      bool      // decided on since the last take
+	fullN     int64     // > 0: no request of fullN or more units fits before fullUntil (an exact denial)
+	fullUntil time.Time
 }
 
 // traceEvent is what the tests' trace hook sees: 'a' a pull's reply
@@ -229,6 +254,7 @@ type traceEvent struct {
 	key      string
 	n        int64
 	exec, at int64
+	allow    int64 // 'l': the allowance the admission was checked against
 }
 
 func (l *Limiter) startHybrid() error {
@@ -242,7 +268,7 @@ func (l *Limiter) startHybrid() error {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 	h := &hybrid{
-		l: l, interval: o.interval, maxLocal: o.maxLocal,
+		l: l, interval: o.interval, maxLocal: o.maxLocal, replicas: int64(cmp.Or(o.replicas, DefaultReplicas)),
 		timeout: max(10*o.interval, 500*time.Millisecond),
 		horizon: l.cfg.Window,
 		rid:     hex.EncodeToString(id[:]),
@@ -293,11 +319,12 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		return l.policy(key, n, limit), err
 	}
 	k.used = true
-	if k.seen && (n <= h.maxLocal || n > limit) {
-		d := h.local(k, key, n)
-		h.mu.Unlock()
-		l.localDecisions.Add(1)
-		return d, nil
+	if k.seen && n <= h.maxLocal {
+		if d, ok := h.local(k, key, n, time.Now()); ok {
+			h.mu.Unlock()
+			l.localDecisions.Add(1)
+			return d, nil
+		}
 	}
 	reserve := k.pending + k.batch
 	sent := max(0, n) // what this call may record
@@ -306,9 +333,13 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	acks, trips := k.acks, h.trips
 	h.mu.Unlock()
 
+	sentAt := time.Now()
 	d, at, err := l.batch.do(ctx, key, n, limit, reserve)
 
 	h.mu.Lock()
+	if err == nil {
+		k.denied(d, n, sentAt)
+	}
 	k.dFlight -= sent
 	k.calls--
 	if err != nil || d.Allowed {
@@ -360,7 +391,7 @@ func (h *hybrid) opened() {
 	h.mu.Lock()
 	h.trips++
 	for _, k := range h.keys {
-		k.seen = false
+		k.seen, k.fullN = false, 0 // Redis may come back without the counts
 	}
 	h.mu.Unlock()
 }
