@@ -132,9 +132,12 @@ func (h *hybrid) probe(abort <-chan struct{}) error {
 }
 
 // take builds a flush's items. A key with an unconfirmed batch sends it
-// again as it is; else its pending units become a new batch; else, if used
-// since the last take, it is pulled; else it is dropped (its next decision
-// is exact). A probe takes only the unconfirmed batches. A batch
+// again as it is; else its pending units become a new batch; else, if
+// decided on locally since the last take, it is pulled; else it is
+// dropped (its next decision is exact). A key decided on only exactly
+// since the last take is dropped: each of those decisions brought its
+// count back already, so a key used once costs one script call, as in
+// the plain mode, and no flush pulls it. A probe takes only the unconfirmed batches. A batch
 // unconfirmed for longer than the horizon is given up.
 func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	h.mu.Lock()
@@ -159,7 +162,7 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 		case k.pending > 0:
 			k.batch, k.batchSeq, k.batchAt, k.pending = k.pending, seq, now, 0
 			it.n, it.seq = k.batch, seq
-		case k.used || k.dDone > 0:
+		case k.used:
 		case k.calls == 0:
 			delete(h.keys, key)
 			continue

@@ -38,21 +38,24 @@ import (
 // exact); or the replica's share is spent (Remaining ≥ n), with
 // RetryAfter one interval, when the next flush renews it.
 //
-// Flushes. A flush takes the key's units as one batch with a sequence
-// number, and Redis adds a batch at most once (a resend or a go-redis retry
-// of an applied batch adds nothing), so a batch can be sent again until it
-// is confirmed. The last sequence number applied is kept in a small string
-// key next to the key's hash, in the same hash tag (the hash's name, ":f:"
-// and a random id of the replica), which expires 2 × (Window + one
-// sub-window) after the replica's last batch on the key: a replica holds
-// one such key per hot key. The one case left that counts a batch twice is
-// a server that holds a pipeline given up on for longer than that and runs
-// it after the resend. Each of a flush's round trips (pipelines of at most
-// 1,000 keys) has a deadline of max(10 × interval, 500ms), enforced by the
-// limiter whatever the client's timeouts. The next flush starts one
-// interval after the previous one started, or at once if it took longer. A
-// flush that finds the script missing (NOSCRIPT) loads it once and resends
-// those keys in one pipeline.
+// Flushes. A key decided on only exactly since the last flush (a key used
+// once, or rarely) is not pulled: its decision brought its count back
+// already, so it costs one script call per decision, as in the plain mode,
+// and the next decision is exact again. A flush takes the key's units as one
+// batch with a sequence number, and Redis adds a batch at most once (a
+// resend or a go-redis retry of an applied batch adds nothing), so a batch
+// can be sent again until it is confirmed. The last sequence number applied
+// is kept in a small string key next to the key's hash, in the same hash tag
+// (the hash's name, ":f:" and a random id of the replica), which expires 2 ×
+// (Window + one sub-window) after the replica's last batch on the key: a
+// replica holds one such key per hot key. The one case left that counts a
+// batch twice is a server that holds a pipeline given up on for longer than
+// that and runs it after the resend. Each of a flush's round trips
+// (pipelines of at most 1,000 keys) has a deadline of max(10 × interval,
+// 500ms), enforced by the limiter whatever the client's timeouts. The next
+// flush starts one interval after the previous one started, or at once if it
+// took longer. A flush that finds the script missing (NOSCRIPT) loads it
+// once and resends those keys in one pipeline.
 //
 // Failures. A flush or exact decision that shows Redis down puts the
 // limiter in its failure state, as the plain mode's breaker opens (see
@@ -195,8 +198,8 @@ const maxPipeline = 1000
 // reply, so that each starts I after the previous one. j's observation s
 // came from a pull in a flush that started at some t ≤ s, or from an exact
 // decision at s. j's next flush starts by s + I and replies by s + I + F; it
-// carries the key if the key was used, pending or in a batch since the take
-// before, and drops it otherwise (its next decision is exact). So a local
+// carries the key if it was decided on locally, pending or in a batch since
+// the take before, and drops it otherwise (its next decision is exact). So a local
 // decision x that uses s has x − s < I + F. Replica i's pulls run at
 // e_m ∈ [t_m, t_m + F] in flushes that start t_{m+1} ≥ t_m + I, so
 // e_{m+2} − e_m ≥ 2I − F ≥ I + F: at most two of them fall in (s, x), and
@@ -240,7 +243,7 @@ type hkey struct {
 	acks      uint32    // pull replies applied so far
 	seen      bool      // est holds an observation
 	pulling   bool      // a flush carrying the key is in flight
-	used      bool      // decided on since the last take
+	used      bool      // decided on locally since the last take
 	fullN     int64     // > 0: no request of fullN or more units fits before fullUntil (an exact denial)
 	fullUntil time.Time
 }
@@ -318,9 +321,9 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
 	}
-	k.used = true
 	if k.seen && n <= h.maxLocal {
 		if d, ok := h.local(k, key, n, time.Now()); ok {
+			k.used = true
 			h.mu.Unlock()
 			l.localDecisions.Add(1)
 			return d, nil
