@@ -47,7 +47,8 @@ func (h *hybrid) allowance(k *hkey, limit int64) int64 {
 	return max(h.maxLocal, room/(3*h.replicas))
 }
 
-// local decides n in process for a key with an observation, at now. It
+// local decides n in process for a key with an observation read with its
+// limit (Config.Limit, or KeyLimit's answer for it), at now. It
 // returns false when the decision must be exact: the window looks full
 // and no exact denial of this replica's says for how long (its RetryAfter
 // must come from Redis, which alone holds the window's counts). h.mu is
@@ -58,8 +59,7 @@ func (h *hybrid) allowance(k *hkey, limit int64) int64 {
 // counts only grow until then) or this replica's share spent (Remaining
 // ≥ n; RetryAfter is one interval, when the next flush confirms the units
 // held and renews the share).
-func (h *hybrid) local(k *hkey, key string, n int64, now time.Time) (engine.Decision, bool) {
-	limit := h.l.cfg.Limit
+func (h *hybrid) local(k *hkey, key string, n, limit int64, now time.Time) (engine.Decision, bool) {
 	used := k.est + k.dFlight + k.dDone + k.pending + k.batch
 	d := engine.Decision{Limit: limit, Remaining: max(0, limit-used)}
 	switch {

@@ -58,7 +58,7 @@ func TestHybridBoundScale(t *testing.T) {
 			for _, ml := range maxLocals {
 				for _, tr := range traffics {
 					for run := range runs {
-						res := runBound(t, s, fmt.Sprintf("b%d:", cases), r, iv, ml, tr, dur)
+						res := runBound(t, s, fmt.Sprintf("b%d:", cases), r, iv, ml, tr, dur, boundLimit)
 						cases++
 						over := float64(res.total - boundLimit)
 						f2, f3 := over/float64((r-1)*2*int(ml)), over/float64((r-1)*3*int(ml))
@@ -85,9 +85,15 @@ type boundResult struct {
 	slow, flushes, failures uint64
 }
 
-func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
+// runBound runs one case. With cfgLimit ≠ boundLimit, Config.Limit is
+// cfgLimit and Config.KeyLimit gives the key boundLimit: each allowance
+// must be sized against the key's own limit.
+func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration, cfgLimit int64) boundResult {
 	t.Helper()
-	cfg := engine.Config{Limit: boundLimit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+	cfg := engine.Config{Limit: cfgLimit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+	if cfgLimit != boundLimit {
+		cfg.KeyLimit = func(string) int64 { return boundLimit }
+	}
 	ls := make([]*Limiter, replicas)
 	evs := make([][]traceEvent, replicas)
 	for i := range ls {

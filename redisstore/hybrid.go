@@ -16,7 +16,9 @@ import (
 // WithHybrid turns on the hybrid mode, for very hot keys: most decisions are
 // made in process, and every interval (1ms ≤ interval ≤ Config.Window) one
 // flush carries each key's locally admitted units to Redis and brings back
-// the key's count.
+// the key's count. With Config.KeyLimit, Limit below is the key's own
+// limit (the allowance and the bound are per key), and a change of a
+// key's limit makes its next decision exact.
 //
 // Decisions. A decision is exact (one script call, as in the plain mode)
 // when this replica has no observation of the key yet (its first decision,
@@ -244,6 +246,8 @@ type hkey struct {
 	seen      bool      // est holds an observation
 	pulling   bool      // a flush carrying the key is in flight
 	used      bool      // decided on locally since the last take
+	lim       int64     // the key's limit at its last decision (Config.KeyLimit's, or Config.Limit)
+	estLim    int64     // the limit est was read with: Redis clamps est at it, so est is valid for that limit only
 	fullN     int64     // > 0: no request of fullN or more units fits before fullUntil (an exact denial)
 	fullUntil time.Time
 }
@@ -295,8 +299,8 @@ func (l *Limiter) startHybrid() error {
 	return nil
 }
 
-func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	h, limit := l.hyb, l.cfg.Limit
+func (l *Limiter) hybridAllow(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
+	h := l.hyb
 	h.mu.Lock()
 	if h.closed {
 		var reserve int64
@@ -304,7 +308,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 			reserve = k.pending + k.batch
 		}
 		h.mu.Unlock()
-		return l.exactAfterClose(ctx, key, n, reserve)
+		return l.exactAfterClose(ctx, key, n, limit, reserve)
 	}
 	if err := h.br.err(); err != nil {
 		h.mu.Unlock()
@@ -321,8 +325,11 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
 	}
-	if k.seen && n <= h.maxLocal {
-		if d, ok := h.local(k, key, n, time.Now()); ok {
+	if k.lim != limit { // a new key, or KeyLimit's answer changed: Redis's count is read again
+		k.lim, k.fullN = limit, 0
+	}
+	if k.seen && n <= h.maxLocal && k.estLim == limit {
+		if d, ok := h.local(k, key, n, limit, time.Now()); ok {
 			k.used = true
 			h.mu.Unlock()
 			l.localDecisions.Add(1)
@@ -353,7 +360,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		// that Redis ran after it: its reply is the newest observation
 		// (F4 in the proof at hybrid). Unless an outage began meanwhile:
 		// then the key waits for an observation made after it.
-		k.est, k.obs, k.seen = limit-d.Remaining, at.UnixMicro(), true
+		k.est, k.estLim, k.obs, k.seen = limit-d.Remaining, limit, at.UnixMicro(), true
 	}
 	if err == nil && d.Allowed && n > 0 && h.trace != nil {
 		h.trace(traceEvent{kind: 'x', key: key, n: n, exec: at.UnixMicro(), at: time.Now().UnixNano()})
@@ -377,8 +384,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 
 // exactAfterClose is a decision after Close: one script call, counting the
 // units the last flush may still be carrying; the key's state is left alone.
-func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, reserve int64) (engine.Decision, error) {
-	limit := l.cfg.Limit
+func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, limit, reserve int64) (engine.Decision, error) {
 	d, _, err := l.batch.do(ctx, key, n, limit, reserve)
 	if err != nil {
 		return l.fail(ctx, key, n, limit, err)
