@@ -109,7 +109,7 @@ import (
 // of CPU, very many keys) raise c_i, and only the first form holds. The
 // units admitted within any one window are at most the largest Q. The
 // measured overshoots are in the README (TestHybridBoundScale). The proof
-// is in the comment on the hybrid type and docs/design.md §11.
+// is in the comment on the hybrid type and docs/design.md §13.
 func WithHybrid(interval time.Duration, maxLocal int64) Option {
 	return func(o *options) error {
 		if interval < time.Millisecond {
