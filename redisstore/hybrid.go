@@ -347,7 +347,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n, limit int64) (
 	d, at, err := l.batch.do(ctx, key, n, limit, reserve)
 
 	h.mu.Lock()
-	if err == nil {
+	if err == nil && h.trips == trips { // a reply from before an outage says nothing of Redis after it
 		k.denied(d, n, sentAt)
 	}
 	k.dFlight -= sent
