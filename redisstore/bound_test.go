@@ -58,13 +58,13 @@ func TestHybridBoundScale(t *testing.T) {
 			for _, ml := range maxLocals {
 				for _, tr := range traffics {
 					for run := range runs {
-						res := runBound(t, s, fmt.Sprintf("b%d:", cases), r, iv, ml, tr, dur)
+						res := runBound(t, s, fmt.Sprintf("b%d:", cases), r, iv, ml, tr, dur, boundLimit)
 						cases++
 						over := float64(res.total - boundLimit)
 						f2, f3 := over/float64((r-1)*2*int(ml)), over/float64((r-1)*3*int(ml))
 						worst2, worst3 = max(worst2, f2), max(worst3, f3)
-						t.Logf("R=%d interval=%v maxLocal=%d %s run %d: admitted %d of %d (%+d: %.2f of (R−1)·2·maxLocal, %.2f of ·3), max c %d, exact %d, slow flushes %d, flushes %d, failures %d",
-							r, iv, ml, tr, run, res.total, boundLimit, res.total-boundLimit, f2, f3, res.maxC, res.exact, res.slow, res.flushes, res.failures)
+						t.Logf("R=%d interval=%v maxLocal=%d %s run %d: admitted %d of %d (%+d: %.2f of (R−1)·2·maxLocal, %.2f of ·3), largest allowance %d, max c %d, exact %d, slow flushes %d, flushes %d, failures %d",
+							r, iv, ml, tr, run, res.total, boundLimit, res.total-boundLimit, f2, f3, res.maxAllow, res.maxC, res.exact, res.slow, res.flushes, res.failures)
 						if t.Failed() {
 							return
 						}
@@ -81,12 +81,19 @@ const boundLimit = 500
 type boundResult struct {
 	total                   int64
 	maxC, exact             int
+	maxAllow                int64 // the largest allowance a local admission was checked against
 	slow, flushes, failures uint64
 }
 
-func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration) boundResult {
+// runBound runs one case. With cfgLimit ≠ boundLimit, Config.Limit is
+// cfgLimit and Config.KeyLimit gives the key boundLimit: each allowance
+// must be sized against the key's own limit.
+func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, interval time.Duration, maxLocal int64, traffic string, dur time.Duration, cfgLimit int64) boundResult {
 	t.Helper()
-	cfg := engine.Config{Limit: boundLimit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+	cfg := engine.Config{Limit: cfgLimit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+	if cfgLimit != boundLimit {
+		cfg.KeyLimit = func(string) int64 { return boundLimit }
+	}
 	ls := make([]*Limiter, replicas)
 	evs := make([][]traceEvent, replicas)
 	for i := range ls {
@@ -96,7 +103,7 @@ func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, in
 		// limiter's own, 500 ms.)
 		c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 		defer c.Close() // at the end of the case: hundreds of cases must not pile up connections
-		l, err := New(c, cfg, WithPrefix(prefix), WithHybrid(interval, maxLocal), WithOnError(func(err error) { t.Logf("replica %d: %v", i, err) }))
+		l, err := New(c, cfg, WithPrefix(prefix), WithHybrid(interval, maxLocal), WithReplicas(replicas), WithOnError(func(err error) { t.Logf("replica %d: %v", i, err) }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,14 +169,41 @@ func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, in
 	if got := storedUnits(t, ls[0].client, ls[0], "hot"); got != res.total {
 		t.Fatalf("Redis holds %d units, the replicas admitted %d", got, res.total)
 	}
-	res.maxC, res.exact = checkBound(t, evs, maxLocal, res.total)
+	res.maxC, res.exact, res.maxAllow = checkBound(t, evs, maxLocal, res.total, boundLimit, replicas)
 	return res
 }
 
 // checkBound checks the bound at every local admission of the trace and
-// returns the largest c_i met and the number of exact admissions.
-func checkBound(t *testing.T, evs [][]traceEvent, maxLocal, total int64) (maxC, exact int) {
+// returns the largest c_i met, the number of exact admissions and the
+// largest allowance. Each replica i's term is (1 + c_i) × A_i + X_i, with
+// A_i the largest allowance i's local admissions were checked against up
+// to x (F1 in the proof at hybrid), and every allowance is checked
+// against its sizing, max(maxLocal, ⌊limit / (3 × replicas)⌋) at most.
+func checkBound(t *testing.T, evs [][]traceEvent, maxLocal, total, limit int64, replicas int) (maxC, exact int, maxAllow int64) {
 	t.Helper()
+	ceiling := max(maxLocal, limit/int64(3*replicas))
+	allows := make([][]traceEvent, len(evs)) // per replica, in local time: 'l' events with their running maximum
+	for i, es := range evs {
+		var m int64
+		for _, ev := range es {
+			if ev.kind == 'l' {
+				if ev.allow > ceiling || ev.allow < maxLocal {
+					t.Fatalf("replica %d admitted with the allowance %d: want maxLocal %d ≤ it ≤ %d", i, ev.allow, maxLocal, ceiling)
+				}
+				m = max(m, ev.allow)
+				allows[i] = append(allows[i], traceEvent{at: ev.at, allow: m})
+			}
+		}
+		maxAllow = max(maxAllow, m)
+	}
+	allowAt := func(i int, at int64) int64 { // A_i: the largest allowance i used up to at
+		as := allows[i]
+		k := sort.Search(len(as), func(k int) bool { return as[k].at > at })
+		if k == 0 {
+			return maxLocal // no local admission yet: its units are exact ones, in X_i
+		}
+		return as[k-1].allow
+	}
 	type adm struct {
 		i  int
 		ev traceEvent
@@ -198,7 +232,7 @@ func checkBound(t *testing.T, evs [][]traceEvent, maxLocal, total int64) (maxC, 
 	if sum != total {
 		t.Fatalf("the trace holds %d admitted units, the callers counted %d", sum, total)
 	}
-	largest := int64(boundLimit + (len(evs)-1)*int(maxLocal) + int(maxLocal)) // an exact admission's bound
+	largest := limit + int64(len(evs))*max(maxAllow, maxLocal) // an exact admission's bound
 	var q int64
 	for idx := 0; idx < len(all); {
 		// Q at this instant counts every admission recorded at or before it.
@@ -212,7 +246,7 @@ func checkBound(t *testing.T, evs [][]traceEvent, maxLocal, total int64) (maxC, 
 				exact++
 				continue
 			}
-			bound := int64(boundLimit)
+			bound := limit
 			for k := range evs {
 				if k == a.i {
 					continue
@@ -230,7 +264,7 @@ func checkBound(t *testing.T, evs [][]traceEvent, maxLocal, total int64) (maxC, 
 					}
 				}
 				maxC = max(maxC, c)
-				bound += int64(1+c)*maxLocal + x
+				bound += int64(1+c)*allowAt(k, at) + x
 			}
 			if q > bound {
 				if os.Getenv("REDISSTORE_TRACE") != "" { // dump the trace of a failing case
@@ -249,5 +283,5 @@ func checkBound(t *testing.T, evs [][]traceEvent, maxLocal, total int64) (maxC, 
 	if total > largest {
 		t.Fatalf("admitted %d, above every bound met (%d)", total, largest)
 	}
-	return maxC, exact
+	return maxC, exact, maxAllow
 }

@@ -22,6 +22,7 @@ type flushItem struct {
 	k     *hkey // nil: the probe's peek
 	key   string
 	n     int64  // units to add; 0: a pull only
+	limit int64  // the key's limit (its last decision's), for the script and its reply
 	seq   uint64 // the batch's sequence number; 0 with n == 0
 	dDone int64  // k.dDone at the take: shown to be in the pull's reply
 	trips uint64 // hybrid.trips at the take
@@ -114,7 +115,7 @@ func keyError(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
 func (h *hybrid) probe(abort <-chan struct{}) error {
 	items := h.take(time.Now(), true)
 	if len(items) == 0 {
-		items = []flushItem{{key: ""}} // a peek: reads one key, writes nothing
+		items = []flushItem{{key: "", limit: h.l.cfg.Limit}} // a peek: reads one key, writes nothing
 	}
 	replies, err := h.send(items, abort)
 	failed, _ := h.apply(items, replies)
@@ -132,9 +133,12 @@ func (h *hybrid) probe(abort <-chan struct{}) error {
 }
 
 // take builds a flush's items. A key with an unconfirmed batch sends it
-// again as it is; else its pending units become a new batch; else, if used
-// since the last take, it is pulled; else it is dropped (its next decision
-// is exact). A probe takes only the unconfirmed batches. A batch
+// again as it is; else its pending units become a new batch; else, if
+// decided on locally since the last take, it is pulled; else it is
+// dropped (its next decision is exact). A key decided on only exactly
+// since the last take is dropped: each of those decisions brought its
+// count back already, so a key used once costs one script call, as in
+// the plain mode, and no flush pulls it. A probe takes only the unconfirmed batches. A batch
 // unconfirmed for longer than the horizon is given up.
 func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	h.mu.Lock()
@@ -150,7 +154,7 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 			h.l.lostUnits.Add(uint64(k.batch))
 			k.batch, k.batchSeq = 0, 0
 		}
-		it := flushItem{k: k, key: key, dDone: k.dDone, trips: h.trips}
+		it := flushItem{k: k, key: key, limit: k.lim, dDone: k.dDone, trips: h.trips}
 		switch {
 		case k.batch > 0:
 			it.n, it.seq = k.batch, k.batchSeq
@@ -159,7 +163,7 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 		case k.pending > 0:
 			k.batch, k.batchSeq, k.batchAt, k.pending = k.pending, seq, now, 0
 			it.n, it.seq = k.batch, seq
-		case k.used || k.dDone > 0:
+		case k.used:
 		case k.calls == 0:
 			delete(h.keys, key)
 			continue
@@ -178,7 +182,6 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 // reply is the key's new observation, and the exact decisions that had
 // replied before the take leave dDone (F4 in the proof at hybrid).
 func (h *hybrid) apply(items []flushItem, replies []reply) (failed, bad int) {
-	limit := h.l.cfg.Limit
 	now := time.Now().UnixNano()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -191,7 +194,7 @@ func (h *hybrid) apply(items []flushItem, replies []reply) (failed, bad int) {
 		var at time.Time
 		err := r.err
 		if err == nil {
-			d, at, err = parse(r.res, limit)
+			d, at, err = parse(r.res, it.limit)
 		}
 		k := it.k
 		switch {
@@ -218,7 +221,7 @@ func (h *hybrid) apply(items []flushItem, replies []reply) (failed, bad int) {
 		if it.seq != 0 && k.batchSeq == it.seq {
 			k.batch, k.batchSeq = 0, 0
 		}
-		k.est, k.obs = limit-d.Remaining, at.UnixMicro()
+		k.est, k.estLim, k.obs = it.limit-d.Remaining, it.limit, at.UnixMicro()
 		k.seen = it.trips == h.trips // a pull taken before an outage began is no observation after it
 		k.dDone -= it.dDone
 		k.acks++
@@ -349,7 +352,7 @@ func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushIt
 		keys = append(keys, rk+":f:"+h.rid)
 	}
 	args := make([]any, 0, 9)
-	args = append(args, it.n, l.cfg.Limit)
+	args = append(args, it.n, it.limit)
 	args = append(args, l.args...)
 	args = append(args, "1", 0, it.seq)
 	return script.EvalSha(ctx, pipe, keys, args...)
@@ -381,10 +384,10 @@ func (h *hybrid) close() error {
 	var items []flushItem
 	for key, k := range h.keys {
 		if k.batch > 0 {
-			items = append(items, flushItem{key: key, n: k.batch, seq: k.batchSeq})
+			items = append(items, flushItem{key: key, n: k.batch, limit: k.lim, seq: k.batchSeq})
 		}
 		if k.pending > 0 {
-			items = append(items, flushItem{key: key, n: k.pending, seq: h.seq})
+			items = append(items, flushItem{key: key, n: k.pending, limit: k.lim, seq: h.seq})
 		}
 	}
 	h.mu.Unlock()
@@ -397,7 +400,7 @@ func (h *hybrid) close() error {
 			if i >= len(replies) || replies[i].err != nil {
 				lost += uint64(it.n)
 				keys[it.key] = true
-			} else if _, _, perr := parse(replies[i].res, h.l.cfg.Limit); perr != nil {
+			} else if _, _, perr := parse(replies[i].res, it.limit); perr != nil {
 				lost += uint64(it.n)
 				keys[it.key] = true
 			}

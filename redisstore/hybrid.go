@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,35 +16,48 @@ import (
 // WithHybrid turns on the hybrid mode, for very hot keys: most decisions are
 // made in process, and every interval (1ms ≤ interval ≤ Config.Window) one
 // flush carries each key's locally admitted units to Redis and brings back
-// the key's count.
+// the key's count. With Config.KeyLimit, Limit below is the key's own
+// limit (the allowance and the bound are per key), and a change of a
+// key's limit makes its next decision exact.
 //
 // Decisions. A decision is exact (one script call, as in the plain mode)
 // when this replica has no observation of the key yet (its first decision,
-// after the key idled for an interval, after an outage) and for a cost n
-// above maxLocal (n ≤ Limit); an exact decision counts the units this
-// replica admitted locally and has not recorded yet as if they were in
-// Redis. Every other decision is local: n is admitted iff the key's count at
-// the observation + this replica's exact admissions that the observation
-// may miss + its units not yet confirmed by a flush + n ≤ Limit, and its
-// units not yet confirmed stay at most maxLocal (1 ≤ maxLocal ≤ Limit). A
-// local denial's RetryAfter is advisory: one interval when only the local
-// allowance is spent, one sub-window when the window looks full.
+// after the key idled for an interval, after an outage), for a cost n
+// above maxLocal (n ≤ Limit), and when the key looks full and no exact
+// denial says until when; an exact decision counts the units this replica
+// admitted locally and has not recorded yet as if they were in Redis.
+// Every other decision is local: n is admitted iff the key's count at the
+// observation + this replica's exact admissions that the observation may
+// miss + its units not yet confirmed by a flush + n ≤ Limit, and its
+// units not yet confirmed stay within its allowance: max(maxLocal,
+// ⌊headroom / (3 × replicas)⌋), where headroom is Limit less that count
+// and those exact admissions, and replicas is WithReplicas's (default 16).
+// A key far below its limit is thus admitted locally however hot it is,
+// and the share shrinks to maxLocal (1 ≤ maxLocal ≤ Limit) as the key
+// fills. A local denial is one of two: the window is full (Remaining <
+// n), with the RetryAfter of this replica's last exact denial on the key
+// less the time since, a true lower bound (the first such denial is
+// exact); or the replica's share is spent (Remaining ≥ n), with
+// RetryAfter one interval, when the next flush renews it.
 //
-// Flushes. A flush takes the key's units as one batch with a sequence
-// number, and Redis adds a batch at most once (a resend or a go-redis retry
-// of an applied batch adds nothing), so a batch can be sent again until it
-// is confirmed. The last sequence number applied is kept in a small string
-// key next to the key's hash, in the same hash tag (the hash's name, ":f:"
-// and a random id of the replica), which expires 2 × (Window + one
-// sub-window) after the replica's last batch on the key: a replica holds
-// one such key per hot key. The one case left that counts a batch twice is
-// a server that holds a pipeline given up on for longer than that and runs
-// it after the resend. Each of a flush's round trips (pipelines of at most
-// 1,000 keys) has a deadline of max(10 × interval, 500ms), enforced by the
-// limiter whatever the client's timeouts. The next flush starts one
-// interval after the previous one started, or at once if it took longer. A
-// flush that finds the script missing (NOSCRIPT) loads it once and resends
-// those keys in one pipeline.
+// Flushes. A key decided on only exactly since the last flush (a key used
+// once, or rarely) is not pulled: its decision brought its count back
+// already, so it costs one script call per decision, as in the plain mode,
+// and the next decision is exact again. A flush takes the key's units as one
+// batch with a sequence number, and Redis adds a batch at most once (a
+// resend or a go-redis retry of an applied batch adds nothing), so a batch
+// can be sent again until it is confirmed. The last sequence number applied
+// is kept in a small string key next to the key's hash, in the same hash tag
+// (the hash's name, ":f:" and a random id of the replica), which expires 2 ×
+// (Window + one sub-window) after the replica's last batch on the key: a
+// replica holds one such key per hot key. The one case left that counts a
+// batch twice is a server that holds a pipeline given up on for longer than
+// that and runs it after the resend. Each of a flush's round trips
+// (pipelines of at most 1,000 keys) has a deadline of max(10 × interval,
+// 500ms), enforced by the limiter whatever the client's timeouts. The next
+// flush starts one interval after the previous one started, or at once if it
+// took longer. A flush that finds the script missing (NOSCRIPT) loads it
+// once and resends those keys in one pipeline.
 //
 // Failures. A flush or exact decision that shows Redis down puts the
 // limiter in its failure state, as the plain mode's breaker opens (see
@@ -69,29 +83,33 @@ import (
 // flush late (a batch resent after an outage: up to one Window late), so
 // they count that much longer, never shorter. Let Q be the key's count as
 // the algorithm estimates it from the units recorded in Redis, plus the
-// units admitted and not yet recorded. While no round trip fails, a local
-// decision of replica j that admits leaves
+// units admitted and not yet recorded, and A_i the largest allowance
+// replica i has admitted locally against. While no round trip fails, a
+// local decision of replica j that admits leaves
 //
-//	Q ≤ Limit + Σ over the other replicas i of ((1 + c_i) × maxLocal + X_i),
+//	Q ≤ Limit + Σ over the other replicas i of ((1 + c_i) × A_i + X_i),
 //
 // where c_i is the number of replica i's flushes that Redis ran after j's
 // observation of the key and whose reply i had received, and X_i the units
 // i admitted by exact decisions that Redis ran after j's observation. An
-// exact decision that admits leaves Q ≤ Limit + (R − 1) × maxLocal + the
-// units j admitted locally while it was in flight (at most maxLocal). X_i
-// is 0 when i's decisions on the key since j's observation were all local
-// (costs at most maxLocal, and i had observed the key).
+// exact decision that admits leaves Q ≤ Limit + Σ_{i≠j} A_i + the units j
+// admitted locally while it was in flight (at most A_j). X_i is 0 when i's
+// decisions on the key since j's observation were all local.
 //
 // With R replicas and every X_i = 0: when every flush completes within
-// half an interval (Stats().SlowFlushes stays 0), c_i ≤ 2, so
-// Q ≤ Limit + (R − 1) × 3 × maxLocal. Slow flushes (a process short of CPU,
-// very many keys) raise c_i, and only the form above holds. In the runs
-// measured (TestHybridBoundScale, README), Q reached about
-// Limit + (R − 1) × maxLocal under sustained pressure (at most 1.5% more
-// with costs up to maxLocal, 20% more with larger costs mixed in), never
-// Limit + (R − 1) × 2 × maxLocal. The units admitted within any one window
-// are at most the largest Q. The proof is in the comment on the hybrid
-// type.
+// half an interval (Stats().SlowFlushes stays 0), c_i ≤ 2. Each A_i is at
+// most max(maxLocal, ⌊H_i / (3 × replicas)⌋), H_i ≤ Limit being the
+// headroom i saw, so with R ≤ replicas
+//
+//	Q ≤ Limit + (R − 1) × max(3 × maxLocal, Limit / replicas),
+//
+// and near the limit, once every replica's allowance is maxLocal (each
+// saw a headroom below 3 × replicas × (maxLocal + 1)), Q ≤ Limit + (R − 1)
+// × 3 × maxLocal as with a fixed allowance. Slow flushes (a process short
+// of CPU, very many keys) raise c_i, and only the first form holds. The
+// units admitted within any one window are at most the largest Q. The
+// measured overshoots are in the README (TestHybridBoundScale). The proof
+// is in the comment on the hybrid type and docs/design.md §13.
 func WithHybrid(interval time.Duration, maxLocal int64) Option {
 	return func(o *options) error {
 		if interval < time.Millisecond {
@@ -126,9 +144,11 @@ const maxPipeline = 1000
 //
 // Facts.
 //
-//	(F1) P_i + B_i ≤ maxLocal at all times: a local admission needs it, a
-//	     take moves P into B, and only a confirmation empties B. Exact
-//	     admissions are recorded when decided, so U_i ⊆ P_i ∪ B_i.
+//	(F1) P_i + B_i ≤ A_i(t) at all times, A_i(t) being the largest
+//	     allowance i has admitted locally against by t: a local admission
+//	     needs P_i + B_i + n ≤ its allowance then, a take moves P into B,
+//	     and only a confirmation empties B. Exact admissions are recorded
+//	     when decided, so U_i ⊆ P_i ∪ B_i.
 //	(F2) For a fixed set of recorded units the estimate does not grow as
 //	     time passes (each sub-window's weight only falls), and recording
 //	     moves a unit from U to the current sub-window, where it weighs 1:
@@ -148,33 +168,40 @@ const maxPipeline = 1000
 //	     with an older one; the exact decisions Redis ran in between are
 //	     still in D_j, since their replies came after the pull's take.
 //	(F5) For replica k and s < x: U_k(s) + (units k admitted locally in
-//	     (s, x]) ≤ (1 + c_k) × maxLocal, where c_k counts k's pulls run
+//	     (s, x]) ≤ (1 + c_k) × A_k(x), where c_k counts k's pulls run
 //	     after s and confirmed by x. Proof: k's unconfirmed units change by
-//	     +admissions −confirmations and are at most maxLocal at x (F1);
+//	     +admissions −confirmations and are at most A_k(x) at x (F1);
 //	     U_k(s) is at most its unconfirmed units at s less the batches
 //	     recorded by s and unconfirmed at s, and such a batch confirmed by x
-//	     cancels its own confirmation; what is left is at most maxLocal plus
-//	     the batches recorded after s and confirmed by x, each ≤ maxLocal.
+//	     cancels its own confirmation; what is left is at most A_k(x) plus
+//	     the batches recorded after s and confirmed by x, each ≤ A_k(x)
+//	     (a batch is at most the allowance of the last admission in it).
 //
 // Local decision by j at x with observation s. By F2, Q(x+) is at most
 // E(s), plus j's units recorded after s or not recorded, plus, for each
 // i ≠ j, U_i(s) and the units i admitted in (s, x], locally or exactly. j's
 // check est + D_j + P_j + B_j + n ≤ Limit with F3 and F4 bounds the first
-// two by Limit; F5 bounds i's local part by (1 + c_i) × maxLocal, and its
+// two by Limit; F5 bounds i's local part by (1 + c_i) × A_i(x), and its
 // exact part is X_i.
 //
 // Exact decision by j at Redis time z with reserve = P_j + B_j as sent. The
 // script admits n iff E(z) + reserve + n ≤ Limit. j's units not recorded at
 // z are those in the reserve (still unconfirmed) and those it admitted
-// locally since it sent the call; each other replica's are at most maxLocal
-// (F1). ∎
+// locally since it sent the call (at most A_j); each other replica's are at
+// most A_i (F1). ∎
+//
+// Sizing. j's allowance at a local decision is max(maxLocal, ⌊(Limit − est
+// − D_j) / (3 × replicas)⌋) ≤ max(maxLocal, Limit / (3 × replicas)): its
+// est, D_j only grow the subtrahend. So 3 × A_i ≤ max(3 × maxLocal,
+// Limit / replicas), which with c_i ≤ 2 (Timing, below) gives the simple
+// forms at WithHybrid.
 //
 // Timing. Let every flush take at most F ≤ I/2 from its take to its last
 // reply, so that each starts I after the previous one. j's observation s
 // came from a pull in a flush that started at some t ≤ s, or from an exact
 // decision at s. j's next flush starts by s + I and replies by s + I + F; it
-// carries the key if the key was used, pending or in a batch since the take
-// before, and drops it otherwise (its next decision is exact). So a local
+// carries the key if it was decided on locally, pending or in a batch since
+// the take before, and drops it otherwise (its next decision is exact). So a local
 // decision x that uses s has x − s < I + F. Replica i's pulls run at
 // e_m ∈ [t_m, t_m + F] in flushes that start t_{m+1} ≥ t_m + I, so
 // e_{m+2} − e_m ≥ 2I − F ≥ I + F: at most two of them fall in (s, x), and
@@ -183,6 +210,7 @@ type hybrid struct {
 	l        *Limiter
 	interval time.Duration
 	maxLocal int64
+	replicas int64         // WithReplicas: the allowance is a 1/(3 × replicas) share of the headroom
 	timeout  time.Duration // one round trip's deadline
 	horizon  time.Duration // an unconfirmed batch is given up this long after its take
 	rid      string        // this replica's id, in the batches' deduplication keys
@@ -203,21 +231,25 @@ type hybrid struct {
 
 // hkey is one key's local state. Every field is guarded by hybrid.mu.
 type hkey struct {
-	est      int64     // the key's count (Limit − Remaining) at the observation
-	obs      int64     // the observation's Redis time, µs
-	pending  int64     // admitted here since the last take
-	batch    int64     // taken and not confirmed: in flight, or left by a failed flush
-	batchSeq uint64    // the batch's sequence number
-	batchAt  time.Time // when the batch was taken
-	dFlight  int64     // units of exact decisions in flight (F4 in the proof at hybrid)
-	dDone    int64     // units of exact decisions that admitted or failed, not yet shown to be in est
-	calls    int32     // exact decisions in flight
-	node     string    // the key's node's address (multi-node clients; see nodeOf)
-	nodeSet  bool      // node is known
-	acks     uint32    // pull replies applied so far
-	seen     bool      // est holds an observation
-	pulling  bool      // a flush carrying the key is in flight
-	used     bool      // decided on since the last take
+	est       int64     // the key's count (Limit − Remaining) at the observation
+	obs       int64     // the observation's Redis time, µs
+	pending   int64     // admitted here since the last take
+	batch     int64     // taken and not confirmed: in flight, or left by a failed flush
+	batchSeq  uint64    // the batch's sequence number
+	batchAt   time.Time // when the batch was taken
+	dFlight   int64     // units of exact decisions in flight (F4 in the proof at hybrid)
+	dDone     int64     // units of exact decisions that admitted or failed, not yet shown to be in est
+	calls     int32     // exact decisions in flight
+	node      string    // the key's node's address (multi-node clients; see nodeOf)
+	nodeSet   bool      // node is known
+	acks      uint32    // pull replies applied so far
+	seen      bool      // est holds an observation
+	pulling   bool      // a flush carrying the key is in flight
+	used      bool      // decided on locally since the last take
+	lim       int64     // the key's limit at its last decision (Config.KeyLimit's, or Config.Limit)
+	estLim    int64     // the limit est was read with: Redis clamps est at it, so est is valid for that limit only
+	fullN     int64     // > 0: no request of fullN or more units fits before fullUntil (an exact denial)
+	fullUntil time.Time
 }
 
 // traceEvent is what the tests' trace hook sees: 'a' a pull's reply
@@ -229,6 +261,7 @@ type traceEvent struct {
 	key      string
 	n        int64
 	exec, at int64
+	allow    int64 // 'l': the allowance the admission was checked against
 }
 
 func (l *Limiter) startHybrid() error {
@@ -242,7 +275,7 @@ func (l *Limiter) startHybrid() error {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 	h := &hybrid{
-		l: l, interval: o.interval, maxLocal: o.maxLocal,
+		l: l, interval: o.interval, maxLocal: o.maxLocal, replicas: int64(cmp.Or(o.replicas, DefaultReplicas)),
 		timeout: max(10*o.interval, 500*time.Millisecond),
 		horizon: l.cfg.Window,
 		rid:     hex.EncodeToString(id[:]),
@@ -266,8 +299,8 @@ func (l *Limiter) startHybrid() error {
 	return nil
 }
 
-func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.Decision, error) {
-	h, limit := l.hyb, l.cfg.Limit
+func (l *Limiter) hybridAllow(ctx context.Context, key string, n, limit int64) (engine.Decision, error) {
+	h := l.hyb
 	h.mu.Lock()
 	if h.closed {
 		var reserve int64
@@ -275,7 +308,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 			reserve = k.pending + k.batch
 		}
 		h.mu.Unlock()
-		return l.exactAfterClose(ctx, key, n, reserve)
+		return l.exactAfterClose(ctx, key, n, limit, reserve)
 	}
 	if err := h.br.err(); err != nil {
 		h.mu.Unlock()
@@ -292,12 +325,16 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
 	}
-	k.used = true
-	if k.seen && (n <= h.maxLocal || n > limit) {
-		d := h.local(k, key, n)
-		h.mu.Unlock()
-		l.localDecisions.Add(1)
-		return d, nil
+	if k.lim != limit { // a new key, or KeyLimit's answer changed: Redis's count is read again
+		k.lim, k.fullN = limit, 0
+	}
+	if k.seen && n <= h.maxLocal && k.estLim == limit {
+		if d, ok := h.local(k, key, n, limit, time.Now()); ok {
+			k.used = true
+			h.mu.Unlock()
+			l.localDecisions.Add(1)
+			return d, nil
+		}
 	}
 	reserve := k.pending + k.batch
 	sent := max(0, n) // what this call may record
@@ -306,9 +343,13 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	acks, trips := k.acks, h.trips
 	h.mu.Unlock()
 
+	sentAt := time.Now()
 	d, at, err := l.batch.do(ctx, key, n, limit, reserve)
 
 	h.mu.Lock()
+	if err == nil && h.trips == trips { // a reply from before an outage says nothing of Redis after it
+		k.denied(d, n, sentAt)
+	}
 	k.dFlight -= sent
 	k.calls--
 	if err != nil || d.Allowed {
@@ -319,7 +360,7 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 		// that Redis ran after it: its reply is the newest observation
 		// (F4 in the proof at hybrid). Unless an outage began meanwhile:
 		// then the key waits for an observation made after it.
-		k.est, k.obs, k.seen = limit-d.Remaining, at.UnixMicro(), true
+		k.est, k.estLim, k.obs, k.seen = limit-d.Remaining, limit, at.UnixMicro(), true
 	}
 	if err == nil && d.Allowed && n > 0 && h.trace != nil {
 		h.trace(traceEvent{kind: 'x', key: key, n: n, exec: at.UnixMicro(), at: time.Now().UnixNano()})
@@ -341,53 +382,15 @@ func (l *Limiter) hybridAllow(ctx context.Context, key string, n int64) (engine.
 	return h.adjust(d, n, reserve), nil
 }
 
-// adjust turns an exact decision made with a reserve into the caller's:
-// Remaining net of the reserve, and RetryAfter one interval rather than
-// Never when only the reserve kept a possible request out.
-func (h *hybrid) adjust(d engine.Decision, n, reserve int64) engine.Decision {
-	if reserve > 0 {
-		d.Remaining = max(0, d.Remaining-reserve)
-		if !d.Allowed && d.RetryAfter == engine.Never && n > 0 && n <= d.Limit {
-			d.RetryAfter = h.interval
-		}
-	}
-	return d
-}
-
 // exactAfterClose is a decision after Close: one script call, counting the
 // units the last flush may still be carrying; the key's state is left alone.
-func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, reserve int64) (engine.Decision, error) {
-	limit := l.cfg.Limit
+func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, limit, reserve int64) (engine.Decision, error) {
 	d, _, err := l.batch.do(ctx, key, n, limit, reserve)
 	if err != nil {
 		return l.fail(ctx, key, n, limit, err)
 	}
 	l.redisDecisions.Add(1)
 	return l.hyb.adjust(d, n, reserve), nil
-}
-
-// local decides n in process for a key with an observation. h.mu is held.
-func (h *hybrid) local(k *hkey, key string, n int64) engine.Decision {
-	limit := h.l.cfg.Limit
-	used := k.est + k.dFlight + k.dDone + k.pending + k.batch
-	d := engine.Decision{Limit: limit, Remaining: max(0, limit-used)}
-	switch {
-	case n < 0 || n > limit:
-		d.RetryAfter = engine.Never
-	case n == 0:
-		d.Allowed = true
-	case used+n > limit:
-		d.RetryAfter = time.Duration(h.l.width) // advisory: the window looks full
-	case k.pending+k.batch+n > h.maxLocal:
-		d.RetryAfter = h.interval // advisory: the allowance returns with the flush in flight
-	default:
-		k.pending += n
-		d.Allowed, d.Remaining = true, d.Remaining-n
-		if h.trace != nil {
-			h.trace(traceEvent{kind: 'l', key: key, n: n, exec: k.obs, at: time.Now().UnixNano()})
-		}
-	}
-	return d
 }
 
 // opened is called when the failure state begins (h.br opened): every key
@@ -397,7 +400,7 @@ func (h *hybrid) opened() {
 	h.mu.Lock()
 	h.trips++
 	for _, k := range h.keys {
-		k.seen = false
+		k.seen, k.fullN = false, 0 // Redis may come back without the counts
 	}
 	h.mu.Unlock()
 }

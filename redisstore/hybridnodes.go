@@ -44,7 +44,7 @@ func (h *hybrid) openedNode(addr string) {
 	h.trips++
 	for key, k := range h.keys {
 		if h.nodeOf(k, key) == addr {
-			k.seen = false
+			k.seen, k.fullN = false, 0
 		}
 	}
 	h.mu.Unlock()

@@ -161,7 +161,8 @@ func TestMiddlewarePolicies(t *testing.T) {
 
 // KeyLimit with the failure policies: FallbackLocal gives each key its
 // share of its own limit; FailOpen and FailClosed report the key's limit.
-// WithHybrid with KeyLimit is refused at New.
+// WithHybrid with KeyLimit (refused at New before issue 32) reports the
+// key's limit too.
 func TestKeyLimitPolicyAndHybrid(t *testing.T) {
 	c := deadClient(t)
 	kl := func(k string) int64 {
@@ -191,7 +192,8 @@ func TestKeyLimitPolicyAndHybrid(t *testing.T) {
 	if d, err := cl.AllowN(ctx, "big", 1); !errors.Is(err, ErrUnavailable) || d.Allowed || d.Limit != 40 {
 		t.Errorf("FailClosed: %+v %v", d, err)
 	}
-	if _, err := New(c, cfg, WithHybrid(10*time.Millisecond, 2)); err == nil || !strings.Contains(err.Error(), "KeyLimit") {
-		t.Errorf("WithHybrid with KeyLimit: %v", err)
+	hl := mustNew(t, c, cfg, WithHybrid(10*time.Millisecond, 2))
+	if d, err := hl.AllowN(ctx, "big", 1); !errors.Is(err, ErrUnavailable) || d.Allowed || d.Limit != 40 {
+		t.Errorf("WithHybrid with KeyLimit, FailClosed: %+v %v", d, err)
 	}
 }

@@ -55,6 +55,7 @@ type options struct {
 	hybrid   bool
 	interval time.Duration
 	maxLocal int64
+	replicas int  // WithReplicas; 0: DefaultReplicas
 	manual   bool // tests: no background flusher or prober; the test drives them
 
 	brSet        bool // WithBreaker was given

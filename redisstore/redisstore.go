@@ -125,8 +125,9 @@ var script = redis.NewScript(luaSource)
 // TokenBucket the answer is the key's rate, Limit per Window; its bucket
 // holds Config.Burst, or the answer when Burst is 0. Config.PerKeyLimits
 // alone (the engine's SetLimit) is refused: redisstore has no SetLimit;
-// use KeyLimit. KeyLimit cannot be combined with WithHybrid (New refuses
-// it): a replica's local allowance is sized against one limit.
+// use KeyLimit. With WithHybrid, each key's local allowance is sized
+// against its own limit, and a change of it makes the key's next decision
+// exact.
 //
 // If the client lets a round trip to a stalled server last forever (a
 // *redis.Client or *redis.ClusterClient given ReadTimeout −1 or −2, no
@@ -155,9 +156,6 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	}
 	if cfg.PerKeyLimits && cfg.KeyLimit == nil {
 		return nil, errors.New("redisstore: Config.PerKeyLimits without Config.KeyLimit: redisstore has no SetLimit; give per-key limits with Config.KeyLimit, which is asked on every decision")
-	}
-	if cfg.KeyLimit != nil && o.hybrid {
-		return nil, errors.New("redisstore: Config.KeyLimit cannot be combined with WithHybrid: the local allowance (maxLocal) is sized against one limit; use a plain limiter for per-key limits")
 	}
 	if cfg.Algorithm == engine.TokenBucket && o.hybrid {
 		return nil, errTokenBucketHybrid
@@ -392,7 +390,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 		return engine.Decision{Limit: limit, RetryAfter: engine.Never}, nil
 	}
 	if l.hyb != nil {
-		return l.hybridAllow(ctx, key, n)
+		return l.hybridAllow(ctx, key, n, limit)
 	}
 	if err := l.breakerErr(ctx, key); err != nil {
 		l.fallbacks.Add(1)

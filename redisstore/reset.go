@@ -63,7 +63,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 			// decision is exact: an observation from before the DEL is
 			// stale. dDone stays: a flush in flight subtracts what it took
 			// of it, and a stale dDone only over-counts, until then.
-			k.pending, k.seen = 0, false
+			k.pending, k.seen, k.fullN = 0, false, 0
 		}
 		h.mu.Unlock()
 	}
