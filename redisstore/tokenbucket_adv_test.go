@@ -178,3 +178,32 @@ func TestAdvTokenBucketDeploySlowerRateGrantsUnits(t *testing.T) {
 		t.Fatalf("a drained bucket of 5 admitted again at once after a deploy slowed its rate: %+v", d)
 	}
 }
+
+// Contradicts, if it fails: README "The key is <prefix>{<escaped key>}:tb
+// ... expires ⌊(TAT − now)/1 ms⌋ + 1 ms after its last admission, when the
+// bucket is full again" (Limiter.Key names the key that holds the state),
+// so a TTL never ends before the debt is paid.
+func TestAdvTokenBucketTTLCoversDebt(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 10 * time.Hour, Burst: 4})
+	if d, err := l.AllowN(ctx, "k", 4); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	name := l.Key("k")
+	if name[len(name)-3:] != ":tb" {
+		t.Errorf("Limiter.Key for a bucket: %q, README says <prefix>{<key>}:tb", name)
+	}
+	n, _ := c.Exists(ctx, name).Result()
+	if n != 1 {
+		t.Fatalf("Limiter.Key(%q) = %q holds nothing", "k", name)
+	}
+	pttl, err := c.PTTL(ctx, name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 units at 3 per 10 h: 13 h 20 min until full.
+	if want := 4 * 10 * time.Hour / 3; pttl < want-5*time.Second {
+		t.Fatalf("PTTL %v, the bucket is full again only after %v", pttl, want)
+	}
+}
