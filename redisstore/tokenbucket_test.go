@@ -233,9 +233,10 @@ func TestTokenBucketClockStepBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TAT 15 s + 1/7 µs ahead: the bucket is empty until TIME passes it.
+	// TAT 15 s ahead, written under this rate (T = 250,000/1 µs): the
+	// bucket is empty until TIME passes it.
 	ahead := now.UnixMicro() + 15_000_000
-	raw := string([]byte{'g'}) + packFloats(ahead, 1, 7)
+	raw := string([]byte{'h'}) + packFloats(ahead, 0, 1, 250_000)
 	if err := c.Set(ctx, l.Key("k"), raw, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -243,18 +244,17 @@ func TestTokenBucketClockStepBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The model: a TAT of ahead µs (q 7 is not this rate's q = 1, so the
-	// script rounds it up to the next whole µs first).
+	// The model: a TAT of ahead µs.
 	m := newGCRAModel(limit, burst, window)
-	m.tat = big.NewRat(ahead+1, 1)
+	m.tat = big.NewRat(ahead, 1)
 	wa, wr, wra := m.decide(at.UnixMicro(), 1)
 	if want := (engine.Decision{Allowed: wa, Limit: burst, Remaining: wr, RetryAfter: wra}); d != want || d.Allowed {
 		t.Fatalf("%+v, model %+v", d, want)
 	}
 	// The lag counts: TAT − TIME + T − Burst·T, some 14.75 s, not the
 	// 250 ms a wait measured from the TAT would say.
-	if lag := time.Duration(ahead-at.UnixMicro()) * time.Microsecond; d.RetryAfter != lag+time.Microsecond-window/limit {
-		t.Fatalf("RetryAfter %v, want the lag %v + 1 µs − 250 ms", d.RetryAfter, lag)
+	if lag := time.Duration(ahead-at.UnixMicro()) * time.Microsecond; d.RetryAfter != lag-window/limit {
+		t.Fatalf("RetryAfter %v, want the lag %v − 250 ms", d.RetryAfter, lag)
 	}
 }
 
