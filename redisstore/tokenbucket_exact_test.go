@@ -325,31 +325,49 @@ func ceilRat(x *big.Rat) int64 {
 
 // A key's rate change (a KeyLimit answer, a deploy) keeps the units it
 // owes, rounded up, as tbSource says: at the first decision under the new
-// rate, owed = ⌈(TAT − now)/T_old⌉ (0 if TAT ≤ now, at most Burst) and
-// TAT = now + owed·T_new, written whether or not that decision admits.
-// The model does the same in rationals; limits 7000 and 1 share q = 1,
-// so a change of p alone is covered too.
+// rate, owed = ⌈(TAT − now)/T_old⌉ (0 if TAT ≤ now, at most the new
+// Burst) and TAT = now + owed·T_new, written whether or not that decision
+// admits. The model does the same in rationals. Limits 7000 and 1 share
+// q = 1, so a change of p alone is covered; with Burst 0 the bucket
+// follows the limit (7, 3, 7000, 1 units), so a change also shrinks or
+// grows the bucket, and owed meets the cap.
 func TestTokenBucketScriptRateChange(t *testing.T) {
+	for _, cfgBurst := range []int64{5, 0} {
+		t.Run(fmt.Sprintf("burst=%d", cfgBurst), func(t *testing.T) {
+			testScriptRateChange(t, cfgBurst)
+		})
+	}
+}
+
+func testScriptRateChange(t *testing.T, cfgBurst int64) {
 	s := redistest.Start(t)
 	c := client(t, s)
 	const window = time.Millisecond
-	const burst = 5
-	h := newTBAt(t, c, 7, burst, window, "ratechange")
+	burstOf := func(limit int64) int64 {
+		if cfgBurst == 0 {
+			return limit
+		}
+		return cfgBurst
+	}
+	h := newTBAt(t, c, 7, cfgBurst, window, "ratechange")
 	limits := []int64{7, 3, 7000, 1} // q = 7, 3, 1, 1: 7000 and 1 share q
-	m := newGCRAModel(7, burst, window)
+	m := newGCRAModel(7, burstOf(7), window)
 	written := int64(7) // the limit the stored state was written under
-	rng := rand.New(rand.NewPCG(28, 7))
-	now, changed := t0, 0
+	rng := rand.New(rand.NewPCG(28, uint64(cfgBurst)))
+	now, changed, capped := t0, 0, 0
 	for op := range 3000 {
 		limit := limits[rng.IntN(len(limits))]
 		now = stepTime(rng, now, m.t)
 		if m.tat != nil && limit != written {
-			m.rerate(now, limit, window)
+			if m.rerate(now, limit, burstOf(limit), window) {
+				capped++
+			}
 			changed++
 		} else {
 			m.setRate(limit, window)
+			m.burst = burstOf(limit)
 		}
-		n := randomUnits(rng, burst)
+		n := randomUnits(rng, burstOf(limit))
 		wa, wr, wra := m.decide(now, n)
 		ga, gr, gra := h.at(now, n, limit)
 		if ga != wa || gr != wr || gra != wra {
@@ -365,6 +383,9 @@ func TestTokenBucketScriptRateChange(t *testing.T) {
 	}
 	if changed < 100 {
 		t.Fatalf("only %d decisions met a TAT written under another rate", changed)
+	}
+	if cfgBurst == 0 && capped < 10 {
+		t.Fatalf("only %d rate changes owed more than the new bucket holds", capped)
 	}
 }
 

@@ -33,17 +33,22 @@ func (m *gcraModel) setRate(limit int64, window time.Duration) {
 	m.t = big.NewRat(int64(window), 1000*limit)
 }
 
-// rerate changes T to the key's new limit at now, keeping the units owed,
-// rounded up: owed = ⌈(tat − now)/T_old⌉ (0 if tat ≤ now), at most burst,
-// and tat = now + owed·T_new.
-func (m *gcraModel) rerate(now, limit int64, window time.Duration) {
+// rerate changes the key's limit and bucket at now, keeping the units
+// owed, rounded up: owed = ⌈(tat − now)/T_old⌉ (0 if tat ≤ now), at most
+// the new burst, and tat = now + owed·T_new. It reports whether the cap
+// cut owed.
+func (m *gcraModel) rerate(now, limit, burst int64, window time.Duration) (capped bool) {
 	t := big.NewRat(now, 1)
 	owed := int64(0)
 	if m.tat != nil && m.tat.Cmp(t) > 0 {
-		owed = min(ceilRat(new(big.Rat).Quo(new(big.Rat).Sub(m.tat, t), m.t)), m.burst)
+		owed = ceilRat(new(big.Rat).Quo(new(big.Rat).Sub(m.tat, t), m.t))
+		capped = owed > burst
+		owed = min(owed, burst)
 	}
 	m.setRate(limit, window)
+	m.burst = burst
 	m.tat = new(big.Rat).Add(t, new(big.Rat).Mul(big.NewRat(owed, 1), m.t))
+	return capped
 }
 
 // decide is one decision at now (µs) for n units, 0 ≤ n ≤ burst: whether
