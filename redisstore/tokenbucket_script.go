@@ -49,7 +49,8 @@ import "github.com/redis/go-redis/v9"
 // the script decided at, Redis TIME in µs.
 //
 // Like luaSource, the script creates no closure and costs the same on
-// every path: TIME, GET, and SET when it admits.
+// every path: TIME, GET, and SET when it admits or re-ticks a state
+// written under another rate.
 const tbSource = `
 if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end -- Redis 7 has only effects replication
 local floor = math.floor
