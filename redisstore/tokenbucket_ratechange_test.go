@@ -143,3 +143,22 @@ func TestTokenBucketScriptOlderState(t *testing.T) {
 		}
 	}
 }
+
+// A deploy that changes only Burst keeps the rate, and so the TAT: 5 units
+// owed at 7 per hour stay owed under a bucket of 2, and the next unit is
+// due when the debt fits, (5 − 2 + 1)·T = 4/7 h on.
+func TestTokenBucketDeploySmallerBurstKeepsDebt(t *testing.T) {
+	s := redistest.Start(t)
+	old := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: 7, Window: time.Hour, Burst: 5})
+	if d, err := old.AllowN(ctx, "k", 5); err != nil || !d.Allowed {
+		t.Fatalf("drain: %+v %v", d, err)
+	}
+	nu := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: 7, Window: time.Hour, Burst: 2})
+	d, err := nu.AllowN(ctx, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 4 * time.Hour / 7; d.Allowed || d.RetryAfter > want+time.Microsecond || d.RetryAfter < want-time.Minute {
+		t.Fatalf("5 units owed, Burst now 2: %+v, want a denial of about %v", d, want)
+	}
+}

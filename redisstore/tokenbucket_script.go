@@ -23,7 +23,9 @@ import "github.com/redis/go-redis/v9"
 // keeps the units it owes, rounded up: owed = ⌈(TAT − t)/T'⌉ (0 if
 // TAT ≤ t), at most Burst, and TAT becomes t + owed·T exactly in the new
 // ticks (written at once, so a denial keeps it too); the change never
-// grants a unit. An older 25-byte 'g' state (no p') that is not full is
+// forgives a unit owed, except what a smaller new bucket cannot hold
+// (design §11a). Under the same rate (a change of Burst alone) the state
+// is kept as is. An older 25-byte 'g' state (no p') that is not full is
 // read as an empty bucket, TAT = t + Burst·T. A missing key is a full
 // bucket: TAT = now. A value of another length or tag is answered
 // WRONGTYPE and left alone.
