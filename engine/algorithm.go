@@ -35,8 +35,12 @@ const (
 	// unit every Window/Limit, exactly, as a rational), and a key holds at
 	// most Config.Burst units (0 means Limit); a fresh key starts full. In
 	// any interval of length D at most Burst + ⌊D·Limit/Window⌋ units are
-	// admitted. A key's whole state is one 64-bit word (its theoretical
-	// arrival time), changed with one CAS. SubWindows is ignored.
+	// admitted. A caller that is never late (a Wait loop, or one that comes
+	// back at RetryAfter with Burst ≥ 2) is paced with no drift; with
+	// Burst 1 one that comes back at RetryAfter loses under 1 ns per unit
+	// when Window/Limit is not whole ns (docs/design.md §11). A key's whole
+	// state is one 64-bit word (its theoretical arrival time), changed
+	// with one CAS. SubWindows is ignored.
 	TokenBucket
 )
 

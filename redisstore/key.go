@@ -26,6 +26,10 @@ import (
 // (units per sub-window) and differ only in how they read them. The limit
 // is not in the name: a limit change (Config.Limit, KeyLimit) keeps the
 // counts.
+//
+// For a TokenBucket the name is <prefix>{<escaped k>}:tb, with no rate in
+// it: a change of Limit, Window or Burst (a deploy, a KeyLimit answer)
+// keeps the units the key owes, rounded up (docs/design.md §11a).
 func (l *Limiter) Key(k string) string {
 	var b strings.Builder
 	b.Grow(len(l.opts.prefix) + len(k) + 2 + len(l.geo))

@@ -23,6 +23,7 @@ func fixedTimeScript(tb testing.TB) *redis.Script {
 	for _, r := range [][2]string{
 		{"redis.call('TIME')", "{ARGV[5], ARGV[6]}"},
 		{"'PX', floor((na - t) / 1000) + 1)", "'PX', 86400000)"},
+		{"'PX', floor(c / 1000) + 1)", "'PX', 86400000)"},
 	} {
 		if strings.Count(src, r[0]) != 1 {
 			tb.Fatalf("tbSource has %d copies of %q, want 1", strings.Count(src, r[0]), r[0])
@@ -322,49 +323,69 @@ func ceilRat(x *big.Rat) int64 {
 	return v.Int64()
 }
 
-// A key's rate changes (a KeyLimit answer, a deploy) keep its TAT: under
-// the same q (T = p/q µs in lowest terms) exactly, and under another q
-// rounded up to the next whole µs, as tbSource says, so the change grants
-// nothing. The model follows the same rule: the TAT of the last admission,
-// rounded up when the current q is not the one it was written with.
+// A key's rate change (a KeyLimit answer, a deploy) keeps the units it
+// owes, rounded up, as tbSource says: at the first decision under the new
+// rate, owed = ⌈(TAT − now)/T_old⌉ (0 if TAT ≤ now, at most the new
+// Burst) and TAT = now + owed·T_new, written whether or not that decision
+// admits. The model does the same in rationals. Limits 7000 and 1 share
+// q = 1, so a change of p alone is covered; with Burst 0 the bucket
+// follows the limit (7, 3, 7000, 1 units), so a change also shrinks or
+// grows the bucket, and owed meets the cap.
 func TestTokenBucketScriptRateChange(t *testing.T) {
+	for _, cfgBurst := range []int64{5, 0} {
+		t.Run(fmt.Sprintf("burst=%d", cfgBurst), func(t *testing.T) {
+			testScriptRateChange(t, cfgBurst)
+		})
+	}
+}
+
+func testScriptRateChange(t *testing.T, cfgBurst int64) {
 	s := redistest.Start(t)
 	c := client(t, s)
 	const window = time.Millisecond
-	const burst = 5
-	h := newTBAt(t, c, 7, burst, window, "ratechange")
+	burstOf := func(limit int64) int64 {
+		if cfgBurst == 0 {
+			return limit
+		}
+		return cfgBurst
+	}
+	h := newTBAt(t, c, 7, cfgBurst, window, "ratechange")
 	limits := []int64{7, 3, 7000, 1} // q = 7, 3, 1, 1: 7000 and 1 share q
-	m := newGCRAModel(7, burst, window)
-	var writtenQ *big.Int
-	rng := rand.New(rand.NewPCG(28, 7))
-	now, rounded := t0, 0
+	m := newGCRAModel(7, burstOf(7), window)
+	written := int64(7) // the limit the stored state was written under
+	rng := rand.New(rand.NewPCG(28, uint64(cfgBurst)))
+	now, changed, capped := t0, 0, 0
 	for op := range 3000 {
 		limit := limits[rng.IntN(len(limits))]
-		m.setRate(limit, window)
-		saved := m.tat
-		if m.tat != nil && m.t.Denom().Cmp(writtenQ) != 0 && !m.tat.IsInt() {
-			m.tat = big.NewRat(ceilRat(m.tat), 1)
-			rounded++
-		}
 		now = stepTime(rng, now, m.t)
-		n := randomUnits(rng, burst)
+		if m.tat != nil && limit != written {
+			if m.rerate(now, limit, burstOf(limit), window) {
+				capped++
+			}
+			changed++
+		} else {
+			m.setRate(limit, window)
+			m.burst = burstOf(limit)
+		}
+		n := randomUnits(rng, burstOf(limit))
 		wa, wr, wra := m.decide(now, n)
 		ga, gr, gra := h.at(now, n, limit)
 		if ga != wa || gr != wr || gra != wra {
 			t.Fatalf("op %d: %d units at t0+%dµs, limit %d: script allowed %v, remaining %d, retry %v; model %v, %d, %v (model TAT %s)",
 				op, n, now-t0, limit, ga, gr, gra, wa, wr, wra, m.tatString())
 		}
-		if ga && n > 0 {
-			writtenQ = new(big.Int).Set(m.t.Denom())
-		} else {
-			m.tat = saved // nothing written: the state keeps its own q
+		if m.tat != nil {
+			written = limit
 		}
 		if got := h.tat(); m.tat != nil && got.Cmp(m.tat) != 0 {
 			t.Fatalf("op %d: stored TAT %v, model %s", op, got, m.tatString())
 		}
 	}
-	if rounded < 100 {
-		t.Fatalf("only %d decisions met a TAT written under another q", rounded)
+	if changed < 100 {
+		t.Fatalf("only %d decisions met a TAT written under another rate", changed)
+	}
+	if cfgBurst == 0 && capped < 10 {
+		t.Fatalf("only %d rate changes owed more than the new bucket holds", capped)
 	}
 }
 

@@ -97,12 +97,15 @@ func abs(x int64) int64 {
 
 // Operation sequences on the script, against the exact model: each input
 // picks one of tbConfigs and a run of operations, 3 bytes each (a time
-// step's kind and size, and n), on a fresh key, at fixed instants.
+// step's kind and size, and n), on a fresh key, at fixed instants. Kind 4
+// changes the key's limit instead (a KeyLimit answer: size%4+1 halves of
+// Config.Limit), which re-ticks its state at the next decision.
 func FuzzTokenBucketOperations(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 1, 0, 1, 2, 5, 1, 3, 9, 1})
 	f.Add([]byte{1, 9, 200, 20, 3, 1, 1, 4, 7, 2, 0, 0, 20})
 	f.Add([]byte{6, 1, 255, 255, 2, 7, 1, 0, 0, 0, 5, 3, 255})
 	f.Add([]byte{7, 0, 0, 1, 3, 200, 1, 4, 0, 1})
+	f.Add([]byte{0, 0, 0, 255, 4, 0, 1, 1, 3, 1, 4, 3, 255, 3, 2, 1, 4, 1, 1})
 	s := redistest.Start(f)
 	c := client(f, s)
 	var keys atomic.Int64
@@ -116,6 +119,7 @@ func FuzzTokenBucketOperations(f *testing.F) {
 		m := newGCRAModel(cf.limit, burst, cf.window)
 		tUs := new(big.Rat).Quo(big.NewRat(int64(cf.window), 1), big.NewRat(1000*cf.limit, 1))
 		now := t0
+		limit, written := cf.limit, cf.limit // the key's limit; the one its state was written under
 		for op := 1; op+2 < len(in); op += 3 {
 			size := int64(in[op+1])
 			switch in[op] % 5 {
@@ -129,6 +133,17 @@ func FuzzTokenBucketOperations(f *testing.F) {
 			case 3: // size T forward
 				x := new(big.Rat).Mul(tUs, big.NewRat(size, 1))
 				now += min(1<<45, new(big.Int).Quo(x.Num(), x.Denom()).Int64())
+			case 4: // the key's limit changes
+				if nl := max(1, cf.limit*(size%4+1)/2); nl <= engine.MaxLimit && h.b.exact(nl) {
+					limit = nl
+				}
+			}
+			burst := h.b.capacity(limit)
+			if m.tat != nil && limit != written {
+				m.rerate(now, limit, burst, cf.window)
+			} else {
+				m.setRate(limit, cf.window)
+				m.burst = burst
 			}
 			n := int64(in[op+2])
 			if n == 255 {
@@ -137,10 +152,13 @@ func FuzzTokenBucketOperations(f *testing.F) {
 				n = min(n, burst)
 			}
 			wa, wr, wra := m.decide(now, n)
-			ga, gr, gra := h.at(now, n, cf.limit)
+			ga, gr, gra := h.at(now, n, limit)
 			if ga != wa || gr != wr || gra != wra {
-				t.Fatalf("op %d: %d units at t0+%dµs: script %v, %d, %v; model %v, %d, %v (model TAT %s)",
-					op/3, n, now-t0, ga, gr, gra, wa, wr, wra, m.tatString())
+				t.Fatalf("op %d: %d units at t0+%dµs, limit %d: script %v, %d, %v; model %v, %d, %v (model TAT %s)",
+					op/3, n, now-t0, limit, ga, gr, gra, wa, wr, wra, m.tatString())
+			}
+			if m.tat != nil {
+				written = limit
 			}
 		}
 	})

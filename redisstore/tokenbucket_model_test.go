@@ -33,6 +33,24 @@ func (m *gcraModel) setRate(limit int64, window time.Duration) {
 	m.t = big.NewRat(int64(window), 1000*limit)
 }
 
+// rerate changes the key's limit and bucket at now, keeping the units
+// owed, rounded up: owed = ⌈(tat − now)/T_old⌉ (0 if tat ≤ now), at most
+// the new burst, and tat = now + owed·T_new. It reports whether the cap
+// cut owed.
+func (m *gcraModel) rerate(now, limit, burst int64, window time.Duration) (capped bool) {
+	t := big.NewRat(now, 1)
+	owed := int64(0)
+	if m.tat != nil && m.tat.Cmp(t) > 0 {
+		owed = ceilRat(new(big.Rat).Quo(new(big.Rat).Sub(m.tat, t), m.t))
+		capped = owed > burst
+		owed = min(owed, burst)
+	}
+	m.setRate(limit, window)
+	m.burst = burst
+	m.tat = new(big.Rat).Add(t, new(big.Rat).Mul(big.NewRat(owed, 1), m.t))
+	return capped
+}
+
 // decide is one decision at now (µs) for n units, 0 ≤ n ≤ burst: whether
 // it is admitted, the whole units left (after it, if admitted), and a
 // denial's least wait, in ns rounded up.
@@ -77,14 +95,14 @@ func (m *gcraModel) tatString() string {
 }
 
 // decodeTBState reads a token bucket's state (see tbSource): TAT = a + b/q
-// µs, checking the tag, that every field is an exact integer below 2^53,
-// and that 0 ≤ b < q.
+// µs under the rate p/q µs, checking the tag, that every field is an exact
+// integer below 2^53, and that 0 ≤ b < q.
 func decodeTBState(tb testing.TB, raw string) (a, b, q int64) {
 	tb.Helper()
-	if len(raw) != 25 || raw[0] != 'g' {
-		tb.Fatalf("token bucket state %q: want 'g' and 24 bytes", raw)
+	if len(raw) != 33 || raw[0] != 'h' {
+		tb.Fatalf("token bucket state %q: want 'h' and 32 bytes", raw)
 	}
-	var v [3]int64
+	var v [4]int64
 	for i := range v {
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[1+8*i : 9+8*i])))
 		if f != math.Trunc(f) || f < 0 || f >= 1<<53 {
@@ -92,7 +110,7 @@ func decodeTBState(tb testing.TB, raw string) (a, b, q int64) {
 		}
 		v[i] = int64(f)
 	}
-	if v[2] < 1 || v[1] >= v[2] {
+	if v[2] < 1 || v[3] < 1 || v[1] >= v[2] {
 		tb.Fatalf("token bucket state: b = %d, q = %d, want 0 ≤ b < q", v[1], v[2])
 	}
 	return v[0], v[1], v[2]

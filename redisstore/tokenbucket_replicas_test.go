@@ -165,3 +165,49 @@ func TestTokenBucketCluster(t *testing.T) {
 		t.Fatalf("60 keys in %d slots", len(slots))
 	}
 }
+
+// Exact across replicas with n > 1 and odd bursts: 4 limiters × 4
+// goroutines asking random sizes admit at most Burst units in total, and
+// exactly Burst once single units fill the rest.
+func TestTokenBucketReplicasMixedSizes(t *testing.T) {
+	s := redistest.Start(t)
+	const burst = 97
+	cfg := engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 10 * time.Hour, Burst: burst}
+	var units atomic.Int64
+	var wg sync.WaitGroup
+	var ls []*Limiter
+	for range 4 {
+		ls = append(ls, mustNew(t, client(t, s), cfg))
+	}
+	for i, l := range ls {
+		for g := range 4 {
+			wg.Go(func() {
+				n := int64((i*4+g)%7 + 1)
+				for range 40 {
+					d, err := l.AllowN(ctx, "shared", n)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						units.Add(n)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for {
+		d, err := ls[0].AllowN(ctx, "shared", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		units.Add(1)
+	}
+	if units.Load() != burst {
+		t.Fatalf("admitted %d units, want exactly %d", units.Load(), burst)
+	}
+}

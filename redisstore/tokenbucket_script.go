@@ -16,13 +16,19 @@ import "github.com/redis/go-redis/v9"
 // integer the script computes stays below 2^53 and is exact
 // (docs/design.md, "The token bucket on Redis").
 //
-// The state is one string of 25 bytes: the byte 'g', then three
-// little-endian doubles a, b, q': TAT = a + b/q' µs of Redis TIME, with
-// 0 ≤ b < q'. A state written with another q' (the key's rate changed:
-// KeyLimit, or a deploy) has its TAT rounded up to the next whole µs, a
-// move that never grants a unit. A missing key is a full bucket: TAT =
-// now. A value of another length or tag is answered WRONGTYPE and left
-// alone.
+// The state is one string of 33 bytes: the byte 'h', then four
+// little-endian doubles a, b, q', p': TAT = a + b/q' µs of Redis TIME,
+// with 0 ≤ b < q', written under the rate T' = p'/q' µs. A state written
+// under another rate (the key's rate changed: KeyLimit, or a deploy)
+// keeps the units it owes, rounded up: owed = ⌈(TAT − t)/T'⌉ (0 if
+// TAT ≤ t), at most Burst, and TAT becomes t + owed·T exactly in the new
+// ticks (written at once, so a denial keeps it too); the change never
+// forgives a unit owed, except what a smaller new bucket cannot hold
+// (design §11a). Under the same rate (a change of Burst alone) the state
+// is kept as is. An older 25-byte 'g' state (no p') that is not full is
+// read as an empty bucket, TAT = t + Burst·T. A missing key is a full
+// bucket: TAT = now. A value of another length or tag is answered
+// WRONGTYPE and left alone.
 //
 // With t = TIME (µs) and tat = max(TAT, t), written tat = t + d µs + b
 // ticks (d = a − t ≥ 0 whole µs), n units fit iff
@@ -45,7 +51,8 @@ import "github.com/redis/go-redis/v9"
 // the script decided at, Redis TIME in µs.
 //
 // Like luaSource, the script creates no closure and costs the same on
-// every path: TIME, GET, and SET when it admits.
+// every path: TIME, GET, and SET when it admits or re-ticks a state
+// written under another rate.
 const tbSource = `
 if not redis.REDIS_VERSION_NUM and redis.replicate_commands then redis.replicate_commands() end -- Redis 7 has only effects replication
 local floor = math.floor
@@ -61,17 +68,48 @@ local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local a, b = t, 0 -- TAT = a + b/q µs; a missing key is a full bucket
 local raw = redis.call('GET', key)
 if raw then
-  if #raw ~= 25 then
+  local tag = string.byte(raw, 1)
+  local owed = -1 -- ≥ 0: the state was written under another rate; re-tick it
+  if tag == 104 and #raw == 33 then -- 'h'
+    local sq, sp
+    tag, a, b, sq, sp = struct.unpack('<Bdddd', raw)
+    if sq ~= q or sp ~= p then
+      -- another rate wrote it: owed = ⌈(TAT − t)/T_old⌉ units (0 if TAT ≤ t),
+      -- with TAT − t = e/sq µs, e = (a − t)·sq + b. When e ≥ 2^52 (only
+      -- past a backward clock step) owed is taken as the whole bucket.
+      owed = 0
+      if a >= t then
+        local d0 = a - t
+        if d0 * sq < 4503599627370496 then
+          local e = d0 * sq + b -- < 2^52 + sq ≤ 2^53
+          local k = floor(e / sp)
+          while k * sp > e do k = k - 1 end
+          while (k + 1) * sp <= e do k = k + 1 end
+          if k * sp < e then k = k + 1 end
+          owed = k
+        else
+          owed = depth / p
+        end
+      end
+    end
+  elseif tag == 103 and #raw == 25 then -- 'g': an older state without p
+    local sb
+    tag, a, sb = struct.unpack('<Bdd', raw)
+    owed = 0
+    if a > t or (a == t and sb > 0) then owed = depth / p end -- not full: empty
+  else
     return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter token bucket state')
   end
-  local tag, sq
-  tag, a, b, sq = struct.unpack('<Bddd', raw)
-  if tag ~= 103 then -- 'g'
-    return redis.error_reply('WRONGTYPE ringlimit: the value at ' .. key .. ' is not this limiter token bucket state')
-  end
-  if sq ~= q then -- another rate wrote it: round TAT up to whole µs
-    if b > 0 then a = a + 1 end
-    b = 0
+  if owed >= 0 then
+    -- TAT' = t + owed·T_new, owed at most Burst (depth/p is exact): x ≤ depth
+    if owed > depth / p then owed = depth / p end
+    local x = owed * p
+    local c = floor(x / q)
+    while c * q > x do c = c - 1 end
+    while (c + 1) * q <= x do c = c + 1 end
+    a, b = t + c, x - c * q
+    -- written now, so that a denial or a read keeps the units owed too
+    redis.call('SET', key, struct.pack('<Bdddd', 104, a, b, q, p), 'PX', floor(c / 1000) + 1)
   end
   if a < t then a, b = t, 0 end -- tat = max(TAT, t): b < q, so TAT < t iff a < t
 end
@@ -101,7 +139,7 @@ if fits then
     while c * q > nb do c = c - 1 end
     while (c + 1) * q <= nb do c = c + 1 end
     local na = a + c
-    redis.call('SET', key, struct.pack('<Bddd', 103, na, nb - c * q, q), 'PX', floor((na - t) / 1000) + 1)
+    redis.call('SET', key, struct.pack('<Bdddd', 104, na, nb - c * q, q, p), 'PX', floor((na - t) / 1000) + 1)
   end
   return {1, rem, 0, 0, t}
 end

@@ -233,9 +233,10 @@ func TestTokenBucketClockStepBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TAT 15 s + 1/7 µs ahead: the bucket is empty until TIME passes it.
+	// TAT 15 s ahead, written under this rate (T = 250,000/1 µs): the
+	// bucket is empty until TIME passes it.
 	ahead := now.UnixMicro() + 15_000_000
-	raw := string([]byte{'g'}) + packFloats(ahead, 1, 7)
+	raw := string([]byte{'h'}) + packFloats(ahead, 0, 1, 250_000)
 	if err := c.Set(ctx, l.Key("k"), raw, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -243,18 +244,17 @@ func TestTokenBucketClockStepBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The model: a TAT of ahead µs (q 7 is not this rate's q = 1, so the
-	// script rounds it up to the next whole µs first).
+	// The model: a TAT of ahead µs.
 	m := newGCRAModel(limit, burst, window)
-	m.tat = big.NewRat(ahead+1, 1)
+	m.tat = big.NewRat(ahead, 1)
 	wa, wr, wra := m.decide(at.UnixMicro(), 1)
 	if want := (engine.Decision{Allowed: wa, Limit: burst, Remaining: wr, RetryAfter: wra}); d != want || d.Allowed {
 		t.Fatalf("%+v, model %+v", d, want)
 	}
 	// The lag counts: TAT − TIME + T − Burst·T, some 14.75 s, not the
 	// 250 ms a wait measured from the TAT would say.
-	if lag := time.Duration(ahead-at.UnixMicro()) * time.Microsecond; d.RetryAfter != lag+time.Microsecond-window/limit {
-		t.Fatalf("RetryAfter %v, want the lag %v + 1 µs − 250 ms", d.RetryAfter, lag)
+	if lag := time.Duration(ahead-at.UnixMicro()) * time.Microsecond; d.RetryAfter != lag-window/limit {
+		t.Fatalf("RetryAfter %v, want the lag %v − 250 ms", d.RetryAfter, lag)
 	}
 }
 
@@ -265,4 +265,55 @@ func packFloats(vs ...int64) string {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
 	}
 	return string(b)
+}
+
+// A token bucket refuses the hybrid mode at New, ChargeN and reservations
+// (CanReserve), and answers n above Burst, up to MaxInt64, with Never.
+func TestTokenBucketRefusesHybridChargeOversize(t *testing.T) {
+	s := redistest.Start(t)
+	cfg := engine.Config{Algorithm: engine.TokenBucket, Limit: 10, Window: time.Second, Burst: 3}
+	if _, err := New(client(t, s), cfg, WithHybrid(100*time.Millisecond, 1)); err == nil {
+		t.Fatal("hybrid accepted")
+	}
+	l := mustNew(t, client(t, s), cfg)
+	if _, err := l.ChargeN(ctx, "k", 1); err == nil {
+		t.Fatal("ChargeN accepted")
+	}
+	if err := l.CanReserve(); err == nil {
+		t.Fatal("CanReserve nil")
+	}
+	for _, n := range []int64{4, 1 << 62, 1<<63 - 1} {
+		d, err := l.AllowN(ctx, "k", n)
+		if err != nil || d.Allowed || d.RetryAfter != engine.Never || d.Limit != 3 {
+			t.Fatalf("n=%d: %+v %v", n, d, err)
+		}
+	}
+}
+
+// Limiter.Key names a bucket's state, <prefix>{<escaped key>}:tb, and
+// its TTL lasts until the bucket is full again (⌊(TAT − now)/1 ms⌋ + 1 ms
+// after an admission), so it never ends before the debt is paid.
+func TestTokenBucketTTLCoversDebt(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 10 * time.Hour, Burst: 4})
+	if d, err := l.AllowN(ctx, "k", 4); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	name := l.Key("k")
+	if name[len(name)-3:] != ":tb" {
+		t.Errorf("Limiter.Key for a bucket: %q, README says <prefix>{<key>}:tb", name)
+	}
+	n, _ := c.Exists(ctx, name).Result()
+	if n != 1 {
+		t.Fatalf("Limiter.Key(%q) = %q holds nothing", "k", name)
+	}
+	pttl, err := c.PTTL(ctx, name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 units at 3 per 10 h: 13 h 20 min until full.
+	if want := 4 * 10 * time.Hour / 3; pttl < want-5*time.Second {
+		t.Fatalf("PTTL %v, the bucket is full again only after %v", pttl, want)
+	}
 }
