@@ -1,0 +1,36 @@
+package redisstore
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// attackFull is issue 27's full key: Strict 5 per minute, filled before
+// the attack, so that any admission during it is one past the limit.
+var attackFull = engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+
+// attackLong reports whether the long forms of the attack tests run
+// (RINGLIMIT_ATTACK=1).
+func attackLong() bool { return os.Getenv("RINGLIMIT_ATTACK") != "" }
+
+// fullLimiter returns a limiter on c with opts whose key "k" is full.
+func fullLimiter(t *testing.T, c redis.UniversalClient, opts ...Option) *Limiter {
+	t.Helper()
+	l := mustNew(t, c, attackFull, opts...)
+	if d, err := l.AllowN(ctx, "k", attackFull.Limit); err != nil || !d.Allowed {
+		t.Fatalf("filling the key: %+v %v", d, err)
+	}
+	return l
+}
+
+// report is a flood's outcome in one line, for logs.
+func report(ft *floodTally, st Stats) string {
+	return fmt.Sprintf("%d calls, %d admitted, %d policy answers, %d callers gone, %d other (first: %v); BreakerOpens %d, Failures %d, FallbackDecisions %d, NoReply %d, CallerGone %d",
+		ft.calls.Load(), ft.admitted.Load(), ft.unavailable.Load(), ft.gone.Load(), ft.other.Load(), ft.firstOther.Load(),
+		st.BreakerOpens, st.Failures, st.FallbackDecisions, st.NoReply, st.CallerGone)
+}
