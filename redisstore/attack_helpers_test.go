@@ -22,10 +22,18 @@ func attackLong() bool { return os.Getenv("RINGLIMIT_ATTACK") != "" }
 func fullLimiter(t *testing.T, c redis.UniversalClient, opts ...Option) *Limiter {
 	t.Helper()
 	l := mustNew(t, c, attackFull, opts...)
-	if d, err := l.AllowN(ctx, "k", attackFull.Limit); err != nil || !d.Allowed {
-		t.Fatalf("filling the key: %+v %v", d, err)
+	// A round trip may get no reply (ErrNoReply, a tiny ReadTimeout) and
+	// still be counted: fill until Redis answers, admitted or denied.
+	for range 100 {
+		if d, err := l.AllowN(ctx, "k", attackFull.Limit); err == nil {
+			if d.Remaining != 0 {
+				t.Fatalf("filling the key: %+v", d)
+			}
+			return l
+		}
 	}
-	return l
+	t.Fatal("filling the key: no reply in 100 tries")
+	return nil
 }
 
 // report is a flood's outcome in one line, for logs.

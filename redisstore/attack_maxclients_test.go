@@ -2,10 +2,10 @@ package redisstore
 
 import (
 	"bufio"
-	"strings"
-	"sync/atomic"
 	"fmt"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
