@@ -86,11 +86,12 @@ long:
 	RINGLIMIT_LONG=1 $(GO) test -race -count=1 -timeout 60m ./...
 	$(MAKE) stress
 
-# The stress checker (engine/stress_test.go) for STRESS per algorithm, under
-# -race; `make test` runs it for 1 s each, and -short skips it.
+# The stress checkers (engine/stress_test.go, and tokenstress_test.go for
+# the token bucket) for STRESS per algorithm or bucket shape, under -race;
+# `make test` runs them for 1 s each, and -short skips them.
 STRESS ?= 2m
 stress:
-	$(GO) test -race -count=1 -run '^TestStress$$' -v -timeout 60m ./engine/ -stress=$(STRESS)
+	$(GO) test -race -count=1 -run '^(TestStress|TestTokenBucketStress)$$' -v -timeout 60m ./engine/ -stress=$(STRESS)
 
 # Longer fuzzing by hand, e.g. make fuzz FUZZTIME=10m. Commit any crasher
 # that testdata/fuzz gains: it becomes a regression seed.
@@ -100,6 +101,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzOperations$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzReserveCancel$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzCostEdges$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzTokenBucketOperations$$' -fuzztime $(FUZZTIME) ./engine/
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketRate$$' -fuzztime $(FUZZTIME) .
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketWait$$' -fuzztime $(FUZZTIME) .
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzTokenBucketOperations$$' -fuzztime $(FUZZTIME) .
+	cd redisstore && $(GO) test -run '^$$' -fuzz '^FuzzHeldOperations$$' -fuzztime $(FUZZTIME) -parallel 2 .
 
 # The scenario table (bench/): medians of COUNT runs, one column per
 # algorithm, via benchstat; then the layout and memory figures.

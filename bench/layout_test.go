@@ -34,6 +34,7 @@ func BenchmarkLayout(b *testing.B) {
 		{"alg=sliding/per-key-limits/keys=1e6", engine.SlidingWindow, true, 1_000_000, 0},
 		{"alg=strict/keys=1e6", engine.SlidingWindowStrict, false, 1_000_000, 0},
 		{"alg=fixed/keys=1e6", engine.FixedWindow, false, 1_000_000, 0},
+		{"alg=token/keys=1e6", engine.TokenBucket, false, 1_000_000, 0},
 	}
 	for _, n := range []int{8, 15, 16, 36, 79, 80} {
 		cases = append(cases, layoutCase{"alg=sliding/keys=1e6/key-bytes=" + strconv.Itoa(n), engine.SlidingWindow, false, 1_000_000, n})

@@ -6,62 +6,8 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/pack"
+	"github.com/ringlimit/ringlimit/ringslot"
 )
-
-// Algorithm selects how a key's window is estimated.
-type Algorithm int
-
-const (
-	// SlidingWindow is the weighted sliding window counter, the zero value:
-	// the current and N−1 previous sub-windows in full, plus the oldest
-	// one weighted by the share of it still inside the window. Worst case
-	// (a burst at the end of a sub-window) a true window can hold
-	// Limit + that sub-window's count, always below 2·Limit; for smooth
-	// traffic it stays near (1+1/N)·Limit.
-	SlidingWindow Algorithm = iota
-	// SlidingWindowStrict counts every sub-window that overlaps the window
-	// in full: no window of length Window ever holds more than Limit
-	// admitted units. It may refuse up to one sub-window's worth early.
-	SlidingWindowStrict
-	// FixedWindow keeps one counter per Unix-aligned Window, for
-	// comparison: two adjacent windows can together admit 2·Limit within
-	// one Window's length.
-	FixedWindow
-	// SlidingLog is the exact sliding log, the reference the others are
-	// measured against: n units fit at t iff the units admitted at times
-	// in (t−W, t], plus n, are at most the limit. No window ever holds more
-	// than Limit, and nothing is refused early. The price: each key holds
-	// one 8-byte timestamp per unit of its limit (8·Limit + 48 bytes, then
-	// the key, rounded up to 64; Limit is capped by Config.MaxLogLimit),
-	// and a spin lock that serialises the key's decisions. SubWindows is
-	// ignored.
-	SlidingLog
-)
-
-// String returns the algorithm's name as the flags of the tools spell it.
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding"
-	case SlidingWindowStrict:
-		return "strict"
-	case FixedWindow:
-		return "fixed"
-	case SlidingLog:
-		return "log"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
-// ParseAlgorithm is the inverse of Algorithm.String.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := SlidingWindow; a <= SlidingLog; a++ {
-		if a.String() == s {
-			return a, nil
-		}
-	}
-	return 0, fmt.Errorf("ringlimit: unknown algorithm %q (want sliding, strict, fixed or log)", s)
-}
 
 // Bounds of Config fields.
 const (
@@ -124,6 +70,13 @@ type Config struct {
 	SubWindows int
 	// Algorithm is the estimate; the zero value is SlidingWindow.
 	Algorithm Algorithm
+	// Burst is the capacity of a TokenBucket key: the most units it
+	// admits at once, and what a fresh or idle key holds. 0 means Limit;
+	// otherwise 1 … MaxLimit. Other algorithms refuse it (0 only). New
+	// refuses a bucket whose Burst·Window/gcd(Limit, Window) is above 2^60
+	// (docs/design.md §11: the key's one word counts time in units of
+	// gcd(Limit, Window)/Limit ns, so that the rate is exact).
+	Burst int64
 	// MaxLogLimit caps every limit of a SlidingLog engine (Limit, KeyLimit
 	// results and SetLimit), because a log key holds 8 bytes per unit of
 	// its limit: 0 means DefaultMaxLogLimit, otherwise 1 …
@@ -181,13 +134,17 @@ type Config struct {
 	// simulations), or inject a Clock that follows that timeline: idleness
 	// is judged by Clock.
 	DisableEviction bool
-	// SweepInterval is the period of one full sweep over every shard: 0
-	// means max(Window + one sub-window, 1s), or max(Window, 1s) for
-	// FixedWindow and SlidingLog. A key idle for at most Window plus one
-	// sub-window is kept, with its counts and SetLimit override; one idle
-	// for Window plus two sub-windows is reclaimed within one more
-	// SweepInterval (FixedWindow and SlidingLog: docs/semantics.md, "Idle
-	// keys").
+	// SweepInterval is the period of one full sweep over every shard; the
+	// sweeper visits one shard per SweepInterval/Shards. 0 means
+	// max(Window + one sub-window, 1s), or max(Window, 1s) for FixedWindow
+	// and SlidingLog. A key, its counts and its SetLimit override are kept
+	// while it is idle for at most Window plus one sub-window (FixedWindow,
+	// whose sub-window is the window: 2·Window; SlidingLog: Window). Once
+	// idle for Window plus two sub-windows (FixedWindow: 3·Window;
+	// SlidingLog: just over Window) it is reclaimed within one more
+	// SweepInterval. A TokenBucket key is kept until its bucket is full
+	// again (idle for at most Burst·Window/Limit), then reclaimed within
+	// one SweepInterval, whose default is max(Burst·Window/Limit, 1s).
 	SweepInterval time.Duration
 
 	// Audit is the share of keys whose decisions the engine shadows with an
@@ -225,6 +182,8 @@ type normalized struct {
 	width    int64 // sub-window width, ns (Window for FixedWindow and SlidingLog)
 	maxLimit int64 // the largest limit of any key: MaxLimit, or the log's cap
 	maxKey   int   // MaxKeyBytes with its default applied
+	burst    int64 // TokenBucket: Burst with its default applied
+	refill   int64 // TokenBucket: ⌈burst·Window/Limit⌉ ns, the time to refill from empty
 	shards   int
 	sweep    time.Duration
 	// audit, with Config.Audit > 0: the sampling threshold and the caps
@@ -239,9 +198,9 @@ type normalized struct {
 func (c Config) validate() (normalized, error) {
 	nc := normalized{Config: c}
 	switch c.Algorithm {
-	case SlidingWindow, SlidingWindowStrict, FixedWindow, SlidingLog:
+	case SlidingWindow, SlidingWindowStrict, FixedWindow, SlidingLog, TokenBucket:
 	default:
-		return nc, fmt.Errorf("ringlimit: Config.Algorithm = %d, want SlidingWindow (0), SlidingWindowStrict (1), FixedWindow (2) or SlidingLog (3)", int(c.Algorithm))
+		return nc, fmt.Errorf("ringlimit: Config.Algorithm = %d, want SlidingWindow (0), SlidingWindowStrict (1), FixedWindow (2), SlidingLog (3) or TokenBucket (4)", int(c.Algorithm))
 	}
 	if c.MaxLogLimit < 0 || c.MaxLogLimit > MaxLogLimitCeiling {
 		return nc, fmt.Errorf("ringlimit: Config.MaxLogLimit = %d, want 0 (default %d) or 1 … %d", c.MaxLogLimit, DefaultMaxLogLimit, MaxLogLimitCeiling)
@@ -266,6 +225,9 @@ func (c Config) validate() (normalized, error) {
 	if c.Window <= 0 || c.Window > MaxWindow {
 		return nc, fmt.Errorf("ringlimit: Config.Window = %v, want > 0 and ≤ %v", c.Window, MaxWindow)
 	}
+	if err := nc.validateBurst(); err != nil {
+		return nc, err
+	}
 	nc.n = c.SubWindows
 	if c.SubWindows == 0 {
 		nc.n = DefaultSubWindows
@@ -273,7 +235,7 @@ func (c Config) validate() (normalized, error) {
 	if c.SubWindows < 0 || c.SubWindows > MaxSubWindows {
 		return nc, fmt.Errorf("ringlimit: Config.SubWindows = %d, want 0 (default %d) or 1 … %d", c.SubWindows, DefaultSubWindows, MaxSubWindows)
 	}
-	if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog {
+	if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog || c.Algorithm == TokenBucket {
 		nc.n = 0
 		nc.width = int64(c.Window)
 	} else {
@@ -310,6 +272,9 @@ func (c Config) validate() (normalized, error) {
 		if c.Algorithm == FixedWindow || c.Algorithm == SlidingLog {
 			nc.sweep = c.Window
 		}
+		if c.Algorithm == TokenBucket {
+			nc.sweep = time.Duration(nc.refill)
+		}
 		if nc.sweep < 0 { // Window + width overflowed
 			nc.sweep = c.Window
 		}
@@ -325,6 +290,8 @@ func (c Config) validate() (normalized, error) {
 		nc.idle = 3 * c.Window
 	case c.Algorithm == SlidingLog:
 		nc.idle = c.Window
+	case c.Algorithm == TokenBucket:
+		nc.idle = time.Duration(nc.refill)
 	}
 	if nc.idle < 0 { // overflowed: Window is near MaxWindow
 		nc.idle = MaxWindow
@@ -336,6 +303,45 @@ func (c Config) validate() (normalized, error) {
 		return nc, err
 	}
 	return nc, nil
+}
+
+// validateBurst checks Config.Burst: 0 with every algorithm but
+// TokenBucket; with it 0 or 1 … MaxLimit, a bucket whose span in the
+// state's units fits (ringslot.BucketUnits), and none of the fields a
+// bucket does not run.
+func (nc *normalized) validateBurst() error {
+	c := nc.Config
+	if c.Algorithm != TokenBucket {
+		if c.Burst != 0 {
+			return fmt.Errorf("ringlimit: Config.Burst = %d is set but Config.Algorithm is %v; Burst is the capacity of a TokenBucket, want 0 with other algorithms", c.Burst, c.Algorithm)
+		}
+		return nil
+	}
+	if c.Burst < 0 || c.Burst > MaxLimit {
+		return fmt.Errorf("ringlimit: Config.Burst = %d, want 0 (Limit) or 1 … %d", c.Burst, int64(MaxLimit))
+	}
+	nc.burst = c.Burst
+	if nc.burst == 0 {
+		nc.burst = c.Limit
+	}
+	rate, step, tau, ok := ringslot.BucketUnits(c.Limit, int64(c.Window), nc.burst)
+	if !ok {
+		return fmt.Errorf("ringlimit: Config.Burst = %d with Limit %d per Window %v: the bucket spans Burst·Window/gcd(Limit, Window) = %d·%d units of 1/%d ns, above 2^60, the most a key's one word holds exactly; want a smaller Burst or Window, or a Limit sharing more factors with Window (docs/design.md §11)", nc.burst, c.Limit, c.Window, nc.burst, step, rate)
+	}
+	nc.refill = (tau + rate - 1) / rate // τ/L' ns, rounded up: ≤ 2^60
+	for _, f := range []struct {
+		name, why string
+		set       bool
+	}{
+		{"PerKeyLimits", "a key's state counts time in units of 1/Limit ns, fixed by the engine's Limit", c.PerKeyLimits},
+		{"KeyLimit", "a key's state counts time in units of 1/Limit ns, fixed by the engine's Limit", c.KeyLimit != nil},
+		{"Audit", "the self-audit checks decisions against an exact log of Limit per Window, and a token bucket admits up to Burst + ⌊D·Limit/Window⌋ in any D", c.Audit != 0},
+	} {
+		if f.set {
+			return fmt.Errorf("ringlimit: Config.%s is not supported with TokenBucket: %s; leave it unset", f.name, f.why)
+		}
+	}
+	return nil
 }
 
 // limitError describes a limit outside 1 … maxLimit, naming what set it.

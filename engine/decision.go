@@ -17,7 +17,8 @@ const Never = time.Duration(math.MaxInt64)
 type Decision struct {
 	// Allowed reports whether the n units were admitted (and recorded).
 	Allowed bool
-	// Limit is the key's limit.
+	// Limit is the key's limit; with TokenBucket, the Burst (the most
+	// units one request can take).
 	Limit int64
 	// Remaining is the number of units that would still be admitted now,
 	// after this decision.
@@ -49,7 +50,8 @@ const (
 	// Remaining is the full Limit (the key has used nothing) and
 	// RetryAfter is a hint: how long a key that gets no more requests
 	// takes to become reclaimable, Window plus two sub-windows
-	// (FixedWindow: 3·Window; SlidingLog: Window), not counting the
+	// (FixedWindow: 3·Window; SlidingLog: Window; TokenBucket: the time
+	// to refill from empty, Burst·Window/Limit), not counting the
 	// sweeper's period.
 	ReasonKeysFull
 	// ReasonKeyTooLong: the key is longer than Config.MaxKeyBytes, so

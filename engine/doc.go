@@ -1,6 +1,7 @@
 // Package engine is ringlimit's in-process limiter: for any string key (a
 // tenant, an API key, an IP) it decides, without a lock and without an
-// allocation, whether n more units fit the key's limit in a sliding window.
+// allocation, whether n more units fit the key's limit in a sliding window
+// (or a token bucket).
 //
 // New takes a Config (Limit and Window are required) and returns an
 // Engine; Close stops its background sweeper. The entry points:
@@ -21,8 +22,10 @@
 // Config.Algorithm picks the estimate: SlidingWindow (the default; a
 // window can hold just under 2·Limit in the worst case, about
 // (1+1/N)·Limit for smooth traffic), SlidingWindowStrict (never more than
-// Limit in any window), FixedWindow (one counter per aligned window) and
-// SlidingLog (exact, 8 bytes per unit of the limit per key).
+// Limit in any window), FixedWindow (one counter per aligned window),
+// SlidingLog (exact, 8 bytes per unit of the limit per key) and
+// TokenBucket (GCRA, as golang.org/x/time/rate: Limit per Window refilled
+// continuously, bursts up to Config.Burst, one word per key).
 //
 //	e, err := engine.New(engine.Config{Limit: 100, Window: time.Second})
 //	if err != nil {

@@ -19,7 +19,7 @@ func TestAlgorithmNames(t *testing.T) {
 	}
 	require.Equal(t, "log", engine.SlidingLog.String())
 	_, err := engine.ParseAlgorithm("logs")
-	require.ErrorContains(t, err, "want sliding, strict, fixed or log")
+	require.ErrorContains(t, err, "want sliding, strict, fixed, log or token")
 }
 
 // Per-key limits above the log's cap are refused the way any out-of-range

@@ -342,6 +342,32 @@ func (m *model) charge(key string, n, t int64) engine.Decision {
 	return m.peek(key, 1, t)
 }
 
+// chargeFull reports whether ChargeAt(key, n, t), n ≥ 1, is refused with
+// ErrDebtFull (and changes nothing): a counter key's current sub-window
+// would pass MaxLimit, a log key's window would hold more than maxLog
+// units (Config.MaxLogLimit). A key that is absent, or that t retires, is
+// empty.
+func (m *model) chargeFull(key string, n, t, maxLog int64) bool {
+	k := m.keys[key]
+	if k == nil || !k.live || m.alg != engine.SlidingLog && m.epoch(t)-k.newest >= retireGap {
+		if m.alg == engine.SlidingLog {
+			return n > maxLog
+		}
+		return n > engine.MaxLimit
+	}
+	te := m.effective(k, t)
+	if m.alg == engine.SlidingLog {
+		return m.count(k, te)+n > maxLog
+	}
+	var in int64
+	for _, ev := range k.log {
+		if m.epoch(ev.t) == m.epoch(te) {
+			in += ev.n
+		}
+	}
+	return in+n > engine.MaxLimit
+}
+
 // giveBack takes units of reservation r out of its event, under Cancel's
 // rule.
 func (m *model) giveBack(r modelRes, units int64) bool {

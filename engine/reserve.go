@@ -113,13 +113,18 @@ func (r *Reservation) Units() int64 { return r.n }
 // At returns where the units were recorded: the start of the sub-window
 // (FixedWindow: the window) they count in, or with SlidingLog their exact
 // time. It is the caller's now, or the key's newest time when now was
-// older. It is the zero Time when nothing was recorded.
+// older. With TokenBucket it is the instant, rounded down to a ns, from
+// which the units were taken: the later of now and the key's theoretical
+// arrival time before them. It is the zero Time when nothing was recorded.
 func (r *Reservation) At() time.Time {
 	if r.n == 0 {
 		return time.Time{}
 	}
 	if r.e.geo.IsLog() {
 		return time.Unix(0, r.at)
+	}
+	if r.e.geo.IsBucket() {
+		return time.Unix(0, r.e.geo.BookedAt(r.ring, r.at, r.n))
 	}
 	return time.Unix(0, r.at*r.e.cfg.width)
 }
@@ -146,6 +151,11 @@ func (r *Reservation) At() time.Time {
 // reservation's units are touched. Under concurrency a Cancel can make a
 // concurrent request be refused falsely, never admitted falsely
 // (docs/design.md §3b). It does not wake Wait.
+//
+// With TokenBucket, Cancel gives the units back only while they are the
+// key's newest booking; otherwise it reports false and the units stay
+// taken (returning them from under a later admission could admit more
+// than the bucket holds; docs/design.md §11).
 func (r *Reservation) Cancel() bool {
 	if r.n == 0 || !r.take() {
 		return false

@@ -41,7 +41,11 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, uint64(alg)*1000+uint64(N)))
 	w := int64(1000 + rng.IntN(3)*7)
 	L := int64(1 + rng.IntN(12))
-	cfg := engine.Config{Limit: L, Window: time.Duration(w * int64(N)), SubWindows: N, Algorithm: alg, PerKeyLimits: true, MaxLogLimit: 64}
+	// A log holds 16 … 64 units, so that debts reach MaxLogLimit
+	// (ErrDebtFull); a quarter of the counter scripts charge up to
+	// MaxLimit at once, so that debts reach a sub-window's cap.
+	cfg := engine.Config{Limit: L, Window: time.Duration(w * int64(N)), SubWindows: N, Algorithm: alg, PerKeyLimits: true, MaxLogLimit: 16 + rng.Int64N(49)}
+	huge := alg != engine.SlidingLog && rng.IntN(4) == 0
 	var kl int64
 	useKL := rng.IntN(2) == 0
 	if useKL {
@@ -117,6 +121,9 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 			p := res[i]
 			cp := p.r
 			actual := rng.Int64N(2*L + 2)
+			if huge && rng.IntN(3) == 0 {
+				actual = p.mr.n + rng.Int64N(engine.MaxLimit+1)
+			}
 			got, err := cp.SettleAt(actual, time.Unix(0, now))
 			switch {
 			case p.mr.ev < 0:
@@ -127,14 +134,13 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 				if !errors.Is(err, engine.ErrSettled) {
 					return fail("step %d settle #%d: %v, want ErrSettled", step, i, err)
 				}
-			case errors.Is(err, engine.ErrDebtFull):
-				// As a refused charge: the reservation stays settled at
-				// its units.
-				m.claimed[p.mr] = true
-				m.touch(k, now)
-				if held := m.count(k, m.effective(k, now)); alg != engine.SlidingLog || held+actual-p.mr.n <= cfg.MaxLogLimit {
-					return fail("step %d settle #%d to %d: %v with %d units held", step, i, actual, err, held)
+			case actual > p.mr.n && m.chargeFull("k", actual-p.mr.n, now, cfg.MaxLogLimit):
+				// As a refused charge, which changes nothing: the
+				// reservation stays settled at its units.
+				if !errors.Is(err, engine.ErrDebtFull) {
+					return fail("step %d settle #%d to %d: %v, want ErrDebtFull", step, i, actual, err)
 				}
+				m.claimed[p.mr] = true
 				if want := m.peek("k", 1, now); got != want {
 					return fail("step %d refused settle: got %+v, model %+v", step, got, want)
 				}
@@ -147,14 +153,18 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 			}
 		case op == 11:
 			n := rng.Int64N(3 * L)
+			if huge && rng.IntN(2) == 0 {
+				n = rng.Int64N(engine.MaxLimit + 1)
+			}
+			full := n > 0 && m.chargeFull("k", n, now, cfg.MaxLogLimit)
 			got, err := e.ChargeAt("k", n, time.Unix(0, now))
-			if errors.Is(err, engine.ErrDebtFull) {
-				// A log holds at most MaxLogLimit units in its window;
-				// the refused charge still moved the key's time.
-				m.touch(k, now)
-				if held := m.count(k, m.effective(k, now)); alg != engine.SlidingLog || held+n <= cfg.MaxLogLimit {
-					return fail("step %d charge %d at +%d: %v with %d units held", step, n, now-base, err, held)
-				}
+			if full != errors.Is(err, engine.ErrDebtFull) {
+				return fail("step %d charge %d at +%d: %v, model full %v", step, n, now-base, err, full)
+			}
+			if full {
+				// A log holds at most MaxLogLimit units in its window, a
+				// sub-window MaxLimit; the refused charge changes
+				// nothing, not even the key's time.
 				if want := m.peek("k", 1, now); got != want {
 					return fail("step %d refused charge %d: got %+v, model %+v", step, n, got, want)
 				}

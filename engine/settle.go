@@ -23,7 +23,8 @@ var (
 	// ErrDebtFull: the key cannot count n more units: its current
 	// sub-window would hold more than MaxLimit (2^40 − 1), the most a
 	// slot counts, or with SlidingLog its window more than
-	// Config.MaxLogLimit, the most one key's log holds. Nothing was
+	// Config.MaxLogLimit, the most one key's log holds, or with
+	// TokenBucket the bucket would owe more than one Burst. Nothing was
 	// charged.
 	ErrDebtFull = errors.New("the key cannot count that many more units")
 )

@@ -3,6 +3,8 @@ package engine_test
 import (
 	"errors"
 	"math/rand/v2"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -313,6 +315,55 @@ func TestSettleRacesSetLimit(t *testing.T) {
 			require.LessOrEqual(t, net, int64(49), "admissions passed every limit in force")
 			require.NoError(t, e.SetLimitAt("k", 1<<20, now))
 			require.Equal(t, int64(1<<20)-net-debts.Load(), e.AllowAt("k", 0, now).Remaining, "every unit counted once")
+		})
+	}
+}
+
+// A settle's debt, and a plain charge, racing the sweep that reclaims the
+// key: "a debt is the key's, charged on its current state (the
+// reservation's ring when it is still live, else the ring the table holds,
+// created or replaced as for a decision)", and Sweep: "An increment racing
+// with the reclamation is retried on a fresh state, never lost". So after
+// the race the key counts the debt at now, whichever won: a lost debt
+// would let the next requests be admitted past it (a false admission).
+func TestDebtRacesReclamation(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(debtAt(0))
+			e := newEngine(t, engine.Config{Limit: 10, Window: time.Second, SubWindows: 4, Algorithm: alg, Clock: clk, SweepInterval: time.Hour, MaxLogLimit: 1000})
+			for i := range 400 {
+				key := "k" + strconv.Itoa(i%7)
+				now := debtAt(clk.UnixNano() - debtBase.UnixNano())
+				r := e.ReserveAt(key, 2, now)
+				require.True(t, r.Decision().Allowed, "iteration %d", i)
+				clk.Advance(5 * time.Second) // the key is idle long enough to be reclaimed
+				now = debtAt(clk.UnixNano() - debtBase.UnixNano())
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					<-start
+					e.Sweep()
+				}()
+				go func() {
+					defer wg.Done()
+					<-start
+					var err error
+					if i%2 == 0 {
+						_, err = r.SettleAt(2+7, now) // a debt of 7
+					} else {
+						_, err = e.ChargeAt(key, 7, now)
+					}
+					require.NoError(t, err)
+				}()
+				close(start)
+				wg.Wait()
+				require.Equal(t, int64(3), e.AllowAt(key, 0, now).Remaining, "iteration %d: the debt of 7 at now", i)
+				require.True(t, e.AllowAt(key, 3, now).Allowed)
+				require.False(t, e.AllowAt(key, 1, now).Allowed, "iteration %d", i)
+			}
+			require.Greater(t, e.Stats().Evicted, int64(100), "the sweeps reclaimed keys under the settles")
 		})
 	}
 }

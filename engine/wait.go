@@ -30,10 +30,12 @@ type WaitClock interface {
 // length); when ctx ends, Wait returns ctx's error as it is.
 var (
 	// ErrNeverAdmitted: the request can never be admitted as asked: n < 0,
-	// n above the key's limit, a Config.KeyLimit result out of range, or
-	// the engine's clock outside 1970 … 2262 (Decision.Reason is
-	// ReasonNever); or the key is longer than Config.MaxKeyBytes
-	// (ReasonKeyTooLong).
+	// n above the key's limit (TokenBucket: its Burst), a Config.KeyLimit
+	// result out of range, or the engine's clock outside 1970 … 2262
+	// (Decision.Reason is ReasonNever); or the key is longer than
+	// Config.MaxKeyBytes (ReasonKeyTooLong). With TokenBucket also a
+	// booking further ahead than the key's state reaches (2^61·gcd(Limit,
+	// Window)/Limit ns; docs/design.md §11).
 	ErrNeverAdmitted = errors.New("the request can never be admitted")
 	// ErrKeysFull: the key is new and Config.MaxKeys keys are held
 	// (ReasonKeysFull). Wait does not wait for room, which depends on
@@ -74,7 +76,17 @@ var testHookWaitSleep func(d Decision, wait time.Duration)
 // WaitClock (ManualClock does) is slept on, so that a test moves waiters
 // by advancing it (docs/semantics.md, "Reservations, all-or-nothing, and
 // Wait").
+//
+// With TokenBucket, Wait instead books its units at once, as
+// golang.org/x/time/rate's Wait does, and sleeps until the bucket admits
+// them: concurrent waiters are released at the rate, in the order they
+// booked. ErrWaitExceedsDeadline is returned, recording nothing, when that
+// instant is past ctx's deadline; a waiter whose ctx ends gives its
+// booking back if it is still the key's newest.
 func (e *Engine) Wait(ctx context.Context, key string, n int64) (Decision, error) {
+	if e.geo.IsBucket() {
+		return e.waitBucket(ctx, key, n) // books its slot: tokenwait.go
+	}
 	waiter, _ := e.clk.(WaitClock)
 	var timer *time.Timer
 	defer func() {

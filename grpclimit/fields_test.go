@@ -21,7 +21,7 @@ import (
 // RateLimit-Policy and RateLimit values, and the RetryInfo delay rounds up
 // to httplimit's Retry-After.
 func TestFieldsMatchHTTPLimit(t *testing.T) {
-	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog} {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog, engine.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			start := t0.Add(2300 * time.Millisecond) // inside a sub-window and a fixed window
 			cfg := engine.Config{Limit: 3, Window: 3 * time.Second, Algorithm: alg}
@@ -116,4 +116,23 @@ func TestFixedWindowAdmittedResetIsExact(t *testing.T) {
 		t.Fatal("the second call was admitted")
 	}
 	wantMD(t, s.header, MDRateLimit, `"fixed";r=0;t=2943`)
+}
+
+// A TokenBucket's RetryInfo is the least wait to the nanosecond: 3 per 3 s
+// with a Burst of 2, after the burst, 1 s less the time since it.
+func TestTokenBucketRetryInfoIsExact(t *testing.T) {
+	e, clk := newEngine(t, engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 3 * time.Second, Burst: 2})
+	cc, _ := serve(t, grpc.UnaryInterceptor(mustInterceptorT(t, e, WithPolicy("p", 0)).Unary()))
+	for range 2 {
+		if r := say(t, cc, nil, mSay); r.code != codes.OK {
+			t.Fatalf("within the burst: %v", r.code)
+		}
+	}
+	clk.Advance(123456789)
+	r := say(t, cc, nil, mSay)
+	if r.code != codes.ResourceExhausted || r.retry != time.Second-123456789 {
+		t.Fatalf("after the burst: %v, RetryInfo %v, want %v", r.code, r.retry, time.Second-123456789)
+	}
+	wantMD(t, r.header, MDPolicy, `"p";q=2;w=2`)
+	wantMD(t, r.header, MDRateLimit, `"p";r=0;t=1`)
 }

@@ -57,13 +57,16 @@ var errNoSettle = adapter.NoSettle("grpclimit: ")
 // reservation to the last cost reported: fewer units go back, more are
 // charged past the limit, a debt later calls wait out. A handler that
 // reports nothing keeps the estimate; one that panics is settled to what
-// it reported before, else keeps the estimate. A call whose client left
+// it reported before, else keeps the estimate. An estimate of 0 reserves
+// 1 unit, settled like any other (nothing reported: given back), so that
+// a call in debt is refused whatever its estimate. A call whose client left
 // mid-handler is still settled. A settle the limiter refuses leaves the
 // estimate charged and is counted in Stats.SettleErrors.
 //
 // The ratelimit fields go out in the header metadata before the handler
-// runs, so they carry the reservation's values; the settle's effect shows
-// in the next call's. It has the meaning of httplimit.WithSettle, whose
+// runs, so they carry the reservation's values (t= bounds the units
+// reserved, not a debt charged after the handler); the settle's effect
+// shows in the next call's. It has the meaning of httplimit.WithSettle, whose
 // doc has the details. It needs a limiter that can hold units (an
 // *engine.Engine or a ReservingLimiter), and cannot be combined with
 // WithInFlight or WithPerMessage; Limit refuses calls with it.
@@ -79,7 +82,7 @@ func WithSettle() Option {
 // a shared limiter) stop counting when they leave the window, so choose a
 // Window longer than the longest call or stream. It has the meaning of
 // httplimit.WithInFlight, whose doc says how each algorithm counts a lease
-// (FixedWindow is refused). It needs a limiter that can hold units, and
+// (FixedWindow and TokenBucket are refused). It needs a limiter that can hold units, and
 // cannot be combined with WithSettle or WithPerMessage; Limit refuses calls
 // with it. With NewMultiInterceptor it puts every policy in flight;
 // Policy.InFlight puts one.
@@ -126,7 +129,8 @@ func checkHold(where string, l any, b adapter.Backend, inFlight, settle bool) []
 // hold decides a call whose units are held across its handler, keeping
 // them in held: it returns the fields, the call's costs (one per policy,
 // in costs), how many of held it used, and nil to run the handler (a dry
-// run's let-through and a failure policy's admission hold nothing), or the
+// run's let-through holds nothing, a failure policy's admission what its
+// ReserveN held: nothing, or redisstore's FallbackLocal's local units), or the
 // refusal's status.
 func (i *Interceptor) hold(ctx context.Context, method string, held *[MaxPolicies]adapter.Held, costs *[MaxPolicies]int64) (metadata.MD, int, error) {
 	if i.multi != nil {
@@ -203,7 +207,7 @@ func (s *heldStream) Context() context.Context { return s.ctx }
 // finish ends what the call held (adapter.Finish) as its handler returns
 // or panics.
 func (i *Interceptor) finish(ctx context.Context, held []adapter.Held, cell *adapter.Reported, costs []int64) {
-	if k := adapter.Finish(ctx, held, i.inFlight, i.settle, false, cell, costs); k > 0 {
-		i.counts.SettleErrors.Add(k)
+	if adapter.Finish(ctx, held, i.inFlight, i.settle, false, cell, costs) {
+		i.counts.SettleErrors.Add(1)
 	}
 }

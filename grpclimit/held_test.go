@@ -239,6 +239,7 @@ func TestInFlightMultiInterceptor(t *testing.T) {
 func TestHeldConfigErrors(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{})
 	fixed, _ := newEngine(t, engine.Config{Algorithm: engine.FixedWindow})
+	bucket, _ := newEngine(t, engine.Config{Algorithm: engine.TokenBucket})
 	plain := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		return engine.Decision{Allowed: true}, nil
 	})
@@ -251,6 +252,7 @@ func TestHeldConfigErrors(t *testing.T) {
 		{"both", e, []Option{WithInFlight(), WithSettle()}, "WithInFlight and WithSettle cannot be combined"},
 		{"per message", e, []Option{WithInFlight(), WithPerMessage()}, "WithPerMessage cannot be combined"},
 		{"fixed", fixed, []Option{WithInFlight()}, "WithInFlight: the limiter's Algorithm is fixed"},
+		{"token bucket", bucket, []Option{WithInFlight()}, "WithInFlight: the limiter's Algorithm is token"},
 		{"plain", plain, []Option{WithSettle()}, "WithSettle needs a limiter that can give units back"},
 	} {
 		_, err := NewInterceptor(c.l, c.opts...)
@@ -264,5 +266,51 @@ func TestHeldConfigErrors(t *testing.T) {
 	}
 	if _, err := NewMultiInterceptor([]Policy{{Name: "a", Limiter: e, Settle: true}}, WithPerMessage()); err == nil {
 		t.Fatal("a settled policy with WithPerMessage is accepted")
+	}
+}
+
+// Interceptor.Limit "does not run the handler, so it cannot give units back
+// or settle them after it: with WithInFlight or WithSettle it refuses every
+// call with codes.Internal". A multi-policy interceptor with one policy in
+// flight (Policy.InFlight) or settled (Policy.Settle) holds units as surely
+// as WithInFlight does: Limit must refuse it, and charge nothing; otherwise
+// every call through go-grpc-middleware leaks an in-flight unit for a whole
+// lease.
+func TestLimitRefusesHeldPolicies(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		inFlight bool
+		settle   bool
+	}{{"Policy.InFlight", true, false}, {"Policy.Settle", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			rate, _ := newEngine(t, engine.Config{Limit: 10})
+			held, _ := newEngine(t, engine.Config{Limit: 2, Algorithm: engine.SlidingWindowStrict})
+			i, err := NewMultiInterceptor([]Policy{
+				{Name: "rate", Limiter: rate},
+				{Name: "held", Limiter: held, InFlight: c.inFlight, Settle: c.settle},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				err := i.Limit(serverCtx())
+				if status.Code(err) != codes.Internal {
+					t.Fatalf("Limit with a held policy: %v, want codes.Internal", err)
+				}
+			}
+			if got := remainingOf(held, "192.0.2.1"); got != 2 {
+				t.Fatalf("the held policy keeps %d units that nothing will give back", 2-got)
+			}
+		})
+	}
+}
+
+// WithInFlight "cannot be combined with WithSettle or WithPerMessage"; a
+// policy in flight (Policy.InFlight) with WithPerMessage is that
+// combination too (a settled one is refused, TestHeldConfigErrors).
+func TestInFlightPolicyWithPerMessageRefused(t *testing.T) {
+	e, _ := newEngine(t, engine.Config{Algorithm: engine.SlidingWindowStrict})
+	if _, err := NewMultiInterceptor([]Policy{{Name: "a", Limiter: e, InFlight: true}}, WithPerMessage()); err == nil {
+		t.Fatal("a policy in flight with WithPerMessage is accepted")
 	}
 }

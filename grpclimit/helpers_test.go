@@ -234,3 +234,15 @@ func newRemote(next func(key string, n int64) (engine.Decision, error)) *adapter
 		return append(md.Get("trace"), "")[0]
 	}}
 }
+
+func remainingOf(e *engine.Engine, key string) int64 { return e.AllowN(key, 0).Remaining }
+
+// ctxStream is a ServerStream whose context is ctx.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }
+
+func (s *ctxStream) SetHeader(metadata.MD) error { return nil }

@@ -117,10 +117,11 @@ type Stats struct {
 	Errors    uint64 // the ContextLimiter failed; its failure policy decided
 	Canceled  uint64 // the ContextLimiter failed after the call's context ended; no handler ran
 	WouldDeny uint64 // WithDryRun: the limiter refused (ResourceExhausted, Unavailable for MaxKeys, FailedPrecondition), and the call was let through
-	// SettleErrors counts the held units (WithInFlight, WithSettle; one
-	// per policy) the limiter would not give back or settle after the
-	// handler: a debt it cannot count, a shared limiter's failure. They
-	// stay as reserved, until they leave the window.
+	// SettleErrors counts the calls whose held units (WithInFlight,
+	// WithSettle) the limiter would not give back or settle after the
+	// handler: a debt it cannot count, a shared limiter's failure. A
+	// call counts once however many of its policies failed, as in every
+	// counter. Their units stay as reserved, until they leave the window.
 	SettleErrors uint64
 }
 
@@ -303,6 +304,7 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64, held [
 	var d engine.Decision
 	var err error
 	if held != nil {
+		cost = adapter.Reserved(cost, i.settle != 0) // an estimate of 0 reserves 1; hold keeps the estimate
 		d, held[0], err = i.limiter.Reserve(ctx, key, cost)
 	} else {
 		d, err = i.limiter.AllowN(ctx, key, cost)
@@ -323,7 +325,7 @@ func (i *Interceptor) decide(ctx context.Context, key string, cost int64, held [
 		if adapter.Quiet(i.cfg.below, d) {
 			return nil, nil
 		}
-		return i.md(nil, i.fields, d, i.fields.AdmittedReset()), nil
+		return i.md(nil, i.fields, d, i.fields.AdmittedReset(d.Remaining)), nil
 	}
 	return i.refuse(nil, i.fields, d, cost)
 }

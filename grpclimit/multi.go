@@ -160,6 +160,11 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, costs []in
 	var have [MaxPolicies]bool
 	var v adapter.Verdict
 	if held != nil {
+		var ns [MaxPolicies]int64 // an estimate of 0 reserves 1 where settled; hold keeps the estimates
+		for j := range n {
+			ns[j] = adapter.Reserved(costs[j], i.settle&(1<<j) != 0)
+		}
+		costs = ns[:n]
 		v = p.m.Reserve(ctx, keys, costs, i.cfg.style != 0, ds[:n], have[:n], held)
 	} else {
 		v = p.m.Decide(ctx, keys, costs, i.cfg.style != 0, ds[:n], have[:n])
@@ -171,7 +176,7 @@ func (i *Interceptor) decideMulti(ctx context.Context, keys []string, costs []in
 	var md metadata.MD
 	for j := range n {
 		if have[j] && j != v.At && !adapter.Quiet(i.cfg.below, ds[j]) {
-			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedResetAt(v.Now))
+			md = i.md(md, p.fields[j], ds[j], p.fields[j].AdmittedResetAt(v.Now, ds[j].Remaining))
 		}
 	}
 	switch {

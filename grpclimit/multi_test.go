@@ -111,3 +111,36 @@ func TestNewMultiInterceptorErrors(t *testing.T) {
 		}
 	}
 }
+
+type panickingReserver struct{ e *engine.Engine }
+
+func (l *panickingReserver) AllowN(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return l.e.AllowN(key, n), nil
+}
+
+func (l *panickingReserver) ReserveN(context.Context, string, int64) (engine.Decision, SettleFunc, error) {
+	panic("backend bug")
+}
+
+// grpclimit's twin of httplimit's TestMultiPanicInASharedPolicyGivesBack: a
+// shared limiter that panics in ReserveN after an engine policy reserved
+// its unit in flight gives that unit back, and the panic goes on (it was
+// held until the lease ended).
+func TestMultiPanicInASharedPolicyGivesBack(t *testing.T) {
+	first, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.SlidingWindowStrict})
+	other, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.SlidingWindowStrict})
+	i, err := NewMultiInterceptor([]Policy{
+		{Name: "first", Limiter: first, InFlight: true},
+		{Name: "bad", Limiter: &panickingReserver{e: other}, InFlight: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = i.Unary()(serverCtx(), nil, sayInfo, func(context.Context, any) (any, error) { return "ok", nil })
+	}()
+	if got := remainingOf(first, "192.0.2.1"); got != 5 {
+		t.Fatalf("the engine policy keeps %d units in flight after the panic", 5-got)
+	}
+}

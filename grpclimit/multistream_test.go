@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -283,4 +284,77 @@ func TestStreamClientInterceptorWaitsBeforeOpening(t *testing.T) {
 		}
 	}()
 	StreamClientInterceptor(nil)
+}
+
+// sharedReserver is a ReservingLimiter over an engine that counts each
+// reservation's settles.
+type sharedReserver struct {
+	e       *engine.Engine
+	mu      sync.Mutex
+	settles []int
+	last    []int64
+}
+
+func (l *sharedReserver) AllowN(_ context.Context, key string, n int64) (engine.Decision, error) {
+	return l.e.AllowN(key, n), nil
+}
+
+func (l *sharedReserver) ReserveN(_ context.Context, key string, n int64) (engine.Decision, SettleFunc, error) {
+	r := l.e.Reserve(key, n)
+	if !r.Decision().Allowed {
+		return r.Decision(), nil, nil
+	}
+	l.mu.Lock()
+	i := len(l.settles)
+	l.settles = append(l.settles, 0)
+	l.last = append(l.last, -1)
+	l.mu.Unlock()
+	return r.Decision(), func(_ context.Context, actual int64) (engine.Decision, error) {
+		l.mu.Lock()
+		l.settles[i]++
+		l.last[i] = actual
+		l.mu.Unlock()
+		return r.Settle(actual)
+	}, nil
+}
+
+// Streams under NewMultiInterceptor: a shared limiter in flight, then an
+// engine in flight that refuses: the stream is refused, and the shared
+// limiter's reservation is given back once ("a ReservingLimiter gives
+// back what it admitted"); an admitted stream holds both until it ends,
+// then gives both back, once each.
+func TestMultiStreamsInFlightWithASharedLimiter(t *testing.T) {
+	se, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.SlidingWindowStrict})
+	shared := &sharedReserver{e: se}
+	local, _ := newEngine(t, engine.Config{Limit: 1, Algorithm: engine.SlidingWindowStrict})
+	i, err := NewMultiInterceptor([]Policy{
+		{Name: "shared", Limiter: shared, InFlight: true},
+		{Name: "local", Limiter: local, InFlight: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := i.Stream()
+	info := &grpc.StreamServerInfo{FullMethod: mChat, IsClientStream: true, IsServerStream: true}
+	var inner error
+	err = s(nil, &ctxStream{ctx: serverCtx()}, info, func(any, grpc.ServerStream) error {
+		if a, b := remainingOf(se, "192.0.2.1"), remainingOf(local, "192.0.2.1"); a != 4 || b != 0 {
+			t.Errorf("while the stream runs: shared %d, local %d", a, b)
+		}
+		inner = s(nil, &ctxStream{ctx: serverCtx()}, info, func(any, grpc.ServerStream) error { return nil })
+		return nil
+	})
+	if err != nil || status.Code(inner) != codes.ResourceExhausted {
+		t.Fatalf("outer %v, inner %v", err, inner)
+	}
+	if a, b := remainingOf(se, "192.0.2.1"), remainingOf(local, "192.0.2.1"); a != 5 || b != 1 {
+		t.Fatalf("after the streams: shared %d (want 5), local %d (want 1)", a, b)
+	}
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for k, n := range shared.settles {
+		if n != 1 || shared.last[k] != 0 {
+			t.Fatalf("shared reservation %d settled %d times, last to %d", k, n, shared.last[k])
+		}
+	}
 }

@@ -46,7 +46,7 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 				var reset int64
 				switch w.Code {
 				case 200:
-					reset = f.AdmittedReset()
+					reset = f.AdmittedReset(0)
 				case 429:
 					reset = adapter.RetrySeconds(e.AllowN("192.0.2.1", 1).RetryAfter)
 					wantHeader(t, w.Header(), "Retry-After", itoa(reset))
@@ -82,8 +82,8 @@ func TestFieldsValues(t *testing.T) {
 			t.Errorf("%q, want %q", c.got, c.want)
 		}
 	}
-	if f.AdmittedReset() != -1 {
-		t.Errorf("AdmittedReset without a Config = %d, want -1", f.AdmittedReset())
+	if f.AdmittedReset(0) != -1 {
+		t.Errorf("AdmittedReset without a Config = %d, want -1", f.AdmittedReset(0))
 	}
 	for _, c := range []struct {
 		d    time.Duration

@@ -60,6 +60,11 @@ var errNoSettle = adapter.NoSettle("httplimit: ")
 //
 //   - A handler that reports nothing keeps the estimate; one that reports
 //     twice is settled to the last report.
+//   - An estimate of 0 reserves 1 unit, held through the handler and
+//     settled like any other (a report of 0, or none, gives it back): a
+//     request whose cost is known only afterwards waits out a debt as a
+//     one-unit request does, where a reservation of 0 units would always
+//     be admitted (a free request, WithCost's 0 without WithSettle).
 //   - A handler that panics is settled to what it reported before the
 //     panic, else keeps the estimate (the work may have been done); the
 //     panic goes on.
@@ -67,12 +72,19 @@ var errNoSettle = adapter.NoSettle("httplimit: ")
 //     runs on the request's context without its cancellation.
 //   - A settle the limiter refuses (a debt it cannot count, see
 //     engine.ErrDebtFull; a shared limiter's failure) leaves the estimate
-//     charged, and is counted in Stats.SettleErrors.
+//     charged, and is counted in Stats.SettleErrors: the excess is not
+//     charged in part, so size a SlidingLog's Config.MaxLogLimit for the
+//     largest debt a key must take, and alert on SettleErrors.
 //
 // The rate-limit fields go out with the response's header, before the
 // body, and so before the actual cost is known: they carry the
-// reservation's values (the estimate's Remaining), and the settle's effect
-// shows in the next response's fields.
+// reservation's values (the estimate's Remaining, and t= from the
+// admission), and the settle's effect shows in the next response's
+// fields. So an admitted t= is an upper bound for the units reserved, not
+// for a debt: a report above the estimate is charged when the handler
+// returns, and counts for a Window (and a sub-window) from then, up to the
+// handler's duration past t=. No value sent first can bound a cost not
+// yet known.
 //
 // It needs a limiter that can hold units: an *engine.Engine, or a
 // ReservingLimiter; any other is an error at construction. It cannot be
@@ -99,7 +111,8 @@ func WithSettle() Option {
 // counts in full for Window to Window plus one sub-window; with SlidingLog
 // for exactly Window; with SlidingWindow in full for at least Window less
 // one sub-window, then by its weight. A FixedWindow engine is refused
-// (each window's end would drop every request in flight).
+// (each window's end would drop every request in flight), and so is a
+// TokenBucket (its units refill with time, whatever is in flight).
 //
 // A refusal's Retry-After (and t=) is when the oldest unit's lease ends,
 // if none is given back before: an upper bound, as a slot frees as soon as
@@ -136,23 +149,39 @@ var errInFlightSettle = errors.New("httplimit: WithInFlight and WithSettle canno
 // serveHeld is serve for a middleware that holds a request's units across
 // its handler (WithInFlight, WithSettle).
 func (m *Middleware) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, key string, cost int64) {
+	est := cost // settled from: an estimate of 0 reserves 1 (adapter.Reserved)
+	cost = adapter.Reserved(cost, m.settle != 0)
 	d, h, err := m.limiter.Reserve(r.Context(), key, cost)
 	if err != nil {
 		if adapter.CallerGone(r.Context(), err) != nil {
 			m.callerGone(w, r)
 			return
 		}
-		m.limiterFailed(w, r, m.unheld(next), d, err) // a failure policy's admission holds nothing
+		m.limiterFailed(w, r, m.failedHeld(next, h, cost), d, err)
 		return
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
-		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
-		held, costs := [1]adapter.Held{h}, [1]int64{cost}
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(d.Remaining), false)
+		held, costs := [1]adapter.Held{h}, [1]int64{est}
 		m.run(w, r, next, held[:], costs[:])
 		return
 	}
 	m.refuse(w, r, m.unheld(next), d, cost, m.fields)
+}
+
+// failedHeld is next for a request a failure policy admitted: most hold
+// nothing (unheld), but a ReservingLimiter's policy may hold units
+// (redisstore's FallbackLocal, in its local engine), given back or
+// settled after the handler as an admission's.
+func (m *Middleware) failedHeld(next http.Handler, h adapter.Held, cost int64) http.Handler {
+	if h.Units() == 0 {
+		return m.unheld(next)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held, costs := [1]adapter.Held{h}, [1]int64{cost}
+		m.run(w, r, next, held[:], costs[:])
+	})
 }
 
 // unheld is next for a request that holds nothing (a failure policy's
@@ -192,8 +221,8 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 // finish ends what the request held (adapter.Finish), as the handler
 // returns or panics; a hijacked connection keeps its units in flight.
 func (m *Middleware) finish(ctx context.Context, held []adapter.Held, cell *adapter.Reported, hw *heldWriter, costs []int64) {
-	if n := adapter.Finish(ctx, held, m.inFlight, m.settle, hw != nil && hw.hijacked.Load(), cell, costs); n > 0 {
-		m.counts.SettleErrors.Add(n)
+	if adapter.Finish(ctx, held, m.inFlight, m.settle, hw != nil && hw.hijacked.Load(), cell, costs) {
+		m.counts.SettleErrors.Add(1)
 	}
 }
 

@@ -134,3 +134,23 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+func limitEngine(t *testing.T, limit int64, alg engine.Algorithm) *engine.Engine {
+	t.Helper()
+	e, _ := adaptertest.NewEngine(t, engine.Config{Algorithm: alg}, limit)
+	return e
+}
+
+func doCatch(h http.Handler, remote string, mod func(*http.Request)) (w *httptest.ResponseRecorder, panicked any) {
+	w = httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remote
+	if mod != nil {
+		mod(r)
+	}
+	defer func() { panicked = recover() }()
+	h.ServeHTTP(w, r)
+	return w, nil
+}
+
+func remainingOf(e *engine.Engine, key string) int64 { return e.AllowN(key, 0).Remaining }

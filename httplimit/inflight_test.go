@@ -342,3 +342,69 @@ func TestHeldConfigErrors(t *testing.T) {
 		t.Errorf("WithSettle on FixedWindow: %v", err)
 	}
 }
+
+// A hijack that fails (the writer cannot hijack: HTTP/2, a recorder) leaves
+// the request an ordinary one: WithInFlight "gives it back when the handler
+// returns"; only "a request whose connection the handler hijacked" keeps
+// its units until the lease ends.
+func TestInFlightFailedHijackGivesBack(t *testing.T) {
+	e := limitEngine(t, 1, engine.SlidingWindowStrict)
+	m, err := NewMiddleware(e, WithInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, how := range []string{"controller", "assert"} {
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var err error
+			if how == "controller" {
+				_, _, err = http.NewResponseController(w).Hijack()
+			} else if hj, ok := w.(http.Hijacker); ok {
+				_, _, err = hj.Hijack()
+			} else {
+				return
+			}
+			if err == nil {
+				t.Error("a recorder hijacked")
+			}
+			w.WriteHeader(http.StatusAccepted)
+		}))
+		w, _ := doCatch(h, "192.0.2.1:1", nil)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("%s: status %d", how, w.Code)
+		}
+		if got := remainingOf(e, "192.0.2.1"); got != 1 {
+			t.Fatalf("%s: after a failed hijack the unit is held: remainingOf %d, want 1", how, got)
+		}
+	}
+}
+
+// The same over a real HTTP/2 server, where Hijack is not supported.
+func TestInFlightFailedHijackHTTP2(t *testing.T) {
+	e := limitEngine(t, 1, engine.SlidingWindowStrict)
+	m, err := NewMiddleware(e, WithInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			t.Error("HTTP/2 hijacked")
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	for i := range 3 {
+		resp, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Skip("no HTTP/2")
+		}
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("request %d: status %d (the failed hijack kept the unit)", i, resp.StatusCode)
+		}
+	}
+}

@@ -93,7 +93,10 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 // newest sub-window, and the admitted t= can fall short by the step, or
 // by the skew between the two hosts, where a 429's Retry-After includes
 // it. A limiter that does not report its Config gets no t= on admitted
-// responses. RateLimit-Policy is built once per distinct limit and reused.
+// responses. Under WithSettle t= too is the reservation's: a settle to more
+// than the estimate charges a debt when the handler returns, after the
+// fields went out, and that debt can keep the quota from being free until
+// up to the handler's duration after t= (WithSettle has why). RateLimit-Policy is built once per distinct limit and reused.
 // WithHeadersBelow leaves the fields out of admitted responses far from
 // the limit.
 type Middleware struct {
@@ -122,8 +125,10 @@ type Stats struct {
 	WouldDeny uint64 // WithDryRun: the limiter refused (429, 503 for MaxKeys, 413), and the request was let through
 	// SettleErrors counts the requests whose held units (WithInFlight,
 	// WithSettle) the limiter would not give back or settle after the
-	// handler: a debt it cannot count, a shared limiter's failure. Their
-	// units stay as reserved, until they leave the window.
+	// handler: a debt it cannot count, a shared limiter's failure. A
+	// request counts once however many of its policies (NewMulti) failed,
+	// as in every counter. Their units stay as reserved, until they leave
+	// the window.
 	SettleErrors uint64
 }
 
@@ -222,7 +227,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if adapter.Classify(d, cost) == adapter.Admitted {
 		m.counts.Allowed.Add(1)
-		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(), false)
+		m.writeRateHeaders(w.Header(), m.fields, d, m.fields.AdmittedReset(d.Remaining), false)
 		next.ServeHTTP(w, r)
 		return
 	}

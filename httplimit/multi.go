@@ -164,8 +164,12 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	var have [MaxPolicies]bool
 	var held [MaxPolicies]adapter.Held
 	var v adapter.Verdict
+	ns := costs // what each policy is asked for
 	if m.held {
-		v = p.m.Reserve(r.Context(), keys[:n], costs[:n], m.cfg.style != 0, ds[:n], have[:n], held[:n])
+		for i := range n {
+			ns[i] = adapter.Reserved(costs[i], m.settle&(1<<i) != 0)
+		}
+		v = p.m.Reserve(r.Context(), keys[:n], ns[:n], m.cfg.style != 0, ds[:n], have[:n], held[:n])
 	} else {
 		v = p.m.Decide(r.Context(), keys[:n], costs[:n], m.cfg.style != 0, ds[:n], have[:n])
 	}
@@ -176,7 +180,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	h := w.Header()
 	for i := range n {
 		if have[i] && i != v.At {
-			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedResetAt(v.Now), false)
+			m.writeRateHeaders(h, p.fields[i], ds[i], p.fields[i].AdmittedResetAt(v.Now, ds[i].Remaining), false)
 		}
 	}
 	switch {
@@ -189,7 +193,7 @@ func (m *Middleware) serveMulti(w http.ResponseWriter, r *http.Request, next htt
 	case v.Failure:
 		m.limiterFailed(w, r, m.unheld(next), ds[v.At], ErrPolicyFailed)
 	default:
-		m.refuse(w, r, m.unheld(next), ds[v.At], costs[v.At], p.fields[v.At])
+		m.refuse(w, r, m.unheld(next), ds[v.At], ns[v.At], p.fields[v.At])
 	}
 }
 

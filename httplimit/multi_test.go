@@ -115,3 +115,20 @@ func TestNewMultiErrors(t *testing.T) {
 		}
 	}
 }
+
+// "A FixedWindow engine is refused" for requests in flight: through
+// Policy.InFlight and through WithInFlight on NewMulti too.
+func TestInFlightFixedRefusedInMulti(t *testing.T) {
+	fixed := limitEngine(t, 5, engine.FixedWindow)
+	other := limitEngine(t, 5, engine.SlidingWindowStrict)
+	if _, err := NewMulti([]Policy{{Name: "a", Limiter: other}, {Name: "b", Limiter: fixed, InFlight: true}}); err == nil {
+		t.Error("Policy.InFlight on a FixedWindow engine is accepted")
+	}
+	if _, err := NewMulti([]Policy{{Name: "a", Limiter: other}, {Name: "b", Limiter: fixed}}, WithInFlight()); err == nil {
+		t.Error("WithInFlight on NewMulti with a FixedWindow engine is accepted")
+	}
+	// a settled FixedWindow policy is fine: a settle is not a lease
+	if _, err := NewMulti([]Policy{{Name: "b", Limiter: fixed, Settle: true}}); err != nil {
+		t.Errorf("Policy.Settle on FixedWindow: %v", err)
+	}
+}

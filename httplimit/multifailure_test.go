@@ -148,3 +148,49 @@ func TestPrefersJSONWildcards(t *testing.T) {
 		}
 	}
 }
+
+// failingReserver is a ReservingLimiter that fails: open (Allowed with the
+// error) or closed, or with the caller's context error when it is done.
+type failingReserver struct {
+	countingReserver
+	open bool
+}
+
+func (l *failingReserver) ReserveN(ctx context.Context, key string, n int64) (engine.Decision, SettleFunc, error) {
+	if ctx.Err() != nil {
+		return engine.Decision{Allowed: l.open, Limit: 5}, nil, ctx.Err()
+	}
+	return engine.Decision{Allowed: l.open, Limit: 5, RetryAfter: time.Second}, nil, adaptertest.ErrBackend
+}
+
+// A later shared policy fails (fail-closed: 503; or the caller left: 503,
+// Canceled; or fail-open: served) after an engine policy reserved its unit
+// in flight. Refused requests "hold nothing of the others"; a served one
+// gives its unit back when the handler returns.
+func TestMultiSharedFailureAfterInFlight(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		open bool
+		done bool
+	}{{"fail closed", false, false}, {"fail open", true, false}, {"caller gone", true, true}, {"caller gone, closed", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			eng := limitEngine(t, 5, engine.SlidingWindowStrict)
+			bad := &failingReserver{countingReserver: countingReserver{e: limitEngine(t, 5, engine.SlidingWindowStrict)}, open: c.open}
+			m, err := NewMulti([]Policy{{Name: "engine", Limiter: eng, InFlight: true}, {Name: "shared", Limiter: bad, InFlight: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, _ := doCatch(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})), "192.0.2.1:1", func(r *http.Request) {
+				if c.done {
+					ctx, cancel := context.WithCancel(r.Context())
+					cancel()
+					*r = *r.WithContext(ctx)
+				}
+			})
+			t.Logf("status %d, stats %+v", w.Code, m.Stats())
+			if got := remainingOf(eng, "192.0.2.1"); got != 5 {
+				t.Fatalf("the engine policy keeps %d units in flight", 5-got)
+			}
+		})
+	}
+}

@@ -269,9 +269,12 @@ func TestSettleDryRun(t *testing.T) {
 	}
 }
 
-// A request estimated at 0 (a free request by its estimate) is still
-// settled to what it reports: charged, since nothing was reserved. (It
-// was not charged at all: a reservation of 0 units has nothing to settle.)
+// A request estimated at 0 is still settled to what it reports: it
+// reserves 1 unit (adapter.Reserved), settled to the report, and given
+// back when nothing is reported, so an estimate of 0 with no report
+// charges nothing. (It was first not charged at all, a reservation of 0
+// units having nothing to settle; then charged afterwards, but never
+// refused: TestZeroEstimateWaitsOutADebt.)
 func TestSettleFromAnEstimateOfZero(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 100, Algorithm: engine.SlidingWindowStrict})
 	zero := func(*http.Request) int64 { return 0 }
@@ -287,5 +290,90 @@ func TestSettleFromAnEstimateOfZero(t *testing.T) {
 	do(h, "192.0.2.1:1", withReports("3"))
 	if got := e.AllowN("192.0.2.1", 0).Remaining; got != 90 || l.Settles.Load() != 1 {
 		t.Fatalf("through a ReservingLimiter: remaining %d, want 90; %d settles", got, l.Settles.Load())
+	}
+}
+
+// A request estimated at 0 waits out a debt as a one-unit request does:
+// WithSettle reserves 1 unit for it (adapter.Reserved), so once one request
+// reported 500 tokens against a limit of 100 the next ones are refused
+// with 429. (A reservation of 0 units is always admitted, and all five
+// were served: an estimator that returns 0 for a request it cannot size
+// turned the tokens-per-minute limit off for that key.)
+func TestZeroEstimateWaitsOutADebt(t *testing.T) {
+	e := limitEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := NewMiddleware(e, WithSettle(), WithCost(func(*http.Request) int64 { return 0 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		_ = ReportCost(r.Context(), 500)
+	}))
+	codes := []int{}
+	for range 5 {
+		w, _ := doCatch(h, "192.0.2.1:1", nil)
+		codes = append(codes, w.Code)
+	}
+	if d := e.AllowN("192.0.2.1", 1); d.Allowed {
+		t.Fatalf("the key is not in debt: %+v", d)
+	}
+	if served > 1 {
+		t.Fatalf("%d requests served while the key was in debt past its limit (statuses %v); the key owes %d units against a limit of 100",
+			served, codes, 500*served-100)
+	}
+}
+
+// NewMulti's twin of TestZeroEstimateWaitsOutADebt: a settled policy whose
+// Cost is 0 (Policy.Cost) beside a requests-per-minute policy refuses once
+// it is in debt.
+func TestZeroEstimateWaitsOutADebtMulti(t *testing.T) {
+	rpm := limitEngine(t, 1000, engine.SlidingWindowStrict)
+	tpm := limitEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := NewMulti([]Policy{
+		{Name: "rpm", Limiter: rpm},
+		{Name: "tpm", Limiter: tpm, Settle: true, Cost: func(*http.Request) int64 { return 0 }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		_ = ReportCost(r.Context(), 500)
+	}))
+	for range 5 {
+		doCatch(h, "192.0.2.1:1", nil)
+	}
+	if got := remainingOf(tpm, "192.0.2.1"); got != 0 {
+		t.Fatalf("tpm not in debt: %d", got)
+	}
+	if served > 1 {
+		t.Fatalf("%d requests served while tpm was in debt past its limit", served)
+	}
+}
+
+// Stats.SettleErrors counts requests, as every counter does: one request
+// whose two settled policies both refuse the report counts once (it
+// counted 2; grpclimit's doc said one per policy).
+func TestSettleErrorsCountRequestsOnce(t *testing.T) {
+	a := limitEngine(t, 100, engine.SlidingWindowStrict)
+	b := limitEngine(t, 100, engine.SlidingWindowStrict)
+	m, err := NewMulti([]Policy{
+		{Name: "a", Limiter: a, Settle: true},
+		{Name: "b", Limiter: b, Settle: true},
+	}, WithCost(func(*http.Request) int64 { return 5 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = ReportCost(r.Context(), 1<<41)
+	}))
+	doCatch(h, "192.0.2.1:1", nil)
+	if s := m.Stats(); s.SettleErrors != 1 || s.Allowed != 1 {
+		t.Fatalf("Stats %+v: want SettleErrors 1 (one request), Allowed 1", s)
+	}
+	if ga, gb := remainingOf(a, "192.0.2.1"), remainingOf(b, "192.0.2.1"); ga != 95 || gb != 95 {
+		t.Fatalf("the estimate stays: a %d, b %d", ga, gb)
 	}
 }

@@ -335,7 +335,7 @@ func (b *batcher) send(batch []*call) {
 	cmds := make([]*redis.Cmd, len(live))
 	pipe := l.client.Pipeline()
 	for i, c := range live {
-		cmds[i] = script.EvalSha(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
+		cmds[i] = l.script().EvalSha(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	// The calls that met NOSCRIPT did not run: send them again, as one
@@ -360,9 +360,9 @@ func (b *batcher) send(batch []*call) {
 			c := live[i]
 			keys, args := []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)
 			if j == 0 || round == 1 {
-				cmds[i] = script.Eval(ctx, pipe, keys, args...)
+				cmds[i] = l.script().Eval(ctx, pipe, keys, args...)
 			} else {
-				cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
+				cmds[i] = l.script().EvalSha(ctx, pipe, keys, args...)
 			}
 		}
 		_, _ = pipe.Exec(ctx)
@@ -385,7 +385,7 @@ func (b *batcher) send(batch []*call) {
 			}
 			r.err = &judgedError{mayHaveCounted(ctx, err), v}
 		} else {
-			r.d, r.at, r.err = parse(res, c.limit)
+			r.d, r.at, r.err = l.parse(res, c.limit)
 		}
 		c.done <- r
 	}

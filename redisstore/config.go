@@ -36,3 +36,26 @@ func engineOnly(cfg engine.Config) error {
 	}
 	return nil
 }
+
+// validate validates cfg as engine.New does, and returns it with the
+// engine's defaults (SubWindows, MaxKeyBytes, a TokenBucket's Burst) and
+// the engine-only fields zero, as given: Config reports no default that
+// means nothing here.
+func validate(cfg engine.Config) (engine.Config, error) {
+	vc := cfg
+	vc.DisableEviction = true
+	if cfg.Algorithm == engine.TokenBucket {
+		// The engine's bucket has no per-key limits (its unit is fixed by
+		// Limit); redisstore's has, asked on every decision (tokenbucket.go).
+		vc.KeyLimit, vc.PerKeyLimits = nil, false
+	}
+	e, err := engine.New(vc)
+	if err != nil {
+		return engine.Config{}, err
+	}
+	norm := e.Config()
+	norm.Shards, norm.SweepInterval, norm.DisableEviction = 0, 0, false
+	norm.KeyLimit, norm.PerKeyLimits = cfg.KeyLimit, norm.PerKeyLimits || cfg.KeyLimit != nil
+	_ = e.Close()
+	return norm, nil
+}

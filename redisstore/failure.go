@@ -52,6 +52,13 @@ func unavailable(key string, cause error) error {
 // The breaker judges the failure the same way whether or not the caller
 // still waits: a stall seen through callers' deadlines still opens it.
 func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err error) (engine.Decision, error) {
+	return l.failWith(ctx, key, n, limit, err, nil)
+}
+
+// failWith is fail whose policy answer, when the policy answers, comes
+// from answer if it is not nil: a reservation's (reserve.go), which
+// FallbackLocal holds in its engine.
+func (l *Limiter) failWith(ctx context.Context, key string, n, limit int64, err error, answer func() engine.Decision) (engine.Decision, error) {
 	var v *verdict
 	var judged *judgedError
 	if errors.As(err, &judged) {
@@ -79,6 +86,9 @@ func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err erro
 	}
 	l.report(fmt.Errorf("redisstore: key %q: %w", key, err))
 	l.fallbacks.Add(1)
+	if answer != nil {
+		return answer(), unavailable(key, err)
+	}
 	return l.policy(key, n, limit), unavailable(key, err)
 }
 

@@ -1,7 +1,8 @@
 // Package redisstore is ringlimit's sliding window shared across processes
 // on Redis: the engine's algorithms (SlidingWindow, SlidingWindowStrict,
-// FixedWindow) and its Decision, decided atomically by one Lua script per
-// request, with Redis TIME as the one time source.
+// FixedWindow, and TokenBucket as GCRA in exact integers) and its
+// Decision, decided atomically by one Lua script per request, with Redis
+// TIME as the one time source.
 //
 // Every request runs one script (EVALSHA, with EVAL on an explicit NOSCRIPT)
 // that reads the key's state (its N+1 sub-window counts, packed in one
@@ -11,6 +12,12 @@
 // window's geometry after it, so limiters of different geometries never
 // share counters (see Limiter.Key). Concurrent calls share round trips as
 // pipelines, and every call returns by its context's deadline.
+//
+// Reserve holds admitted units that Cancel gives back and Settle adjusts
+// to the work's actual cost, and ChargeN records a cost known only
+// afterwards, each one script call on the key's sub-window; with ReserveN,
+// a Limiter serves httplimit's and grpclimit's WithInFlight and
+// WithSettle.
 //
 // The script reads TIME and then writes, which needs effects replication
 // (the default since Redis 5, the only mode since Redis 7); on older
@@ -51,6 +58,9 @@ type Limiter struct {
 	local    *engine.Engine
 	hyb      *hybrid
 	batch    *batcher
+
+	tb *tokenBucket // a TokenBucket's rate and burst (tokenbucket.go); nil for the windows
+
 	// ctxTimeouts: the client enforces context deadlines on its reads
 	// (ContextTimeoutEnabled), so a caller with a deadline may make its
 	// own round trip.
@@ -82,6 +92,7 @@ type Limiter struct {
 	redisDecisions, localDecisions, fallbacks, failures, noscript atomic.Uint64
 	callerGone, noReply                                           atomic.Uint64
 	flushes, slowFlushes, lostUnits, breakerOpens                 atomic.Uint64
+	cancelErrors, chargeErrors                                    atomic.Uint64 // reserve.go
 }
 
 var script = redis.NewScript(luaSource)
@@ -92,7 +103,11 @@ var script = redis.NewScript(luaSource)
 // resolution), Window plus two sub-windows must be below 2^53 ns (about
 // 104 days), and with SlidingWindow Limit × sub-window width (ns) must be
 // below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
-// Limit < 9,007,199 at a 1 s sub-window). The fields that only the
+// Limit < 9,007,199 at a 1 s sub-window). With TokenBucket, Burst ×
+// Window/Limit must be exact in Lua's doubles (Burst·p + p + 2q ≤ 2^53
+// where Window/Limit = p/q µs in lowest terms) and fill in under 2^50 µs;
+// a Decision's Limit is the bucket's capacity, and WithHybrid is refused
+// (redisstore/README.md, "The token bucket"). The fields that only the
 // in-process engine implements (MaxLogLimit, Clock, CoarseClock, Shards,
 // MaxKeys, LookupCache, DisableEviction, SweepInterval and the Audit
 // fields) are refused with an error naming the field: time is Redis TIME
@@ -105,11 +120,13 @@ var script = redis.NewScript(luaSource)
 // from the next decision, with the counts kept. It must be cheap and safe
 // for concurrent use. A result of 0 means Config.Limit; a result outside
 // 1 … MaxLimit, or, with SlidingWindow, above the Limit × width bound
-// above, refuses that request with RetryAfter engine.Never, as the engine
-// does. Config.PerKeyLimits alone (the engine's SetLimit) is refused:
-// redisstore has no SetLimit; use KeyLimit. KeyLimit cannot be combined
-// with WithHybrid (New refuses it): a replica's local allowance is sized
-// against one limit.
+// above (with TokenBucket, a rate outside the exactness bound), refuses
+// that request with RetryAfter engine.Never, as the engine does. With
+// TokenBucket the answer is the key's rate, Limit per Window; its bucket
+// holds Config.Burst, or the answer when Burst is 0. Config.PerKeyLimits
+// alone (the engine's SetLimit) is refused: redisstore has no SetLimit;
+// use KeyLimit. KeyLimit cannot be combined with WithHybrid (New refuses
+// it): a replica's local allowance is sized against one limit.
 //
 // If the client lets a round trip to a stalled server last forever (a
 // *redis.Client or *redis.ClusterClient given ReadTimeout −1 or −2, no
@@ -142,50 +159,34 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if cfg.KeyLimit != nil && o.hybrid {
 		return nil, errors.New("redisstore: Config.KeyLimit cannot be combined with WithHybrid: the local allowance (maxLocal) is sized against one limit; use a plain limiter for per-key limits")
 	}
-	vc := cfg
-	vc.DisableEviction = true
-	e, err := engine.New(vc) // validation, once
+	if cfg.Algorithm == engine.TokenBucket && o.hybrid {
+		return nil, errTokenBucketHybrid
+	}
+	norm, err := validate(cfg) // as engine.New validates it, once
 	if err != nil {
 		return nil, err
 	}
-	norm := e.Config()
-	// The engine-only fields are zero, as given: Config reports no
-	// default that means nothing here.
-	norm.Shards, norm.SweepInterval, norm.DisableEviction = 0, 0, false
-	_ = e.Close()
 
 	l := &Limiter{client: client, cfg: cfg, norm: norm, opts: o, weighted: cfg.Algorithm == engine.SlidingWindow, born: time.Now()}
 	l.evict.ctx, l.evict.cancel = context.WithCancel(context.Background())
 	l.bg, l.bgCancel = context.WithCancel(context.Background())
-	n := cfg.SubWindows
-	if n == 0 {
-		n = engine.DefaultSubWindows
-	}
-	if cfg.Algorithm == engine.FixedWindow {
-		l.width, l.span = int64(cfg.Window), 0
+	if cfg.Algorithm == engine.TokenBucket {
+		err = l.initTokenBucket() // tokenbucket.go
 	} else {
-		l.width, l.span = int64(cfg.Window)/int64(n), n
+		err = l.initWindows()
 	}
-	if err := l.checkBounds(); err != nil {
+	if err != nil {
 		return nil, err
 	}
-	l.maxLimit = engine.MaxLimit
-	if l.weighted {
-		l.maxLimit = min(l.maxLimit, (MaxExact-1)/l.width)
-	}
-	l.geo = fmt.Sprintf(":w%dn%d", l.width/1000, l.span)
-	ttl := (int64(cfg.Window) + l.width + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	w := "0"
-	if l.weighted {
-		w = "1"
-	}
-	l.args = []any{l.width / 1000, l.span, w, ttl}
 	l.batch = &batcher{l: l}
 	l.ctxTimeouts = contextTimeouts(client)
 	l.multi, l.live = multiNode(client), liveBudget(client)
 	if o.policy == FallbackLocal {
 		lc := cfg
 		lc.Limit = max(1, int64(math.Floor(o.share*float64(cfg.Limit))))
+		if cfg.Burst != 0 {
+			lc.Burst = max(1, int64(math.Floor(o.share*float64(cfg.Burst))))
+		}
 		if kl := cfg.KeyLimit; kl != nil {
 			lc.KeyLimit = func(key string) int64 {
 				v := kl(key)
@@ -213,6 +214,35 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	}
 	l.startCheck()
 	return l, nil
+}
+
+// initWindows sets up the sliding and fixed windows' geometry: the
+// sub-window width, N, the key suffix and the script's arguments.
+func (l *Limiter) initWindows() error {
+	n := l.cfg.SubWindows
+	if n == 0 {
+		n = engine.DefaultSubWindows
+	}
+	if l.cfg.Algorithm == engine.FixedWindow {
+		l.width, l.span = int64(l.cfg.Window), 0
+	} else {
+		l.width, l.span = int64(l.cfg.Window)/int64(n), n
+	}
+	if err := l.checkBounds(); err != nil {
+		return err
+	}
+	l.maxLimit = engine.MaxLimit
+	if l.weighted {
+		l.maxLimit = min(l.maxLimit, (MaxExact-1)/l.width)
+	}
+	l.geo = fmt.Sprintf(":w%dn%d", l.width/1000, l.span)
+	ttl := (int64(l.cfg.Window) + l.width + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	w := "0"
+	if l.weighted {
+		w = "1"
+	}
+	l.args = []any{l.width / 1000, l.span, w, ttl}
+	return nil
 }
 
 func (l *Limiter) checkBounds() error {
@@ -353,7 +383,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 	if len(key) > l.norm.MaxKeyBytes {
 		return engine.Decision{RetryAfter: engine.Never}, nil // ReasonKeyTooLong, as from the engine
 	}
-	limit, ok := l.limitOf(key)
+	rate, ok := l.limitOf(key)
+	limit := l.capOf(rate) // the Decision's Limit (a TokenBucket's: its capacity)
 	if err := ctxDone(ctx); err != nil {
 		return l.gone(key, limit, err, nil)
 	}
@@ -367,7 +398,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decis
 		l.fallbacks.Add(1)
 		return l.policy(key, n, limit), err
 	}
-	d, _, err := l.batch.do(ctx, key, n, limit, 0)
+	d, _, err := l.batch.do(ctx, key, n, rate, 0)
 	if err != nil {
 		var held *heldError
 		if errors.As(err, &held) {
@@ -395,7 +426,7 @@ func (l *Limiter) limitOf(key string) (int64, bool) {
 	if v == 0 {
 		return l.cfg.Limit, true
 	}
-	return v, v >= 1 && v <= l.maxLimit
+	return v, v >= 1 && v <= l.maxLimit && (l.tb == nil || l.tb.exact(v))
 }
 
 // ctxDone is the judgement of a caller who has gone (callergone.Err):
@@ -419,22 +450,25 @@ func (l *Limiter) eval(ctx context.Context, key string, n, reserve int64) (engin
 func (l *Limiter) evalOne(ctx context.Context, c redis.Scripter, key string, n, limit, reserve int64) (engine.Decision, time.Time, error) {
 	keys := []string{l.Key(key)}
 	args := l.callArgs(n, limit, reserve)
-	res, err := script.EvalSha(ctx, c, keys, args...).Result()
+	res, err := l.script().EvalSha(ctx, c, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Only an explicit NOSCRIPT: the script did not run, so nothing
 		// was counted. EVAL loads it and runs it, once. A timeout is
 		// never retried: the call may already have counted.
 		l.noscript.Add(1)
-		res, err = script.Eval(ctx, c, keys, args...).Result()
+		res, err = l.script().Eval(ctx, c, keys, args...).Result()
 	}
 	if err != nil {
 		return engine.Decision{}, time.Time{}, err
 	}
-	return parse(res, limit)
+	return l.parse(res, limit)
 }
 
 // callArgs is a decision's ARGV (see luaSource).
 func (l *Limiter) callArgs(n, limit, reserve int64) []any {
+	if l.tb != nil {
+		return l.tb.args(n, limit)
+	}
 	args := make([]any, 0, 8)
 	args = append(args, n, limit)
 	args = append(args, l.args...)

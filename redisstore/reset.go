@@ -6,9 +6,12 @@ import (
 )
 
 // Reset forgets the units key has used, for every replica: it deletes the
-// key's state in Redis (one DEL of the one Redis key that Key names, in
-// the key's hash tag, so Cluster-safe), and the next decision starts from
-// an empty count. A key with no state in Redis (never used, or expired)
+// key's state in Redis (one script: the DEL of the Redis key that Key
+// names, and a reset mark beside it, Key(key)+":reset", in the key's hash
+// tag, so Cluster-safe), and the next decision starts from an empty count.
+// A Reservation from before the Reset gives nothing back to the fresh
+// count (its Cancel reports false), as the engine's; the mark expires one
+// Window and one sub-window after the Reset. A key with no state in Redis (never used, or expired)
 // is nothing to forget: Reset returns nil. A key longer than
 // Config.MaxKeyBytes is never stored, and Reset returns nil at once.
 //
@@ -43,7 +46,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctxDone(ctx); err != nil {
 		return fmt.Errorf("redisstore: Reset(%q): nothing was reset: %w", key, err)
 	}
-	if err := l.client.Del(ctx, l.Key(key)).Err(); err != nil {
+	if err := l.resetState(ctx, key); err != nil { // DEL, and the mark that keeps older reservations out of the fresh count
 		if cerr := ctxDone(ctx); cerr != nil {
 			return fmt.Errorf("redisstore: Reset(%q): the caller's context ended before Redis answered (Redis may have deleted the key): %w", key, cerr)
 		}

@@ -33,8 +33,8 @@ type Stats struct {
 	// in Failures too.
 	NoReply uint64
 	// Failures: round trips to Redis that failed, each passed to the
-	// OnError hook once: a decision's script call, a breaker probe, a
-	// hybrid flush, probe or last flush at Close (one per flush, however
+	// OnError hook once: a decision's script call, a cancel's, settle's or
+	// charge's (reserve.go), a breaker probe, a hybrid flush, probe or last flush at Close (one per flush, however
 	// many keys it carried, also when only some keys failed with
 	// WRONGTYPE). A decision's round trip whose caller's context ended
 	// first is counted only if it failed with an error reply or a refused
@@ -58,6 +58,14 @@ type Stats struct {
 	// (see WithBreaker), or a hybrid limiter entered its failure state.
 	// The decisions answered while it was open are in FallbackDecisions.
 	BreakerOpens uint64
+	// CancelErrors: Cancels, and Settles to fewer units than reserved,
+	// that Redis did not apply or may not have (a failed round trip, an
+	// open breaker), each returned wrapping ErrNotApplied and passed to
+	// the OnError hook: their units count until their sub-window leaves
+	// the window. ChargeErrors: the same for ChargeN and Settles to more
+	// units, whose units may go uncounted. A failed round trip is in
+	// Failures too.
+	CancelErrors, ChargeErrors uint64
 }
 
 // Stats returns the counters so far. Each is read separately, so they need
@@ -75,5 +83,7 @@ func (l *Limiter) Stats() Stats {
 		SlowFlushes:       l.slowFlushes.Load(),
 		LostUnits:         l.lostUnits.Load(),
 		BreakerOpens:      l.breakerOpens.Load(),
+		CancelErrors:      l.cancelErrors.Load(),
+		ChargeErrors:      l.chargeErrors.Load(),
 	}
 }

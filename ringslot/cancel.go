@@ -60,6 +60,9 @@ func (g *Geometry) Cancel(r Ring, at, n int64) (returned, dead bool) {
 	if g.log {
 		return g.logCancel(r, at, n)
 	}
+	if g.special {
+		return g.bucketCancel(r, at, n)
+	}
 	last := r.word(wordLast)
 	l := last.Load()
 	if l < 0 {
@@ -150,9 +153,9 @@ type Charged struct {
 	// Dead: r is retired and nothing was recorded; reload the key's ring
 	// and charge again.
 	Dead bool
-	// Full: nothing was recorded, because the key cannot count n more
-	// units: a counter ring's sub-window would pass pack.MaxCount, a
-	// log's live units keep.
+	// Full: nothing was recorded or changed (not even the key's time),
+	// because the key cannot count n more units: a counter ring's
+	// sub-window would pass pack.MaxCount, a log's live units keep.
 	Full bool
 	// Grow, on a log: its capacity cannot hold the units. Nothing was
 	// recorded; move the log into a ring of capacity Grow (GrowCap) and
@@ -172,6 +175,9 @@ type Charged struct {
 func (g *Geometry) Charge(r Ring, t, n, keep int64) Charged {
 	if g.log {
 		return g.logCharge(r, t, n, keep)
+	}
+	if g.special {
+		return g.bucketCharge(r, t, n)
 	}
 	return g.chargeRing(r, t, n)
 }

@@ -75,6 +75,7 @@ func NewLog(window int64) *Geometry {
 		width:   window,
 		slots:   1,
 		log:     true,
+		special: true,
 		limitAt: logLimit,
 		hdr:     logHdr,
 		words:   logHdr,
@@ -249,8 +250,10 @@ func (g *Geometry) logPeek(r Ring, t, n, limit int64) Result {
 // window, and append n units stamped t, whatever the limit.
 //
 // A log holds at most keep live units (the engine's MaxLogLimit, the
-// memory bound of one key): a charge that would pass it records nothing
-// and reports Full. One that does not fit the ring's capacity records
+// memory bound of one key): a charge that would pass it reports Full and
+// changes nothing, not even the newest time or the expired units, as an
+// error of ChargeAt promises: a request at an older now still counts
+// them, and records its units at its own time. One that does not fit the ring's capacity records
 // nothing and asks for a larger ring (Charged.Grow: twice the capacity,
 // or what the units need if more, at most keep). Nothing is ever dropped
 // that is still inside the window: a unit older than the newest limit
@@ -264,30 +267,33 @@ func (g *Geometry) logCharge(r Ring, t, n, keep int64) Charged {
 	if l < 0 {
 		return Charged{Dead: true}
 	}
-	if t > l {
-		last.Store(t) // as a denial does: units are expired at t below
-	} else {
-		t = l // time never runs backwards for a key
-	}
+	at := max(t, l) // time never runs backwards for a key
 	capacity, start, size := *r.at(logCap), *r.at(logStart), *r.at(logSize)
-	if k := expired(r, capacity, start, size, t-g.width); k > 0 {
+	k := expired(r, capacity, start, size, at-g.width)
+	if n > keep-(size-k) { // n is compared with the room, as Acquire does
+		// Refused: nothing changes, not even the key's time or its
+		// expired units, which a request at an older now (≥ l) would
+		// still count.
+		return Charged{Epoch: at, Full: true}
+	}
+	if t > l {
+		last.Store(t) // units are expired at t below
+	}
+	if k > 0 {
 		start, size = wrap(start+k, capacity), size-k
 		*r.at(logStart), *r.at(logSize) = start, size
 	}
-	switch {
-	case n > keep-size: // n is compared with the room, as Acquire does
-		return Charged{Epoch: t, Full: true}
-	case n > capacity-size:
-		return Charged{Epoch: t, Grow: min(max(size+n, 2*capacity), keep)}
+	if n > capacity-size {
+		return Charged{Epoch: at, Grow: min(max(size+n, 2*capacity), keep)}
 	}
 	for i, p := int64(0), wrap(start+size, capacity); i < n; i++ {
-		*r.at(logHdr + p) = t
+		*r.at(logHdr + p) = at
 		if p++; p == capacity {
 			p = 0
 		}
 	}
 	*r.at(logSize) = size + n
-	return Charged{Epoch: t}
+	return Charged{Epoch: at}
 }
 
 // testHookRetire, when a test sets it, runs in logRetire between the

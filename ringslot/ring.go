@@ -66,17 +66,19 @@ const (
 // Geometry is the shape shared by every ring of one engine. It is immutable
 // and safe for concurrent use.
 type Geometry struct {
-	width    int64 // sub-window width w in ns
-	span     int64 // N: sub-windows in the window (0 for Fixed)
-	slots    int64 // N+1
-	weighted bool  // weight the oldest slot by (w−r)/w
-	log      bool  // a sliding log (log.go): width is the window W
-	cache    int   // cache words after last: 2 weighted, 1 Strict, 0 Fixed and log
-	limitAt  int   // word index of the per-key limit; 0 when limits are shared
-	hdr      int   // header words: last, the cache words, then the limit when per-key
-	words    int   // hdr + slots (the header alone for a log)
-	keyOff   int   // byte offset of the key: words·8; 0 for a log, whose offset varies
-	idle     int64 // sub-windows after the newest one before Retire may retire
+	width    int64  // sub-window width w in ns
+	span     int64  // N: sub-windows in the window (0 for Fixed)
+	slots    int64  // N+1
+	weighted bool   // weight the oldest slot by (w−r)/w
+	log      bool   // a sliding log (log.go): width is the window W
+	special  bool   // a sliding log or a token bucket (bucket.go): not a counter ring
+	bk       bucket // the token bucket's shape, when special and not log
+	cache    int    // cache words after last: 2 weighted, 1 Strict, 0 Fixed and log
+	limitAt  int    // word index of the per-key limit; 0 when limits are shared
+	hdr      int    // header words: last, the cache words, then the limit when per-key
+	words    int    // hdr + slots (the header alone for a log)
+	keyOff   int    // byte offset of the key: words·8; 0 for a log, whose offset varies
+	idle     int64  // sub-windows after the newest one before Retire may retire
 	byWidth  divider
 	bySlots  divider
 
@@ -179,8 +181,11 @@ type Ring struct{ p *atomic.Int64 }
 // it. limit is stored only when the geometry has per-key limits. A log
 // ring's newest time is t, and its capacity is limit (≥ 1) units.
 func (g *Geometry) New(t, limit int64, key string) Ring {
-	if g.log {
-		return newLog(t, limit, key)
+	if g.special {
+		if g.log {
+			return newLog(t, limit, key)
+		}
+		return newBucket(t, 0, key)
 	}
 	w := alloc(g.words, key)
 	e := t / g.width
@@ -213,6 +218,9 @@ func (g *Geometry) Limit(r Ring) int64 { return pack.CountOfWord(r.word(g.limitA
 // never moves time backwards. A counter ring that t's epoch is 2^21 or more
 // sub-windows past retires there, as Acquire would: the caller replaces it.
 func (g *Geometry) Touch(r Ring, t int64) {
+	if g.IsBucket() {
+		return // a bucket's state is its TAT alone; time is not state
+	}
 	if g.log {
 		r.lock()
 		if l := r.word(logLast).Load(); l >= 0 && t > l {
@@ -253,6 +261,9 @@ func (g *Geometry) Touch(r Ring, t int64) {
 func (g *Geometry) SetLimit(r Ring, limit int64) bool {
 	if g.log {
 		return g.logSetLimit(r, limit)
+	}
+	if g.IsBucket() {
+		return false // the engine refuses per-key limits with a bucket
 	}
 	lw := r.word(g.limitAt)
 	for {
@@ -453,7 +464,7 @@ func (g *Geometry) remaining(full, old, limit, r int64) int64 {
 // EpochOf returns the epoch of t ≥ 0 (a log: t itself), the unit of
 // Result.Epoch.
 func (g *Geometry) EpochOf(t int64) int64 {
-	if g.log {
+	if g.special {
 		return t
 	}
 	e, _ := g.split(t)
@@ -538,8 +549,11 @@ func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
 }
 
 func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {
-	if g.log { // the one branch the counter rings pay for the log
-		return g.logAcquire(r, t, n, limit, detail)
+	if g.special { // the one branch the counter rings pay for the log and the bucket
+		if g.log {
+			return g.logAcquire(r, t, n, limit, detail)
+		}
+		return g.bucketAcquire(r, t, n, detail)
 	}
 	e0, r0 := g.split(t)
 	// t's slot, computed before last is loaded: in the common case (t in
@@ -693,8 +707,11 @@ func (g *Geometry) undo(slot *atomic.Int64, tag pack.Tag, n int64) {
 // negative n, or one above limit, is refused with RetryAfter Never, and no
 // n is ever added to a count (fits).
 func (g *Geometry) Peek(r Ring, t, n, limit int64) Result {
-	if g.log {
-		return g.logPeek(r, t, n, limit)
+	if g.special {
+		if g.log {
+			return g.logPeek(r, t, n, limit)
+		}
+		return g.bucketPeek(r, t, n)
 	}
 	e0, r0 := g.split(t)
 	for {
@@ -834,6 +851,9 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 	if g.log {
 		return g.logRetire(r, t)
 	}
+	if g.special {
+		return g.bucketRetire(r, t)
+	}
 	e, _ := g.split(t)
 	last := r.word(wordLast)
 	for {
@@ -857,6 +877,12 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 // on r after this read is made at or after the time it returns (the
 // self-audit orders a cancellation by it).
 func (g *Geometry) Newest(r Ring) int64 {
+	if g.IsBucket() {
+		if r.word(bucketTAT).Load() >= 0 {
+			return r.word(bucketBase).Load()
+		}
+		return -1
+	}
 	if g.log {
 		if l := r.word(logLast).Load(); l >= 0 {
 			return l
@@ -885,6 +911,9 @@ func (g *Geometry) RetiredAt(r Ring) int64 {
 	}
 	if g.log {
 		return retiredAt(l)
+	}
+	if g.special {
+		return g.bucketFullAt(r, retiredAt(l))
 	}
 	return retiredAt(l) * g.width
 }

@@ -15,7 +15,7 @@ func TestStatesAreLineAligned(t *testing.T) {
 	geos := []*Geometry{
 		NewGeometry(sec/10, 10, true, false), NewGeometry(sec/10, 10, true, true),
 		NewGeometry(sec/10, 10, false, false), NewGeometry(sec, 0, false, false),
-		NewGeometry(sec/100, 100, true, false), NewLog(sec),
+		NewGeometry(sec/100, 100, true, false), NewLog(sec), NewBucket(10, sec, 5),
 	}
 	var keep []Ring
 	for _, g := range geos {

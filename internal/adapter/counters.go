@@ -17,8 +17,9 @@ type Counts = struct {
 	Errors    uint64
 	Canceled  uint64
 	WouldDeny uint64
-	// SettleErrors: held units (WithInFlight, WithSettle) the limiter
-	// would not give back or settle after the handler.
+	// SettleErrors: requests whose held units (WithInFlight, WithSettle)
+	// the limiter would not give back or settle after the handler, each
+	// counted once however many of its policies failed.
 	SettleErrors uint64
 }
 

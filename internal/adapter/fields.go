@@ -3,6 +3,7 @@ package adapter
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,10 +56,29 @@ func escapeName(s string) string {
 // use. The zero Fields is not usable; build one with NewFields.
 type Fields struct {
 	text     policyText
-	admitted int64 // t= of an admitted response, or −1 to omit it; FixedWindow: see fixed
+	admitted int64 // t= of an admitted response, or −1 to omit it; FixedWindow: see fixed; TokenBucket: see bucket
 	fixed    int64 // FixedWindow's Window in ns, whose reset is computed per response; 0 otherwise
 	clk      engine.Clock
+	bucket   bucketShape // a TokenBucket limiter's, whose reset depends on Remaining; zero otherwise
 	values   policyCache
+}
+
+// bucketShape is what a TokenBucket's fields are computed from: q = burst,
+// w = the time to refill from empty, burst·window/limit.
+type bucketShape struct{ burst, limit, window int64 }
+
+// fill returns ⌈units·window/limit⌉ ns, the time units take to refill
+// (units ≤ burst: at most the refill time, ≤ MaxWindow).
+func (b bucketShape) fill(units int64) time.Duration {
+	if units <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(units), uint64(b.window))
+	q, r := bits.Div64(hi, lo, uint64(b.limit)) // hi < limit: the product over limit is ≤ 2^60
+	if r != 0 {
+		q++
+	}
+	return time.Duration(q)
 }
 
 // NewFields returns the Fields of a policy named name (validated and
@@ -85,6 +105,15 @@ func NewFields(prefix, fn string, l any, name string, window time.Duration) (*Fi
 		f.admitted = ceilSeconds(admittedReset(lc))
 		if lc.Algorithm == engine.FixedWindow && lc.Window > 0 {
 			f.fixed, f.clk = int64(lc.Window), lc.Clock
+		}
+		if lc.Algorithm == engine.TokenBucket && lc.Window > 0 && lc.Limit > 0 && lc.Burst > 0 {
+			// w= is the time to refill the bucket from empty, and only
+			// when it is whole seconds exactly (newPolicyText).
+			f.bucket = bucketShape{burst: lc.Burst, limit: lc.Limit, window: int64(lc.Window)}
+			window = f.bucket.fill(lc.Burst)
+			if hi, lo := bits.Mul64(uint64(lc.Burst), uint64(lc.Window)); hi != 0 || lo%uint64(lc.Limit) != 0 {
+				window = 0 // not whole ns, so not whole seconds: no w=
+			}
 		}
 	}
 	f.text = newPolicyText(name, window)
@@ -176,12 +205,18 @@ func (f *Fields) AppendRate(b []byte, remaining, reset int64) []byte {
 
 // AdmittedReset returns the t= of an admitted response now, in seconds: a
 // true upper bound on when the key's whole quota is free again, or −1 when
-// the limiter does not report its Config.
-func (f *Fields) AdmittedReset() int64 { return f.AdmittedResetAt(0) }
+// the limiter does not report its Config. It bounds the units recorded by
+// now; a debt charged later (a settle after the handler) is not in it.
+// remaining is the admitted Decision's: a TokenBucket is full again at most
+// (Burst − remaining)·Window/Limit later; the other algorithms ignore it.
+func (f *Fields) AdmittedReset(remaining int64) int64 { return f.AdmittedResetAt(0, remaining) }
 
 // AdmittedResetAt is AdmittedReset for units decided at now (Unix ns), the
 // time NewMulti's engines decided at; now = 0 reads the limiter's clock.
-func (f *Fields) AdmittedResetAt(now int64) int64 {
+func (f *Fields) AdmittedResetAt(now, remaining int64) int64 {
+	if f.bucket.limit != 0 {
+		return ceilSeconds(f.bucket.fill(f.bucket.burst - min(max(remaining, 0), f.bucket.burst)))
+	}
 	if f.fixed == 0 {
 		return f.admitted
 	}
@@ -225,6 +260,9 @@ func (f *Fields) now() int64 {
 //     (AdmittedResetAt); this bound is its ceiling.
 //   - SlidingLog: a unit admitted at s counts while u − W < s, so until
 //     s + W ≤ now + W.
+//   - TokenBucket: the bucket refills from empty within Burst·W/L; the
+//     adapters send the tighter (Burst − Remaining)·W/L
+//     (AdmittedResetAt), and this bound is its ceiling.
 //
 // "now" is the key's own time: the engine clamps a decision to the newest
 // sub-window (or log time) the key has seen, so under concurrent requests
@@ -240,6 +278,11 @@ func (f *Fields) now() int64 {
 func admittedReset(c engine.Config) time.Duration {
 	switch c.Algorithm {
 	case engine.FixedWindow, engine.SlidingLog:
+		return c.Window
+	case engine.TokenBucket:
+		if c.Limit > 0 && c.Burst > 0 {
+			return bucketShape{burst: c.Burst, limit: c.Limit, window: int64(c.Window)}.fill(c.Burst)
+		}
 		return c.Window
 	}
 	n := c.SubWindows

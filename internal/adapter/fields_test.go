@@ -29,6 +29,12 @@ func TestFieldsValues(t *testing.T) {
 		{"sliding 1 s / 3: rounded up", configured{engine.Config{Limit: 7, Window: time.Second, SubWindows: 3}}, time.Second, `"p";q=7;w=1`, 2, `"p";r=3;t=4`},
 		{"strict", configured{engine.Config{Limit: 7, Window: 2 * time.Second, SubWindows: 2, Algorithm: engine.SlidingWindowStrict}}, 0, `"p";q=7;w=2`, 3, `"p";r=3;t=4`},
 		{"log", configured{engine.Config{Limit: 7, Window: 1500 * time.Millisecond, Algorithm: engine.SlidingLog}}, 0, `"p";q=7`, 2, `"p";r=3;t=4`},
+		// A token bucket's w= is the time to refill from empty, Burst·W/L,
+		// when whole seconds; t= of an admission with Remaining 0 is it.
+		{"token 10/s, burst 20: w=2", configured{engine.Config{Limit: 10, Window: time.Second, Burst: 20, Algorithm: engine.TokenBucket}}, 0, `"p";q=7;w=2`, 2, `"p";r=3;t=4`},
+		{"token 1 per 3 s, burst 2: w=6", configured{engine.Config{Limit: 1, Window: 3 * time.Second, Burst: 2, Algorithm: engine.TokenBucket}}, 0, `"p";q=7;w=6`, 6, `"p";r=3;t=4`},
+		{"token 7 per 1 ms: no w=", configured{engine.Config{Limit: 7, Window: time.Millisecond, Burst: 7, Algorithm: engine.TokenBucket}}, 0, `"p";q=7`, 1, `"p";r=3;t=4`},
+		{"token 3/s, burst 1: refill not whole ns, no w=", configured{engine.Config{Limit: 3, Window: time.Second, Burst: 1, Algorithm: engine.TokenBucket}}, 0, `"p";q=7`, 1, `"p";r=3;t=4`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f, err := NewFields("httplimit: ", "New", c.l, "p", c.window)
@@ -44,7 +50,7 @@ func TestFieldsValues(t *testing.T) {
 			if v := f.Value(7 + policySlots); v.Policy == c.policy || f.Value(7).XLimit != "7" {
 				t.Errorf("a colliding limit returned the other's value: %+v", v)
 			}
-			if got := f.AdmittedReset(); got != c.admitted {
+			if got := f.AdmittedReset(0); got != c.admitted {
 				t.Errorf("AdmittedReset() = %d, want %d", got, c.admitted)
 			}
 			if got := f.RateLimit(3, 4); got != c.rateLimit {
@@ -91,11 +97,11 @@ func TestFieldsFixedWindowResetIsTheWindowEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 1_700_000_000 is a multiple of 10 s: the window ends at +10 s.
-	if got := f.AdmittedReset(); got != 8 { // 7.5 s, rounded up
+	if got := f.AdmittedReset(0); got != 8 { // 7.5 s, rounded up
 		t.Errorf("AdmittedReset() = %d, want 8", got)
 	}
 	at := time.Unix(1_700_000_009, 0).UnixNano()
-	if got := f.AdmittedResetAt(at); got != 1 {
+	if got := f.AdmittedResetAt(at, 0); got != 1 {
 		t.Errorf("AdmittedResetAt(+9 s) = %d, want 1", got)
 	}
 	// Without a clock in the Config it reads the wall clock: a value
@@ -104,7 +110,7 @@ func TestFieldsFixedWindowResetIsTheWindowEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := f.AdmittedReset(); got < 1 || got > 10 {
+	if got := f.AdmittedReset(0); got < 1 || got > 10 {
 		t.Errorf("AdmittedReset() on the wall clock = %d, want 1 … 10", got)
 	}
 }
@@ -127,7 +133,7 @@ func TestNewFieldsErrors(t *testing.T) {
 		}
 	}
 	// A nil pointer of a Configured type is not read.
-	if f, err := NewFields("httplimit: ", "New", (*engine.Engine)(nil), "p", time.Second); err != nil || f.AdmittedReset() != -1 {
+	if f, err := NewFields("httplimit: ", "New", (*engine.Engine)(nil), "p", time.Second); err != nil || f.AdmittedReset(0) != -1 {
 		t.Errorf("nil engine: %v", err)
 	}
 }
@@ -142,6 +148,20 @@ func TestRetrySeconds(t *testing.T) {
 	} {
 		if got := RetrySeconds(c.d); got != c.want {
 			t.Errorf("RetrySeconds(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
+
+// A token bucket's admitted t= is the time until it is full again, at most
+// (Burst − Remaining)·Window/Limit, rounded up to whole seconds.
+func TestFieldsTokenBucketAdmittedReset(t *testing.T) {
+	f, err := NewFields("httplimit: ", "New", configured{engine.Config{Limit: 10, Window: time.Second, Burst: 20, Algorithm: engine.TokenBucket}}, "p", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ remaining, want int64 }{{20, 0}, {19, 1}, {10, 1}, {9, 2}, {0, 2}, {-1, 2}, {25, 0}} {
+		if got := f.AdmittedReset(c.remaining); got != c.want {
+			t.Errorf("AdmittedReset(%d) = %d, want %d", c.remaining, got, c.want)
 		}
 	}
 }

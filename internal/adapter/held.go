@@ -26,7 +26,6 @@ type reservingLimiter = interface {
 // has run. The zero Held holds nothing; settling it does nothing.
 type Held struct {
 	res    engine.Reservation // an engine's
-	eng    *engine.Engine     // res's engine, to charge an admission of 0 units
 	remote SettleFunc         // a remote limiter's; nil otherwise
 }
 
@@ -44,13 +43,7 @@ func (h *Held) Settle(ctx context.Context, actual int64) error {
 		return err
 	}
 	if h.res.Units() == 0 {
-		if h.eng != nil && actual > 0 && h.res.Decision().Allowed {
-			// An admission of 0 units (a cost of 0) holds nothing to
-			// settle: what was used is charged.
-			_, err := h.eng.Charge(h.res.Key(), actual)
-			return err
-		}
-		return nil
+		return nil // nothing held (a settled policy reserves at least 1: Reserved)
 	}
 	_, err := h.res.Settle(actual)
 	if errors.Is(err, engine.ErrSettled) {
@@ -73,21 +66,41 @@ func (h *Held) Units() int64 {
 func (b *Backend) CanReserve() bool { return b.eng != nil || b.reserving != nil }
 
 // Reserve is AllowN that keeps what it admitted in a Held, when b can
-// reserve (else the Held is empty, and the admission stays).
+// reserve (else the Held is empty, and the admission stays). A failure
+// policy's admission (err != nil, d.Allowed) holds what the limiter says
+// it holds: nothing for most (a nil SettleFunc), a local reservation for
+// redisstore's FallbackLocal, which its SettleFunc gives back there.
 func (b *Backend) Reserve(ctx context.Context, key string, n int64) (engine.Decision, Held, error) {
 	switch {
 	case b.eng != nil:
 		r := b.eng.Reserve(key, n)
-		return r.Decision(), Held{res: r, eng: b.eng}, nil
+		return r.Decision(), Held{res: r}, nil
 	case b.reserving != nil:
 		d, settle, err := b.reserving.ReserveN(ctx, key, n)
-		if err != nil || !d.Allowed {
-			settle = nil // nothing is held: the failure policy's admission, or a refusal
+		if !d.Allowed {
+			settle = nil // a refusal holds nothing
 		}
 		return d, Held{remote: settle}, err
 	}
 	d, err := b.AllowN(ctx, key, n)
 	return d, Held{}, err
+}
+
+// Reserved is what the adapters reserve for a request whose estimated cost
+// is cost, under a policy that settles (WithSettle, Policy.Settle) or not:
+// the cost, but at least 1 when settled. An estimate of 0 is then a check
+// that one unit fits, held through the handler and settled like any other
+// (to the report, else to the estimate 0): a request whose actual cost is
+// unknown must wait out a debt as a one-unit request does, where a
+// reservation of 0 units would always be admitted, and the unit held makes
+// the check part of the admission, so that concurrent requests cannot all
+// pass one free unit. A policy that does not settle reserves the cost: a
+// cost of 0 is a free request.
+func Reserved(cost int64, settled bool) int64 {
+	if settled && cost == 0 {
+		return 1
+	}
+	return cost
 }
 
 // CheckHold is the construction check of WithInFlight and WithSettle
@@ -98,9 +111,18 @@ func CheckHold(option string, l any, b Backend) error {
 	if !b.CanReserve() {
 		return fmt.Errorf("%s needs a limiter that can give units back or settle them after the handler: an *engine.Engine, or a ReservingLimiter (ReserveN); %T is neither", option, l)
 	}
+	if c, ok := l.(interface{ CanReserve() error }); ok && !IsNil(l) {
+		// A limiter that has ReserveN but cannot use it in its mode
+		// (redisstore's hybrid limiter) says so at construction.
+		if err := c.CanReserve(); err != nil {
+			return fmt.Errorf("%s: %w", option, err)
+		}
+	}
 	if c, ok := l.(Configured); ok && option == "WithInFlight" && !IsNil(l) {
 		if alg := c.Config().Algorithm; alg == engine.FixedWindow {
 			return fmt.Errorf("WithInFlight: the limiter's Algorithm is %v, whose window boundary drops every unit in flight at once; use SlidingWindowStrict (a unit counts in full for Window, plus up to one sub-window) or SlidingLog (exactly Window)", alg)
+		} else if alg == engine.TokenBucket {
+			return fmt.Errorf("WithInFlight: the limiter's Algorithm is %v, whose units refill with time whatever is in flight, and which gives back only a key's newest booking; use SlidingWindowStrict or SlidingLog to hold units until the handler ends", alg)
 		}
 	}
 	return nil
@@ -124,18 +146,33 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 	if m.engines != nil {
 		return m.reserveAll(keys, ns, read, ds, have, held)
 	}
-	v := Verdict{At: -1}
+	// Until the policies are decided, a panic (a limiter's bug, a
+	// Config.KeyLimit's) gives back what the policies before it hold, as
+	// a refusal does, and goes on: held is all zero on entry, and only
+	// the policies asked hold anything.
+	v, done := Verdict{At: -1}, false
 	defer func() {
-		if v.At >= 0 {
+		switch {
+		case !done:
+			release(ctx, held)
+		case v.At >= 0:
 			release(ctx, held[:v.At])
 		}
 	}()
+	v = m.reserveInOrder(ctx, keys, ns, ds, have, held)
+	done = true
+	return v
+}
+
+// reserveInOrder is Reserve's ordered path, up to the first policy that
+// does not admit (Verdict.At), which Reserve's caller releases.
+func (m *Multi) reserveInOrder(ctx context.Context, keys []string, ns []int64, ds []engine.Decision, have []bool, held []Held) Verdict {
+	v := Verdict{At: -1}
 	for i := range m.backends {
 		d, h, err := m.backends[i].Reserve(ctx, keys[i], ns[i])
 		if err != nil {
 			if gone := CallerGone(ctx, err); gone != nil {
-				v = Verdict{At: i, Gone: gone}
-				return v
+				return Verdict{At: i, Gone: gone}
 			}
 			v.Failed = true
 			if !d.Allowed {
@@ -143,6 +180,7 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 				v.At, v.Failure = i, true
 				return v
 			}
+			held[i] = h // a failure policy's admission may hold units (Backend.Reserve)
 			continue
 		}
 		ds[i], have[i], held[i] = d, true, h
@@ -154,12 +192,30 @@ func (m *Multi) Reserve(ctx context.Context, keys []string, ns []int64, read boo
 	return v
 }
 
-// release gives back what every Held of hs holds.
+// release gives back what every Held of hs holds, the last first: each
+// give-back runs even if one before it panics (a SettleFunc's bug), and
+// the panic goes on after them.
 func release(ctx context.Context, hs []Held) {
-	for j := len(hs) - 1; j >= 0; j-- {
-		_ = hs[j].Settle(ctx, 0) // a failure leaves the units to their window, as a refused cancel does
+	each(len(hs), func(k int) {
+		j := len(hs) - 1 - k
+		h := hs[j]
 		hs[j] = Held{}
+		_ = h.Settle(ctx, 0) // a failure leaves the units to their window, as a refused cancel does
+	})
+}
+
+// each calls f(0) … f(n−1) in order, each one even if an earlier one
+// panicked: a deferred call runs the rest, and the panic goes on once
+// they have run (a later panic replaces it, as Go's deferred calls do).
+// n ≤ MaxPolicies, so the recursion is shallow.
+func each(n int, f func(i int)) { eachFrom(0, n, f) }
+
+func eachFrom(i, n int, f func(i int)) {
+	if i >= n {
+		return
 	}
+	defer eachFrom(i+1, n, f)
+	f(i)
 }
 
 func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Decision, have []bool, held []Held) Verdict {
@@ -186,7 +242,7 @@ func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Dec
 			at = i
 			break
 		}
-		held[i] = Held{res: r, eng: e}
+		held[i] = Held{res: r}
 		kept = i + 1
 	}
 	if at < 0 {
@@ -208,31 +264,40 @@ func (m *Multi) reserveAll(keys []string, ns []int64, read bool, ds []engine.Dec
 // Finish ends what a request held once its handler has returned or
 // panicked. Policy i (held[i]) is in flight when bit i of inFlight is
 // set: its units go back, unless keep is set (a hijacked connection, which
-// its lease ends). It is settled when bit i of settle is set and the
-// handler reported a cost in cell (cell may be nil) other than its
-// estimate costs[i]. The request's context may be done by then (a client
-// that left): Held.Settle settles without its cancellation. It returns
-// how many settles the limiter refused or failed; their units stay as
-// reserved.
-func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool, cell *Reported, costs []int64) (failed uint64) {
+// its lease ends). It is settled when bit i of settle is set, to the cost
+// the handler reported in cell (cell may be nil), else to its estimate
+// costs[i], when that differs from what it reserved (Reserved(costs[i])). The request's context may be done by then (a client
+// that left): Held.Settle settles without its cancellation. It reports
+// whether the limiter refused or failed any of them (Stats.SettleErrors
+// counts the request once, as every counter does, however many of its
+// policies failed); their units stay as reserved.
+func Finish(ctx context.Context, held []Held, inFlight, settle uint8, keep bool, cell *Reported, costs []int64) (failed bool) {
 	var actual int64
 	reported := false
 	if cell != nil {
 		actual, reported = cell.Get()
 	}
-	for i := range held {
+	// Each policy's give-back or settle runs even if one before it
+	// panics (a SettleFunc's bug); the panic goes on after them.
+	each(len(held), func(i int) {
 		var err error
 		switch {
 		case inFlight&(1<<i) != 0:
 			if !keep {
 				err = held[i].Settle(ctx, 0)
 			}
-		case settle&(1<<i) != 0 && reported && actual != costs[i]:
-			err = held[i].Settle(ctx, actual)
+		case settle&(1<<i) != 0:
+			target := costs[i] // no report: the estimate stays
+			if reported {
+				target = actual
+			}
+			if target != Reserved(costs[i], true) {
+				err = held[i].Settle(ctx, target)
+			}
 		}
 		if err != nil {
-			failed++
+			failed = true
 		}
-	}
+	})
 	return failed
 }

@@ -2,6 +2,8 @@ package adapter
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,8 +63,8 @@ func TestMultiReserveAllOrNothing(t *testing.T) {
 	var c Reported
 	c.n.Store(4)
 	c.set.Store(true)
-	if n := Finish(context.Background(), hs, 1, 2, false, &c, []int64{2, 2, 2}); n != 0 {
-		t.Fatalf("%d settles failed", n)
+	if Finish(context.Background(), hs, 1, 2, false, &c, []int64{2, 2, 2}) {
+		t.Fatal("a settle failed")
 	}
 	if got := [3]int64{left(a, "p"), left(a, "q"), left(a, "r")}; got != [3]int64{5, 1, 3} {
 		t.Fatalf("after Finish: %v, want [5 1 3]", got)
@@ -91,5 +93,76 @@ func TestMultiReserveReleasesRemotes(t *testing.T) {
 	}
 	if len(plain.got) != 1 {
 		t.Fatalf("the plain limiter was asked %d times", len(plain.got))
+	}
+}
+
+// cannotReserve has ReserveN but cannot use it (as redisstore's hybrid
+// limiter): CanReserve says why.
+type cannotReserve struct{}
+
+func (cannotReserve) AllowN(context.Context, string, int64) (engine.Decision, error) {
+	return engine.Decision{}, nil
+}
+func (cannotReserve) ReserveN(context.Context, string, int64) (engine.Decision, SettleFunc, error) {
+	return engine.Decision{}, nil, errCannot
+}
+func (cannotReserve) CanReserve() error { return errCannot }
+
+var errCannot = errors.New("cannot reserve in this mode")
+
+// CheckHold refuses, at construction, a ReservingLimiter whose CanReserve
+// reports that it cannot reserve, naming the option and wrapping the cause.
+func TestCheckHoldAsksCanReserve(t *testing.T) {
+	b, err := NewBackend(cannotReserve{})
+	if err != nil || !b.CanReserve() {
+		t.Fatal(err)
+	}
+	for _, opt := range []string{"WithInFlight", "WithSettle"} {
+		if err := CheckHold(opt, cannotReserve{}, b); !errors.Is(err, errCannot) || !strings.HasPrefix(err.Error(), opt) {
+			t.Fatalf("CheckHold(%s): %v", opt, err)
+		}
+	}
+}
+
+// localFallback admits through its failure policy (an error with an
+// admission) and holds the units locally, as redisstore's FallbackLocal:
+// its SettleFunc records what it was settled to.
+type localFallback struct{ settled []int64 }
+
+func (l *localFallback) AllowN(context.Context, string, int64) (engine.Decision, error) {
+	return engine.Decision{Allowed: true, Limit: 5}, errCannot
+}
+func (l *localFallback) ReserveN(_ context.Context, _ string, n int64) (engine.Decision, SettleFunc, error) {
+	return engine.Decision{Allowed: true, Limit: 5}, func(_ context.Context, actual int64) (engine.Decision, error) {
+		l.settled = append(l.settled, actual)
+		return engine.Decision{}, nil
+	}, errCannot
+}
+
+// A failure policy's admission that holds units (FallbackLocal's) keeps
+// them in its Held, alone and under Multi.Reserve, so that the adapters
+// give them back after the handler; a later policy's refusal gives them
+// back at once.
+func TestReserveKeepsFailurePolicyHold(t *testing.T) {
+	lf := &localFallback{}
+	b := mustBackend(t, lf)
+	d, h, err := b.Reserve(context.Background(), "k", 2)
+	if !errors.Is(err, errCannot) || !d.Allowed || h.Units() != -1 {
+		t.Fatalf("Reserve: %+v %v, held %d", d, err, h.Units())
+	}
+	if err := h.Settle(context.Background(), 0); err != nil || len(lf.settled) != 1 || lf.settled[0] != 0 {
+		t.Fatalf("Settle: %v %v", err, lf.settled)
+	}
+	clk := engine.NewManualClock(time.Unix(1_700_000_000, 0))
+	e := newTestEngine(t, engine.Config{Limit: 1, Window: time.Second, Clock: clk, DisableEviction: true})
+	m := NewMulti([]Backend{mustBackend(t, lf), mustBackend(t, e)})
+	ds, have, held := make([]engine.Decision, 2), make([]bool, 2), make([]Held, 2)
+	if v := m.Reserve(context.Background(), []string{"k", "k"}, []int64{1, 1}, false, ds, have, held); v.At != -1 || !v.Failed || held[0].Units() != -1 {
+		t.Fatalf("admitted with a failure: %+v, held %d", v, held[0].Units())
+	}
+	lf.settled = nil
+	ds, have, held = make([]engine.Decision, 2), make([]bool, 2), make([]Held, 2)
+	if v := m.Reserve(context.Background(), []string{"k", "k"}, []int64{1, 1}, false, ds, have, held); v.At != 1 || len(lf.settled) != 1 || lf.settled[0] != 0 {
+		t.Fatalf("refused by the engine: %+v, the failure policy's hold settled %v, want [0]", v, lf.settled)
 	}
 }

@@ -197,6 +197,11 @@ func TestLabBounds(t *testing.T) {
 				if p.Class == Adversarial && c.WorstUnits*10 < 19*L {
 					t.Errorf("%s on the adversarial burst: %d units in one window, want ≥ 1.9 L", r.Name(), c.WorstUnits)
 				}
+			case Token:
+				// Burst + ⌊W·L/W⌋ = 2L in a window of length W.
+				if c.WorstUnits > 2*L {
+					t.Errorf("%s on %s: %d units in one window, want ≤ Burst + L = 2L", r.Name(), p.Name, c.WorstUnits)
+				}
 			case Log:
 				if c.WorstUnits > L || c.FalseAllows != 0 || c.FalseDenies != 0 {
 					t.Errorf("sliding log on %s: worst %d, false allows %d, false denies %d; want ≤ L and exact",
@@ -209,7 +214,7 @@ func TestLabBounds(t *testing.T) {
 		}
 	}
 	n := len(res.Config.SubWindows)
-	if kinds[Fixed] != 1 || kinds[Sliding] != n || kinds[Strict] != n {
+	if kinds[Fixed] != 1 || kinds[Sliding] != n || kinds[Strict] != n || kinds[Token] != 1 {
 		t.Errorf("rows by kind = %v", kinds)
 	}
 	if kinds[Log] == 0 {
@@ -280,7 +285,7 @@ func TestFigureSVG(t *testing.T) {
 			}
 		}
 	}
-	want := 4
+	want := 5
 	if panels != 2 || limits != 2 || legends != 1 {
 		t.Errorf("%d panels, %d limit lines, %d legends; want 2, 2, 1", panels, limits, legends)
 	}
@@ -289,7 +294,7 @@ func TestFigureSVG(t *testing.T) {
 			t.Errorf("panel %d has %d series paths, want %d (%v)", p, paths[p], want, names)
 		}
 	}
-	for _, s := range []string{"fixed window", "strict, N=10", "sliding counter, N=10", "log"} {
+	for _, s := range []string{"fixed window", "strict, N=10", "sliding counter, N=10", "log", "token bucket"} {
 		if !strings.Contains(strings.Join(names, "|"), s) {
 			t.Errorf("series %v lack %q", names, s)
 		}

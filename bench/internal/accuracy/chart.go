@@ -33,7 +33,7 @@ func trace(events []event, window, start int64) []Point {
 
 // chartSeries picks the drawn algorithms: the sliding log (the engine's,
 // or the lab's exact log when the engine has none), strict and sliding at
-// ChartN (or the first N configured), and fixed. The log is drawn first,
+// ChartN (or the first N configured), fixed, and the token bucket. The log is drawn first,
 // wide and pale, and strict last, dashed, so that lines that coincide stay
 // visible.
 func chartSeries(res *Result, pattern int) []Series {
@@ -62,6 +62,9 @@ func chartSeries(res *Result, pattern int) []Series {
 	}
 	if r := find(Fixed, 0); r != nil {
 		out = append(out, Series{Name: "fixed window", Color: "#ff7f0e", Width: 1.6, Steps: trace(r.Cells[pattern].admitted, w, p.Start)})
+	}
+	if r := find(Token, 0); r != nil {
+		out = append(out, Series{Name: "token bucket, Burst = L", Color: "#9467bd", Width: 1.6, Steps: trace(r.Cells[pattern].admitted, w, p.Start)})
 	}
 	if r := find(Strict, n); r != nil {
 		out = append(out, Series{Name: fmt.Sprintf("strict, N=%d", n), Color: "#1f77b4", Width: 2, Dash: "7 4", Steps: trace(r.Cells[pattern].admitted, w, p.Start)})

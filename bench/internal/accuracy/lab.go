@@ -101,6 +101,7 @@ const (
 	Sliding Kind = "sliding"
 	Strict  Kind = "strict"
 	Log     Kind = "log"
+	Token   Kind = "token"
 )
 
 // Variant is one engine configuration under test.
@@ -119,6 +120,8 @@ func (v Variant) Name() string {
 		return fmt.Sprintf("sliding window counter, N=%d", v.N)
 	case Strict:
 		return fmt.Sprintf("strict counter, N=%d", v.N)
+	case Token:
+		return "token bucket, Burst = L"
 	}
 	return "sliding log"
 }
@@ -191,8 +194,9 @@ type Result struct {
 }
 
 // Variants lists the configurations under test: fixed once, sliding and
-// strict at every N, and the engine's sliding log if it has one
-// (engine.ParseAlgorithm("log")), else a note why not.
+// strict at every N, the token bucket with Burst = L (the default), and
+// the engine's sliding log if it has one (engine.ParseAlgorithm("log")),
+// else a note why not.
 func Variants(c Config) ([]Variant, string) {
 	vs := []Variant{{Kind: Fixed, Alg: engine.FixedWindow}}
 	for _, n := range c.SubWindows {
@@ -201,6 +205,7 @@ func Variants(c Config) ([]Variant, string) {
 	for _, n := range c.SubWindows {
 		vs = append(vs, Variant{Kind: Strict, Alg: engine.SlidingWindowStrict, N: n})
 	}
+	vs = append(vs, Variant{Kind: Token, Alg: engine.TokenBucket})
 	alg, err := engine.ParseAlgorithm("log")
 	if err != nil {
 		return vs, fmt.Sprintf("the engine has no sliding log algorithm (engine.ParseAlgorithm(\"log\"): %v); its row is left out", err)
