@@ -49,6 +49,11 @@ type breaker struct {
 	// handshakes counts the handshakes of check's connections: after a
 	// check's connection was lost, one more is a reply (liveness.go).
 	handshakes func() uint64
+	// dialing counts the dials of check's connections in progress; nil
+	// when check has no checker, whose connections judge a silence
+	// themselves (checkconn.go): the ticks then judge every silence.
+	dialing func() int64
+	onDown  func(cause error) // a confirmation found Redis down: count and report it, if set
 	bg         context.Context         // check's parent, cancelled by Close
 	budget     time.Duration           // the silence, in the process's own time, that is an outage (liveBudget)
 	off        bool                    // WithBreaker(0, 0): verdicts for the callers waiting, but never open

@@ -115,6 +115,7 @@ func multiNode(client redis.UniversalClient) bool {
 type checker struct {
 	c          *redis.Client
 	handshakes atomic.Uint64
+	dialing    atomic.Int64 // dials in progress (checkconn.go)
 }
 
 // checkerFor returns the checker of node (address addr), made at its
@@ -151,8 +152,12 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 64, 0, 1, 0
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
-	o.ReadTimeout, o.WriteTimeout = 2*l.live, 2*l.live // the checks' contexts are the bounds
+	o.ReadTimeout, o.WriteTimeout = 2*l.live, 2*l.live // ignored by its connections, which keep their own (checkconn.go)
 	o.PoolTimeout = 2 * l.live
+	if o.Dialer == nil { // Options() is normalised: set already
+		o.Dialer = redis.NewDialer(&o)
+	}
+	o.Dialer = ck.dialer(o.Dialer, l.live)
 	// The node's own config is the client's, which go-redis writes under
 	// a lock of its own: the checker needs none.
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}

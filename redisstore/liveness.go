@@ -129,7 +129,7 @@ func (b *breaker) confirm(v *verdict) {
 		case err := <-res:
 			switch {
 			case err == nil:
-			case classify(err) == proof:
+			case classify(err) == proof, silent(err): // a refusal, or a silence the check's connection confirmed (checkconn.go)
 				down = err
 			default: // a timeout, a lost connection: send another on the next tick (one that fails at once must not spin)
 				if lostConn(err) && !lost && b.handshakes != nil {
@@ -145,7 +145,11 @@ func (b *breaker) confirm(v *verdict) {
 				resend = false
 				send()
 			}
-			if credited >= b.budget && !replied() {
+			// With a checker, its connection judges the silence of a
+			// check once sent (checkconn.go); the ticks judge only a
+			// dial that gets no answer.
+			judged := b.dialing == nil || b.dialing() > 0
+			if judged && credited >= b.budget && !replied() {
 				if passes == 2 {
 					down = fmt.Errorf("no reply from Redis for %v of this process's own time, to a check on a connection of the limiter's own or to any other round trip", b.budget)
 				} else {
@@ -169,6 +173,9 @@ func (b *breaker) confirm(v *verdict) {
 // outage, which trips the breaker.
 func (b *breaker) decide(v *verdict, down error) {
 	if down != nil {
+		if b.onDown != nil {
+			b.onDown(down)
+		}
 		b.trip(down)
 		return
 	}
