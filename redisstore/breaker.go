@@ -53,12 +53,12 @@ type breaker struct {
 	// when check has no checker, whose connections judge a silence
 	// themselves (checkconn.go): the ticks then judge every silence.
 	dialing func() int64
-	onDown  func(cause error) // a confirmation found Redis down: count and report it, if set
-	bg         context.Context         // check's parent, cancelled by Close
-	budget     time.Duration           // the silence, in the process's own time, that is an outage (liveBudget)
-	off        bool                    // WithBreaker(0, 0): verdicts for the callers waiting, but never open
-	wrap       func(cause error) error // the cause as an open breaker's answer says it, if set
-	onOpen     func()                  // called by the trip that opened the breaker, if set; must not block
+	onDown  func(cause error)       // a confirmation found Redis down: count and report it, if set
+	bg      context.Context         // check's parent, cancelled by Close
+	budget  time.Duration           // the silence, in the process's own time, that is an outage (liveBudget)
+	off     bool                    // WithBreaker(0, 0): verdicts for the callers waiting, but never open
+	wrap    func(cause error) error // the cause as an open breaker's answer says it, if set
+	onOpen  func()                  // called by the trip that opened the breaker, if set; must not block
 
 	mu      sync.Mutex // guards the fields below, and orders trips against a probe's verdict
 	gen     uint64     // trips so far: a probe closes the breaker only if no trip came during it

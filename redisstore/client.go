@@ -15,15 +15,20 @@ import (
 // ErrUnboundedRoundTrip is passed to the OnError hook by New when the
 // client's options let a round trip to a stalled server last forever (see
 // New).
-var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 or -2) and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
+var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 without ContextTimeoutEnabled, or ReadTimeout -2, which sets none even from the context), so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
 
-// contextTimeouts reports whether client enforces context deadlines.
+// contextTimeouts reports whether client enforces context deadlines on
+// its reads: ContextTimeoutEnabled, and a ReadTimeout other than −2, with
+// which go-redis sets no read deadline at all (Options() is normalised:
+// −2 is −1 there, −1 is 0).
 func contextTimeouts(client redis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0
 	}
 	return false
 }
@@ -31,12 +36,12 @@ func contextTimeouts(client redis.UniversalClient) bool {
 // unboundedReads reports whether client's options let a read wait forever.
 func unboundedReads(client redis.UniversalClient) bool {
 	switch c := client.(type) {
-	case *redis.Client: // Options() is normalised: ReadTimeout 0 or −1 is no read deadline
+	case *redis.Client: // normalised: ReadTimeout 0 (−1 given) is no read deadline but the context's, −1 (−2 given) none at all
 		o := c.Options()
-		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
+		return o.ReadTimeout < 0 || o.ReadTimeout == 0 && !o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		o := c.Options()
-		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
+		return o.ReadTimeout < 0 || o.ReadTimeout == 0 && !o.ContextTimeoutEnabled
 	}
 	return false
 }
