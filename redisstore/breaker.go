@@ -46,9 +46,6 @@ type breaker struct {
 	// For confirmations (liveness.go); set before first use.
 	check   func(ctx context.Context) error // one round trip that runs the script
 	replies func() uint64                   // replies Redis gave so far, to any round trip; nil: only check's count
-	// handshakes counts the handshakes of check's connections: after a
-	// check's connection was lost, one more is a reply (liveness.go).
-	handshakes func() uint64
 	// dialing counts the dials of check's connections in progress; nil
 	// when check has no checker, whose connections judge a silence
 	// themselves (checkconn.go): the ticks then judge every silence.

@@ -113,14 +113,11 @@ func multiNode(client redis.UniversalClient) bool {
 	return false
 }
 
-// checker is one node's client for confirmations; handshakes counts the
-// connections it opened that Redis answered (the handshake: HELLO, AUTH,
-// SELECT): after a check's connection was lost, the handshake of the one
-// that replaces it shows that Redis answers (see confirm).
+// checker is one node's client for confirmations, whose connections judge
+// a check's silence themselves (checkconn.go).
 type checker struct {
-	c          *redis.Client
-	handshakes atomic.Uint64
-	dialing    atomic.Int64 // dials in progress (checkconn.go)
+	c       *redis.Client
+	dialing atomic.Int64 // dials in progress (checkconn.go)
 }
 
 // checkerFor returns the checker of node (address addr), made at its
@@ -142,16 +139,6 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 	}
 	ck := &checker{}
 	o := *node.Options()
-	onConnect := o.OnConnect
-	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		if onConnect != nil {
-			if err := onConnect(ctx, cn); err != nil {
-				return err
-			}
-		}
-		ck.handshakes.Add(1)
-		return nil
-	}
 	// One check at a time, so one connection; PoolSize is go-redis's count
 	// of failed dials before it stops dialing for a second or more.
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 64, 0, 1, 0

@@ -334,24 +334,13 @@ func (l *Limiter) nodeReplies() func() uint64 {
 	return l.replies.Load
 }
 
-// handshakes returns the count of the handshakes of the checker of the
-// node at addr (0 while it has none).
-func (l *Limiter) handshakes(addr string) func() uint64 {
-	return func() uint64 {
-		if v, ok := l.checkers.Load(addr); ok {
-			return v.(*checker).handshakes.Load()
-		}
-		return 0
-	}
-}
-
 // confirming sets what b's confirmations of the node at addr (node: its
 // client, nil when unknown) watch, and how their verdict of an outage is
 // counted: in Failures, and passed to the OnError hook, once per
 // confirmation (its callers may all have gone: the outage is counted all
 // the same).
 func (l *Limiter) confirming(b *breaker, addr string, node *redis.Client) {
-	b.replies, b.handshakes = l.nodeReplies(), l.handshakes(addr)
+	b.replies = l.nodeReplies()
 	if node != nil {
 		b.dialing = func() int64 {
 			if v, ok := l.checkers.Load(addr); ok {
