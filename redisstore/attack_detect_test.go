@@ -31,7 +31,7 @@ func TestAttackOutageDetectedWithOddReadTimeouts(t *testing.T) {
 		}},
 	}
 	rtos := []time.Duration{time.Millisecond, 100 * time.Millisecond}
-	if attackLong() {
+	if longRuns() {
 		rtos = append(rtos, -1, -2) // a 5 s budget each
 	}
 	for _, rto := range rtos {

@@ -17,7 +17,7 @@ var attackFull = engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.
 
 // attackLong reports whether the long forms of the attack tests run
 // (RINGLIMIT_ATTACK=1).
-func attackLong() bool { return os.Getenv("RINGLIMIT_ATTACK") != "" }
+func longRuns() bool { return os.Getenv("RINGLIMIT_ATTACK") != "" }
 
 // fullLimiter returns a limiter on c with opts whose key "k" is full.
 func fullLimiter(t *testing.T, c redis.UniversalClient, opts ...Option) *Limiter {

@@ -23,7 +23,7 @@ import (
 // on an OOM (its cause says so) with Failures 0 and no OnError call.
 func TestAttackOOMPolicies(t *testing.T) {
 	rounds := 2
-	if attackLong() {
+	if longRuns() {
 		rounds = 6
 	}
 	for r := 0; r < rounds; r++ {

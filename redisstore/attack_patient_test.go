@@ -30,7 +30,7 @@ func TestAttackPatientCallersStarvedTinyReadTimeout(t *testing.T) {
 	s := redistest.Start(t)
 	i := 0
 	procsList, hybrids, rounds := []int{1}, []bool{false}, 3
-	if attackLong() {
+	if longRuns() {
 		procsList, hybrids, rounds = []int{1, 2}, []bool{false, true}, 10
 	}
 	for _, procs := range procsList {

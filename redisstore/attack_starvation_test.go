@@ -98,7 +98,7 @@ func TestAttackStarvedProcessIsNoOutage(t *testing.T) {
 	}
 	var cases []tc
 	spin := []int{64, 256}
-	if !attackLong() {
+	if !longRuns() {
 		spin = []int{128}
 	}
 	for _, hybrid := range []bool{false, true} {
