@@ -59,9 +59,12 @@ func fillClients(t *testing.T, s *redistest.Server) (conns []net.Conn) {
 // no way to reach Redis, which is arguably an outage for it.
 var minOpen = 2
 
-func TestAttackMaxClientsIsNoOutage(t *testing.T) {
+func TestMaxClientsIsNoOutage(t *testing.T) {
 	for _, hybrid := range []bool{false, true} {
 		t.Run(fmt.Sprint("hybrid=", hybrid), func(t *testing.T) {
+			if hybrid {
+				longOnly(t)
+			}
 			s := redistest.Start(t, "--maxclients", "64")
 			c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
 			defer c.Close()
