@@ -50,7 +50,6 @@ func TestConfigErrors(t *testing.T) {
 			{engine.Config{Window: time.Second}, "Limit"},
 			{engine.Config{Limit: 1}, "Window"},
 			{engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.SlidingLog}, "SlidingLog"},
-			{engine.Config{Limit: 1, Window: time.Second, Algorithm: engine.TokenBucket}, "TokenBucket"},
 			{engine.Config{Limit: 1, Window: 10 * time.Microsecond, SubWindows: 4}, "microseconds"},
 			{engine.Config{Limit: 1e8, Window: 10 * time.Second, SubWindows: 10}, "2^53"},
 			{engine.Config{Limit: 1, Window: 200 * 24 * time.Hour, SubWindows: 10}, "2^53"},

@@ -19,6 +19,12 @@ import (
 // limiter for reservations, in-flight limits and settled costs.
 var ErrHybridReserve = errors.New("redisstore: a hybrid limiter (WithHybrid) cannot reserve, cancel, settle or charge units; use a limiter without WithHybrid")
 
+// ErrBucketReserve is returned by Reserve, ChargeN and CanReserve on a
+// TokenBucket limiter: the reservation script adjusts a window's
+// sub-window, and a bucket's state has none. Decide with AllowN, or reserve
+// on the engine's TokenBucket in process.
+var ErrBucketReserve = errors.New("redisstore: a TokenBucket limiter cannot reserve, cancel, settle or charge units through Redis; use AllowN, or the engine's TokenBucket in process")
+
 // ErrNotApplied is wrapped by the error of a Cancel, Settle or ChargeN
 // that Redis did not apply, or may not have (a failed round trip, an open
 // breaker, a caller whose context ended while it was in flight). It wraps
@@ -27,12 +33,6 @@ var ErrHybridReserve = errors.New("redisstore: a hybrid limiter (WithHybrid) can
 // sub-window; units not charged are not counted. Each is counted in
 // Stats().CancelErrors or Stats().ChargeErrors and passed to the OnError
 // hook.
-// ErrBucketReserve is returned by Reserve, ChargeN and CanReserve on a
-// TokenBucket limiter: the reservation script adjusts a window's
-// sub-window, and a bucket's state has none. Decide with AllowN, or reserve
-// on the engine's TokenBucket in process.
-var ErrBucketReserve = errors.New("redisstore: a TokenBucket limiter cannot reserve, cancel, settle or charge units through Redis; use AllowN, or the engine's TokenBucket in process")
-
 var ErrNotApplied = errors.New("redisstore: not applied in Redis (or not known to be)")
 
 // Reservation is the outcome of Reserve: a Decision whose units, when it

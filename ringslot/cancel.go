@@ -23,7 +23,7 @@ import "github.com/ringlimit/ringlimit/internal/pack"
 // Reservation keeps that flag).
 //
 // Why a cancel admits nothing falsely. Linearize Cancel at its CAS on the
-// slot. The argument of Acquire (ring.go) orders admitted requests by their
+// slot. The argument of Acquire (acquire.go) orders admitted requests by their
 // slot CAS and shows that every admitted Q read every earlier admitted unit
 // of its window, in the settled slots before its own CAS and in its current
 // slot through that CAS. A cancel C of P, an earlier admission, is a CAS on
