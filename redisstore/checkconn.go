@@ -15,9 +15,10 @@ import (
 // the CPU, and Go's poller reports the deadline without reading. So a
 // check's connection ignores go-redis's deadlines and keeps its own: a
 // read waits until the budget has passed since the request was written,
-// and when that deadline fires it reads the socket once more, when the
-// goroutine has the CPU again; only if no reply is waiting then either
-// is the read a silence (silentError). A write whose deadline passed is
+// and when that deadline fires it looks into the socket (waiting: a
+// non-blocking peek, with no deadline that could pass first), when the
+// goroutine has the CPU again; only if nothing is waiting then is the
+// read a silence (silentError). A write whose deadline passed is
 // tried once more the same way: a starved writer is not a full socket.
 
 // silentError is a check's read that found no reply waiting, the budget
@@ -78,8 +79,18 @@ func (c *checkConn) Read(p []byte) (int, error) {
 		return n, err
 	}
 	// The deadline passed, maybe long before this goroutine got the CPU
-	// back: is a reply waiting now?
-	_ = c.Conn.SetReadDeadline(time.Now().Add(confirmTick))
+	// back: is a reply waiting now? Look without a deadline that could
+	// pass before the look (waiting); where it cannot look, read once
+	// more with a fresh deadline.
+	ready, ok := waiting(c.Conn)
+	if ok && !ready {
+		return n, &silentError{budget: c.budget}
+	}
+	next := confirmTick
+	if ready {
+		next = c.budget // the bytes are there: the read takes them at once
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(next))
 	n, err = c.Conn.Read(p)
 	if !timeout(err) {
 		return n, err
