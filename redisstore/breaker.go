@@ -46,14 +46,16 @@ type breaker struct {
 	// For confirmations (liveness.go); set before first use.
 	check   func(ctx context.Context) error // one round trip that runs the script
 	replies func() uint64                   // replies Redis gave so far, to any round trip; nil: only check's count
-	// handshakes counts the handshakes of check's connections: after a
-	// check's connection was lost, one more is a reply (liveness.go).
-	handshakes func() uint64
-	bg         context.Context         // check's parent, cancelled by Close
-	budget     time.Duration           // the silence, in the process's own time, that is an outage (liveBudget)
-	off        bool                    // WithBreaker(0, 0): verdicts for the callers waiting, but never open
-	wrap       func(cause error) error // the cause as an open breaker's answer says it, if set
-	onOpen     func()                  // called by the trip that opened the breaker, if set; must not block
+	// dialing counts the dials of check's connections in progress; nil
+	// when check has no checker, whose connections judge a silence
+	// themselves (checkconn.go): the ticks then judge every silence.
+	dialing func() int64
+	onDown  func(cause error)       // a confirmation found Redis down: count and report it, if set
+	bg      context.Context         // check's parent, cancelled by Close
+	budget  time.Duration           // the silence, in the process's own time, that is an outage (liveBudget)
+	off     bool                    // WithBreaker(0, 0): verdicts for the callers waiting, but never open
+	wrap    func(cause error) error // the cause as an open breaker's answer says it, if set
+	onOpen  func()                  // called by the trip that opened the breaker, if set; must not block
 
 	mu      sync.Mutex // guards the fields below, and orders trips against a probe's verdict
 	gen     uint64     // trips so far: a probe closes the breaker only if no trip came during it

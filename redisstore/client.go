@@ -15,15 +15,20 @@ import (
 // ErrUnboundedRoundTrip is passed to the OnError hook by New when the
 // client's options let a round trip to a stalled server last forever (see
 // New).
-var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 or -2) and no ContextTimeoutEnabled, so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
+var ErrUnboundedRoundTrip = errors.New("redisstore: warning: the client has no read deadline (ReadTimeout -1 without ContextTimeoutEnabled, or ReadTimeout -2, which sets none even from the context), so a round trip to a stalled server never ends: decisions still return by their callers' deadlines, but the round trip holds a sender and a connection, and Close waits for it")
 
-// contextTimeouts reports whether client enforces context deadlines.
+// contextTimeouts reports whether client enforces context deadlines on
+// its reads: ContextTimeoutEnabled, and a ReadTimeout other than −2, with
+// which go-redis sets no read deadline at all (Options() is normalised:
+// −2 is −1 there, −1 is 0).
 func contextTimeouts(client redis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0
 	}
 	return false
 }
@@ -31,12 +36,12 @@ func contextTimeouts(client redis.UniversalClient) bool {
 // unboundedReads reports whether client's options let a read wait forever.
 func unboundedReads(client redis.UniversalClient) bool {
 	switch c := client.(type) {
-	case *redis.Client: // Options() is normalised: ReadTimeout 0 or −1 is no read deadline
+	case *redis.Client: // normalised: ReadTimeout 0 (−1 given) is no read deadline but the context's, −1 (−2 given) none at all
 		o := c.Options()
-		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
+		return o.ReadTimeout < 0 || o.ReadTimeout == 0 && !o.ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		o := c.Options()
-		return o.ReadTimeout <= 0 && !o.ContextTimeoutEnabled
+		return o.ReadTimeout < 0 || o.ReadTimeout == 0 && !o.ContextTimeoutEnabled
 	}
 	return false
 }
@@ -108,13 +113,11 @@ func multiNode(client redis.UniversalClient) bool {
 	return false
 }
 
-// checker is one node's client for confirmations; handshakes counts the
-// connections it opened that Redis answered (the handshake: HELLO, AUTH,
-// SELECT): after a check's connection was lost, the handshake of the one
-// that replaces it shows that Redis answers (see confirm).
+// checker is one node's client for confirmations, whose connections judge
+// a check's silence themselves (checkconn.go).
 type checker struct {
-	c          *redis.Client
-	handshakes atomic.Uint64
+	c       *redis.Client
+	dialing atomic.Int64 // dials in progress (checkconn.go)
 }
 
 // checkerFor returns the checker of node (address addr), made at its
@@ -136,23 +139,17 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 	}
 	ck := &checker{}
 	o := *node.Options()
-	onConnect := o.OnConnect
-	o.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
-		if onConnect != nil {
-			if err := onConnect(ctx, cn); err != nil {
-				return err
-			}
-		}
-		ck.handshakes.Add(1)
-		return nil
-	}
 	// One check at a time, so one connection; PoolSize is go-redis's count
 	// of failed dials before it stops dialing for a second or more.
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 64, 0, 1, 0
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
-	o.ReadTimeout, o.WriteTimeout = 2*l.live, 2*l.live // the checks' contexts are the bounds
+	o.ReadTimeout, o.WriteTimeout = 2*l.live, 2*l.live // ignored by its connections, which keep their own (checkconn.go)
 	o.PoolTimeout = 2 * l.live
+	if o.Dialer == nil { // Options() is normalised: set already
+		o.Dialer = redis.NewDialer(&o)
+	}
+	o.Dialer = ck.dialer(o.Dialer, l.live)
 	// The node's own config is the client's, which go-redis writes under
 	// a lock of its own: the checker needs none.
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}

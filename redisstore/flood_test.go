@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -261,5 +262,47 @@ func TestKilledConnectionsUnderFloodAreNoOutage(t *testing.T) {
 				t.Errorf("killed connections on a healthy server were taken for an outage: %d admitted, %d policy answers, %+v", ft.admitted.Load(), ft.unavailable.Load(), st)
 			}
 		})
+	}
+}
+
+// fullKey is issue 27's full key: Strict 5 per minute, filled before
+// a flood, so that any admission during it is one past the limit.
+var fullKey = engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}
+
+// longRuns reports whether the long variants of the load tests run
+// (RINGLIMIT_ATTACK=1, docs/contributing.md): more rounds, more client
+// options, the hybrid mode beside the plain one.
+func longRuns() bool { return os.Getenv("RINGLIMIT_ATTACK") != "" }
+
+// fullLimiter returns a limiter on c with opts whose key "k" is full.
+func fullLimiter(t *testing.T, c redis.UniversalClient, opts ...Option) *Limiter {
+	t.Helper()
+	l := mustNew(t, c, fullKey, opts...)
+	// A round trip may get no reply (ErrNoReply, a tiny ReadTimeout) and
+	// still be counted: fill until Redis answers, admitted or denied.
+	for range 100 {
+		if d, err := l.AllowN(ctx, "k", fullKey.Limit); err == nil {
+			if d.Remaining != 0 {
+				t.Fatalf("filling the key: %+v", d)
+			}
+			return l
+		}
+	}
+	t.Fatal("filling the key: no reply in 100 tries")
+	return nil
+}
+
+// report is a flood's outcome in one line, for logs.
+func report(ft *floodTally, st Stats) string {
+	return fmt.Sprintf("%d calls, %d admitted, %d policy answers, %d callers gone, %d other (first: %v); BreakerOpens %d, Failures %d, FallbackDecisions %d, NoReply %d, CallerGone %d",
+		ft.calls.Load(), ft.admitted.Load(), ft.unavailable.Load(), ft.gone.Load(), ft.other.Load(), ft.firstOther.Load(),
+		st.BreakerOpens, st.Failures, st.FallbackDecisions, st.NoReply, st.CallerGone)
+}
+
+// longOnly skips t unless the long variants run (longRuns).
+func longOnly(t *testing.T) {
+	t.Helper()
+	if !longRuns() {
+		t.Skip("a long variant: RINGLIMIT_ATTACK=1 runs it")
 	}
 }

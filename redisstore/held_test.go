@@ -58,8 +58,10 @@ func TestQueuedCallsHeldWhenBreakerOpens(t *testing.T) {
 	wg.Wait()
 
 	st := l.Stats()
-	if st.Failures != 2 || hook.n.Load() != 2 || st.BreakerOpens != 1 {
-		t.Fatalf("want the two inline round trips to be the only failures, and the breaker open: %+v, hook %d", st, hook.n.Load())
+	// The two inline round trips, and the confirmation that found the
+	// server silent (Stats.Failures).
+	if st.Failures != 3 || hook.n.Load() != 3 || st.BreakerOpens != 1 {
+		t.Fatalf("want the two inline round trips and the confirmation to be the only failures, and the breaker open: %+v, hook %d", st, hook.n.Load())
 	}
 	if st.FallbackDecisions != 2+queuedCallers {
 		t.Fatalf("want every caller answered by the policy: %+v", st)

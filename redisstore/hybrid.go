@@ -290,7 +290,7 @@ func (l *Limiter) startHybrid() error {
 	addr, node := l.node(l.bg, "")
 	h.br.budget = l.live
 	h.br.check = func(ctx context.Context) error { return l.check(ctx, addr, node, "") }
-	h.br.replies, h.br.handshakes = l.nodeReplies(), l.handshakes(addr)
+	l.confirming(h.br, addr, node)
 	l.hyb = h
 	if !o.manual {
 		h.loop.Add(1)

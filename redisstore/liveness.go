@@ -31,19 +31,27 @@ import (
 // A confirmation, one per node (a ClusterClient's master, a Ring's shard,
 // or the one server), sends the script (check) on the node's checker, a
 // connection of the limiter's own (client.go), never in the client's
-// pool, and counts how long the node leaves it unanswered, in the
-// process's own time: ticks of confirmTick, each credited at most 2 ×
-// confirmTick however late it fires, so time the process spent without
-// the CPU counts for little. Any reply of the node ends it: Redis
-// answers. That is the check's; after a check's connection was lost, the
-// handshake of the next one; with a client of one server, any round
-// trip's (another node's says nothing of this one). An error reply or a
-// refused connection ends it as an outage. After the budget (the
-// client's ReadTimeout, at least confirmBudget: liveBudget) of credited
-// time it passes the scheduler's global run queue twice
-// (runtime.Gosched, one tick apart), behind every goroutine the network
-// poller had woken for a reply already in the socket, and only if no
-// reply came then either is the silence an outage.
+// pool. Any reply of the node ends it: Redis answers. That is the
+// check's, or with a client of one server any round trip's (another
+// node's says nothing of this one); a handshake is none (HELLO is no
+// write: CLIENT PAUSE WRITE answers it). An error reply or a refused
+// connection ends it as an outage. A silence is judged where a busy
+// process cannot fake it: the check's connection (checkconn.go) waits
+// for the reply until the budget (the client's ReadTimeout, at least
+// confirmBudget: liveBudget) has passed since the check was written, then,
+// once its goroutine has the CPU again, reads the socket once more; only
+// if no reply is waiting then is the silence an outage. A deadline that
+// fired while the goroutine waited in the run queue, behind a flood,
+// shows nothing: the reply is in the socket by then. Two silences have
+// no check written to judge them: a dial that gets no answer (a path
+// that drops packets), and connections lost faster than the budget
+// (killed every 50 ms, say). Those the ticks judge: confirmTick apart,
+// each credited at most 2 × confirmTick however late it fires, so time
+// the process spent without the CPU counts for little; after the budget
+// of credited time, two passes of the scheduler's global run queue
+// (runtime.Gosched, one tick apart), and only if no reply came then
+// either is the silence an outage. A check with no checker (a client of
+// another type) is judged by the ticks alone.
 const (
 	// suspectAfter: a caller's deadline that passes during its call is a
 	// suspicion only when round trips have gone unanswered this long
@@ -107,13 +115,15 @@ func (b *breaker) confirm(v *verdict) {
 		}()
 	}
 	// A check's connection lost (killed, say) is replaced by the next
-	// check's, and that one's handshake is a reply: Redis accepts
-	// connections and answers. A handshake after a check of ours timed
-	// out is not: HELLO is no write, and CLIENT PAUSE WRITE answers it.
-	lost, mark := false, uint64(0)
+	// check's, whose handshake is no reply: HELLO is no write, and CLIENT
+	// PAUSE WRITE answers it. Connections killed faster than a check's
+	// budget would never let a check's connection judge its silence, so
+	// after a loss the ticks judge it too: a busy process loses no
+	// connection, and a check on a healthy Redis gets its reply within a
+	// tick or two of being resent.
+	lost := false
 	replied := func() bool {
-		return answered.Load() || b.replies != nil && b.replies() != seen ||
-			lost && b.handshakes != nil && b.handshakes() != mark
+		return answered.Load() || b.replies != nil && b.replies() != seen
 	}
 	send()
 	tick := time.NewTicker(confirmTick)
@@ -129,11 +139,11 @@ func (b *breaker) confirm(v *verdict) {
 		case err := <-res:
 			switch {
 			case err == nil:
-			case classify(err) == proof:
+			case classify(err) == proof, silent(err): // a refusal, or a silence the check's connection confirmed (checkconn.go)
 				down = err
 			default: // a timeout, a lost connection: send another on the next tick (one that fails at once must not spin)
-				if lostConn(err) && !lost && b.handshakes != nil {
-					lost, mark = true, b.handshakes()
+				if lostConn(err) {
+					lost = true
 				}
 				resend = true
 			}
@@ -145,7 +155,11 @@ func (b *breaker) confirm(v *verdict) {
 				resend = false
 				send()
 			}
-			if credited >= b.budget && !replied() {
+			// With a checker, its connection judges the silence of a
+			// check once sent (checkconn.go); the ticks judge only a
+			// dial that gets no answer, and connections lost (above).
+			judged := b.dialing == nil || b.dialing() > 0 || lost
+			if judged && credited >= b.budget && !replied() {
 				if passes == 2 {
 					down = fmt.Errorf("no reply from Redis for %v of this process's own time, to a check on a connection of the limiter's own or to any other round trip", b.budget)
 				} else {
@@ -169,6 +183,9 @@ func (b *breaker) confirm(v *verdict) {
 // outage, which trips the breaker.
 func (b *breaker) decide(v *verdict, down error) {
 	if down != nil {
+		if b.onDown != nil {
+			b.onDown(down)
+		}
 		b.trip(down)
 		return
 	}

@@ -92,7 +92,7 @@ func (l *Limiter) newPlainBreaker(addr string, node *redis.Client) *plainBreaker
 	b.bg = l.bg
 	b.budget = l.live
 	b.check = func(ctx context.Context) error { return l.check(ctx, addr, node, pb.lastKey()) }
-	b.replies, b.handshakes = l.nodeReplies(), l.handshakes(addr)
+	l.confirming(b, addr, node)
 	b.wrap = func(cause error) error {
 		return fmt.Errorf("the breaker is open, no round trip made; it opened on key %q: %w", pb.lastKey(), cause)
 	}
@@ -334,14 +334,24 @@ func (l *Limiter) nodeReplies() func() uint64 {
 	return l.replies.Load
 }
 
-// handshakes returns the count of the handshakes of the checker of the
-// node at addr (0 while it has none).
-func (l *Limiter) handshakes(addr string) func() uint64 {
-	return func() uint64 {
-		if v, ok := l.checkers.Load(addr); ok {
-			return v.(*checker).handshakes.Load()
+// confirming sets what b's confirmations of the node at addr (node: its
+// client, nil when unknown) watch, and how their verdict of an outage is
+// counted: in Failures, and passed to the OnError hook, once per
+// confirmation (its callers may all have gone: the outage is counted all
+// the same).
+func (l *Limiter) confirming(b *breaker, addr string, node *redis.Client) {
+	b.replies = l.nodeReplies()
+	if node != nil {
+		b.dialing = func() int64 {
+			if v, ok := l.checkers.Load(addr); ok {
+				return v.(*checker).dialing.Load()
+			}
+			return 0
 		}
-		return 0
+	}
+	b.onDown = func(cause error) {
+		l.failures.Add(1)
+		l.report(fmt.Errorf("redisstore: confirmation: %w", cause))
 	}
 }
 

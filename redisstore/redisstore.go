@@ -62,7 +62,7 @@ type Limiter struct {
 	tb *tokenBucket // a TokenBucket's rate and burst (tokenbucket.go); nil for the windows
 
 	// ctxTimeouts: the client enforces context deadlines on its reads
-	// (ContextTimeoutEnabled), so a caller with a deadline may make its
+	// (ContextTimeoutEnabled, ReadTimeout not −2), so a caller with a deadline may make its
 	// own round trip.
 	ctxTimeouts bool
 
@@ -130,8 +130,9 @@ var script = redis.NewScript(luaSource)
 // exact.
 //
 // If the client lets a round trip to a stalled server last forever (a
-// *redis.Client or *redis.ClusterClient given ReadTimeout −1 or −2, no
-// read deadline, and no ContextTimeoutEnabled), New passes
+// *redis.Client or *redis.ClusterClient given ReadTimeout −1 without
+// ContextTimeoutEnabled, or ReadTimeout −2, with which go-redis sets no
+// read deadline even from the context), New passes
 // ErrUnboundedRoundTrip to the OnError hook, once: every decision still returns by its caller's deadline, but
 // the stalled round trip keeps one of the limiter's two senders and its
 // connection until the server answers, and Close waits for it.
@@ -273,8 +274,9 @@ func (l *Limiter) checkBounds() error {
 // bounded by the client's ReadTimeout (5 s by default in go-redis v9) once
 // per attempt, and go-redis retries a timed-out command up to MaxRetries
 // times (3 by default): so by (1 + MaxRetries) × ReadTimeout, plus the
-// retries' backoff. With ContextTimeoutEnabled it is bounded by its
-// context's deadline instead; see ErrUnboundedRoundTrip.
+// retries' backoff. With ContextTimeoutEnabled (and a ReadTimeout other
+// than −2) it is bounded by its context's deadline instead; see
+// ErrUnboundedRoundTrip.
 //
 // A hybrid limiter, from the moment Close is called, decides no more
 // locally: every later decision is exact, one script call as in the plain

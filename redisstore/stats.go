@@ -36,7 +36,10 @@ type Stats struct {
 	// OnError hook once: a decision's script call, a cancel's, settle's or
 	// charge's (reserve.go), a breaker probe, a hybrid flush, probe or last flush at Close (one per flush, however
 	// many keys it carried, also when only some keys failed with
-	// WRONGTYPE). A decision's round trip whose caller's context ended
+	// WRONGTYPE), and a confirmation that found Redis down (its check
+	// refused or unanswered; one per confirmation), so that every
+	// opening of the breaker is counted here even when every caller of
+	// the round trips that raised it had gone. A decision's round trip whose caller's context ended
 	// first is counted only if it failed with an error reply or a refused
 	// connection.
 	Failures uint64

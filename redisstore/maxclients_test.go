@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// fillClients opens raw connections to s until Redis refuses one with
+// "max number of clients reached", and returns the accepted ones.
+func fillClients(t *testing.T, s *redistest.Server) (conns []net.Conn) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := 0; i < 10000; i++ {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "PING\r\n")
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatalf("hog %d: %v", i, err)
+		}
+		if line != "+PONG\r\n" {
+			c.Close()
+			return conns
+		}
+		conns = append(conns, c)
+	}
+	t.Fatal("Redis never refused a connection")
+	return nil
+}
+
+// Redis at maxclients (another application takes every connection slot
+// Redis frees) still answers every connection the limiter has open, and
+// the admin's: it is not down. docs/design.md §10 promises that the policy
+// decides only on a proof of Redis's failure (an error reply, a refused
+// connection) or a confirmed silence, and WithBreaker that the breaker
+// "opens on Redis's failure, never on the process's own delay". Here the
+// limiter's connections are killed one at a time (CLIENT KILL ID), and a
+// hog takes each freed slot at once: every new connection the limiter
+// dials, its checker's included, is answered "-ERR max number of clients
+// reached", while Redis answers every command sent on an open connection.
+// minOpen: the limiter keeps at least this many open connections. With 1
+// (every connection of the limiter killed, none can be made) the breaker
+// opens on "write: broken pipe" and FailOpen admits: the limiter then has
+// no way to reach Redis, which is arguably an outage for it.
+var minOpen = 2
+
+func TestMaxClientsIsNoOutage(t *testing.T) {
+	for _, hybrid := range []bool{false, true} {
+		t.Run(fmt.Sprint("hybrid=", hybrid), func(t *testing.T) {
+			if hybrid {
+				longOnly(t)
+			}
+			s := redistest.Start(t, "--maxclients", "64")
+			c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
+			defer c.Close()
+			opts := []Option{WithPolicy(FailOpen)}
+			if hybrid {
+				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
+			}
+			var h hookLog
+			l := fullLimiter(t, c, append(opts, h.opt())...)
+			admin := client(t, s)
+			adminID, err := admin.ClientID(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillClients(t, s)
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			var kills atomic.Int64
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					list, err := admin.ClientList(ctx).Result()
+					if err != nil {
+						continue
+					}
+					var ids []int64
+					for _, line := range strings.Split(list, "\n") {
+						var id int64
+						_, _ = fmt.Sscanf(line, "id=%d", &id)
+						if strings.Contains(line, "resp=3") && id != 0 && id != adminID {
+							ids = append(ids, id)
+						}
+					}
+					if len(ids) < minOpen { // leave the limiter one open connection at least
+						continue
+					}
+					if admin.Do(ctx, "CLIENT", "KILL", "ID", ids[len(ids)-1]).Err() == nil {
+						kills.Add(1)
+						fillClients(t, s)
+					}
+				}
+			}()
+			ft := flood(l, "k", false, 2*time.Second)
+			close(stop)
+			<-done
+			st := l.Stats()
+			t.Logf("%d limiter connections killed; %s", kills.Load(), report(ft, st))
+			for i, err := range h.all() {
+				if i < 5 {
+					t.Logf("OnError: %v", err)
+				}
+			}
+			if kills.Load() == 0 {
+				t.Fatal("no connection killed")
+			}
+			if ft.admitted.Load() != 0 || st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
+				t.Errorf("Redis answered throughout (its client table full), yet: %d admitted past the limit, BreakerOpens %d, FallbackDecisions %d", ft.admitted.Load(), st.BreakerOpens, st.FallbackDecisions)
+			}
+		})
+	}
+}
