@@ -31,11 +31,11 @@
 //     regexp.MustCompile does.
 //   - Options and Key helpers never fail by themselves: a bad argument
 //     (KeyByIP(200), KeyByRoute(nil, …), an empty trusted list,
-//     WithHeadersBelow(2), a WithPolicy window that disagrees with the
+//     WithHeadersBelow(2), a WithPolicyName window that disagrees with the
 //     limiter's) travels inside the Option or Key, and NewMiddleware
 //     returns it, naming the function, the argument and its allowed range.
 //     Key.Err reports a Key's own.
-//   - Constructors that are not options (NewPolicies) return an error.
+//   - Constructors that are not options (NewTiers) return an error.
 //
 // # Status codes
 //

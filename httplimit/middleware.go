@@ -73,7 +73,7 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 // charge independently: the outer one has charged a request by the time
 // an inner one refuses it (429, 413). NewMulti decides several policies in
 // one middleware and, over engines, charges none of them for a refusal. w= is present when the
-// window is known (from the limiter's Config, or WithPolicy) and a whole
+// window is known (from the limiter's Config, or WithPolicyName) and a whole
 // number of seconds: the draft's w is whole seconds, and rounding a 100 ms
 // window up to w=1 would advertise a rate ten times lower than the real
 // one; scaling q instead would make q disagree with r, which counts units
@@ -139,7 +139,7 @@ type Stats struct {
 // Config() engine.Config method, the window and the algorithm come from it.
 //
 // Every misconfiguration is an error here, naming the option and what it
-// allows: a bad argument to an Option or to a Key helper, a WithPolicy
+// allows: a bad argument to an Option or to a Key helper, a WithPolicyName
 // window that disagrees with the limiter's. Errors of several options are
 // joined.
 func NewMiddleware(l any, opts ...Option) (*Middleware, error) {

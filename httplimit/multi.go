@@ -20,14 +20,15 @@ var (
 	_ [adapter.MaxPolicies - MaxPolicies]struct{}
 )
 
-// Policy is one limit of a Middleware built by NewMulti: a limiter, the
-// key it counts requests by, and the name and window of its list member
-// in RateLimit-Policy and RateLimit, with WithPolicy's rules.
+// Policy is one named quota of a Middleware built by NewMulti, a policy in
+// the RateLimit-Policy sense: a limiter, the key it counts requests by,
+// and the name and window of its list member in RateLimit-Policy and
+// RateLimit, with WithPolicyName's rules.
 type Policy struct {
 	Name    string        // 1 … 64 printable ASCII characters, distinct within a Middleware
 	Limiter any           // a Limiter or a ContextLimiter
 	Key     Key           // the zero Key means KeyByIP(64)
-	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+	Window  time.Duration // 0 takes the limiter's (see WithPolicyName)
 	// Cost is this policy's cost of a request (nil: WithCost's, or 1),
 	// with WithCost's rules: requests per minute beside tokens per
 	// minute, say, or 1 per request in flight beside a rate in bytes.
@@ -76,7 +77,7 @@ type multi struct {
 // keep working; each of them charges its limit independently, so an outer
 // one is charged for a request an inner one refuses.
 //
-// opts are NewMiddleware's, except WithKey and WithPolicy, which are given
+// opts are NewMiddleware's, except WithKey and WithPolicyName, which are given
 // per policy; WithCost's cost is charged to every policy without a Cost of
 // its own. WithInFlight puts every policy in flight, Policy.InFlight one
 // of them; WithSettle settles every policy not in flight, Policy.Settle
@@ -91,7 +92,7 @@ func NewMulti(policies []Policy, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
 	errs := adapter.ApplyOptions("httplimit: ", "NewMulti", &m.cfg, opts)
 	if m.cfg.keySet || m.cfg.policySet {
-		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
+		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicyName are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
 	}
 	if m.cfg.inFlight && m.cfg.settle {
 		errs = append(errs, errInFlightSettle)

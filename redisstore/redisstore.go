@@ -116,7 +116,7 @@ var script = redis.NewScript(luaSource)
 //
 // Config.KeyLimit gives each key its own limit, and unlike the engine's
 // (called when a key's state is created) it is called on every decision,
-// so a change of its answer (httplimit.Policies.Swap, for example) applies
+// so a change of its answer (httplimit.Tiers.Swap, for example) applies
 // from the next decision, with the counts kept. It must be cheap and safe
 // for concurrent use. A result of 0 means Config.Limit; a result outside
 // 1 … MaxLimit, or, with SlidingWindow, above the Limit × width bound
@@ -342,7 +342,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 // ReasonNever, as from the engine, but Remaining is 0 because the key's
 // count was not read (the engine reports the key's real remaining).
 //
-// When Redis is down (see Policy), the failure is counted in
+// When Redis is down (see FailurePolicy), the failure is counted in
 // Stats().Failures and passed to the OnError hook, and AllowN returns the
 // failure policy's Decision with a non-nil error that wraps ErrUnavailable
 // and the cause (never a context's error): test it with errors.Is(err,
