@@ -92,8 +92,8 @@ func WithFallbackLocal(share float64) Option {
 // Redis: a decision's script call, a breaker's probe, or a hybrid limiter's
 // flush, probe or exact decision (one call per flush, however many keys it
 // carried); and with every Cancel, Settle or ChargeN that Redis did not
-// apply (ErrNotApplied), the breaker open included. It runs before the policy decides, must be safe for concurrent
-// use and should not block. Decisions answered by the policy while the
+// apply (ErrNotApplied), the breaker open included. It runs before the failure policy decides, must be safe for concurrent
+// use and should not block. Decisions answered by the failure policy while the
 // breaker is open (WithBreaker) or a hybrid limiter is in its failure state
 // make no round trip and do not call it. A decision whose caller's context
 // ended first (Stats().CallerGone) is not a failure of Redis's and does not
