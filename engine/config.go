@@ -9,11 +9,18 @@ import (
 	"github.com/ringlimit/ringlimit/ringslot"
 )
 
+// MaxLimit is pack.MaxCount, written out so that go doc shows its value:
+// a compile error here if the slot's count width changes.
+var (
+	_ [MaxLimit - pack.MaxCount]struct{}
+	_ [pack.MaxCount - MaxLimit]struct{}
+)
+
 // Bounds of Config fields.
 const (
 	// MaxLimit is the largest limit, 2^40 − 1 = 1,099,511,627,775: a
 	// sub-window's count is 40 bits.
-	MaxLimit = pack.MaxCount
+	MaxLimit = 1<<40 - 1
 	// DefaultSubWindows is N when Config.SubWindows is 0.
 	DefaultSubWindows = 10
 	// MaxSubWindows bounds N: a decision reads N+1 slots.

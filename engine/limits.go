@@ -95,7 +95,7 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 
 // UpdateLimits calls fn for every key held, with its current limit, and
 // sets the limit fn returns (0 keeps it), keeping every key's counts: the
-// way to apply a new per-tenant policy to live keys, while Config.KeyLimit
+// way to apply a new per-tenant limit to live keys, while Config.KeyLimit
 // applies it to keys created from now on. It needs Config.PerKeyLimits or
 // Config.KeyLimit. It is not a snapshot, and it applies fn's answer only to
 // the state fn was shown: a key reclaimed meanwhile is not created again,
@@ -104,7 +104,7 @@ func (e *Engine) checkLimit(what, key string, limit, t int64) error {
 // decisions, as SetLimitAt's is. Unlike SetLimitAt, it does not count as
 // the keys' activity: a key idle long enough is reclaimed as before, and
 // its next request starts at Config.KeyLimit's answer, which is why a
-// durable policy belongs in KeyLimit (as httplimit's Policies.Swap does
+// durable limit belongs in KeyLimit (as httplimit's Tiers.Swap does
 // both). It returns the first error SetLimit would return for a limit out
 // of range, after visiting every key.
 func (e *Engine) UpdateLimits(fn func(key string, limit int64) int64) error {

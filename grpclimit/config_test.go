@@ -44,8 +44,8 @@ func TestConstructionErrors(t *testing.T) {
 		{e, []Option{WithExempt(nil)}, "WithExempt(nil), want a function"},
 		{e, []Option{WithHeaders(2)}, "WithHeaders(2), want HeadersDraft (1) or 0"},
 		{e, []Option{WithHeadersBelow(0)}, "WithHeadersBelow(0), want 0 < share ≤ 1"},
-		{e, []Option{WithPolicy("", 0)}, "grpclimit: WithPolicy name = \"\""},
-		{e, []Option{WithPolicy("p", 1)}, "grpclimit: WithPolicy window = 1ns, but the limiter's Config().Window = 10s"},
+		{e, []Option{WithPolicyName("", 0)}, "grpclimit: WithPolicyName name = \"\""},
+		{e, []Option{WithPolicyName("p", 1)}, "grpclimit: WithPolicyName window = 1ns, but the limiter's Config().Window = 10s"},
 	} {
 		_, err := NewInterceptor(c.l, c.opts...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

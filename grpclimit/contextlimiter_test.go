@@ -18,7 +18,7 @@ func TestContextLimiter(t *testing.T) {
 	var d engine.Decision
 	var err error
 	f := newRemote(func(string, int64) (engine.Decision, error) { return d, err })
-	i := mustInterceptorT(t, f, WithPolicy("shared", 10*time.Second))
+	i := mustInterceptorT(t, f, WithPolicyName("shared", 10*time.Second))
 	cc := serveUnary(t, i)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "trace", "abc")
 

@@ -18,7 +18,7 @@ import (
 // is served too.
 func TestDryRunRefusesNothing(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 2})
-	i := mustInterceptorT(t, e, WithDryRun(), WithPolicy("shadow", 0))
+	i := mustInterceptorT(t, e, WithDryRun(), WithPolicyName("shadow", 0))
 	cc, es := serve(t, grpc.UnaryInterceptor(i.Unary()), grpc.StreamInterceptor(i.Stream()))
 	for n, want := range []string{`"shadow";r=1;t=11`, `"shadow";r=0;t=11`, `"shadow";r=0;t=11`} { // t0 starts a sub-window: its units count W + w
 		r := say(t, cc, nil, mSay)

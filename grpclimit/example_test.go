@@ -29,7 +29,7 @@ func ExampleNewInterceptor() {
 		panic(err)
 	}
 	defer e.Close()
-	limit, err := grpclimit.NewInterceptor(e, grpclimit.WithPolicy("per-ip", 0), grpclimit.WithoutDefaultExempt())
+	limit, err := grpclimit.NewInterceptor(e, grpclimit.WithPolicyName("per-ip", 0), grpclimit.WithoutDefaultExempt())
 	if err != nil {
 		panic(err) // a bad option, named with its allowed range
 	}

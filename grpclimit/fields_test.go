@@ -29,13 +29,13 @@ func TestFieldsMatchHTTPLimit(t *testing.T) {
 			ge, gclk := newEngine(t, cfg)
 			hclk.Set(start)
 			gclk.Set(start)
-			m, err := httplimit.NewMiddleware(he, httplimit.WithPolicy("p", 0))
+			m, err := httplimit.NewMiddleware(he, httplimit.WithPolicyName("p", 0))
 			if err != nil {
 				t.Fatal(err)
 			}
 			hs := httptest.NewServer(m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 			defer hs.Close()
-			cc, _ := serve(t, grpc.UnaryInterceptor(mustInterceptorT(t, ge, WithPolicy("p", 0)).Unary()))
+			cc, _ := serve(t, grpc.UnaryInterceptor(mustInterceptorT(t, ge, WithPolicyName("p", 0)).Unary()))
 			for step, adv := range []time.Duration{0, 0, 0, 0, 700 * time.Millisecond, 0, 2 * time.Second, 0, 0, 0, 3100 * time.Millisecond} {
 				hclk.Advance(adv)
 				gclk.Advance(adv)
@@ -89,8 +89,8 @@ func TestStackedInterceptorsAddValues(t *testing.T) {
 	outer, _ := newEngine(t, engine.Config{Limit: 100, Window: 60 * time.Second, Algorithm: engine.FixedWindow})
 	inner, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.FixedWindow})
 	cc, _ := serve(t, grpc.ChainUnaryInterceptor(
-		mustInterceptorT(t, outer, WithPolicy("wide", 0)).Unary(),
-		mustInterceptorT(t, inner, WithPolicy("per-ip", 0)).Unary()))
+		mustInterceptorT(t, outer, WithPolicyName("wide", 0)).Unary(),
+		mustInterceptorT(t, inner, WithPolicyName("per-ip", 0)).Unary()))
 	r := say(t, cc, nil, mSay)
 	wantMD(t, r.header, MDPolicy, `"wide";q=100;w=60`, `"per-ip";q=5;w=10`)
 	wantMD(t, r.header, MDRateLimit, `"wide";r=99;t=40`, `"per-ip";r=4;t=10`)
@@ -102,7 +102,7 @@ func TestStackedInterceptorsAddValues(t *testing.T) {
 func TestFixedWindowAdmittedResetIsExact(t *testing.T) {
 	e, clk := newEngine(t, engine.Config{Algorithm: engine.FixedWindow, Window: time.Hour, Limit: 1})
 	clk.Set(t0.Truncate(time.Hour).Add(time.Hour + 657*time.Second))
-	i := mustInterceptorT(t, e, WithPolicy("fixed", 0))
+	i := mustInterceptorT(t, e, WithPolicyName("fixed", 0))
 	s := &stubStream{}
 	ctx := grpc.NewContextWithServerTransportStream(callCtx(tcp("192.0.2.1:4711")), s)
 	h := func(context.Context, any) (any, error) { return nil, nil }
@@ -122,7 +122,7 @@ func TestFixedWindowAdmittedResetIsExact(t *testing.T) {
 // with a Burst of 2, after the burst, 1 s less the time since it.
 func TestTokenBucketRetryInfoIsExact(t *testing.T) {
 	e, clk := newEngine(t, engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 3 * time.Second, Burst: 2})
-	cc, _ := serve(t, grpc.UnaryInterceptor(mustInterceptorT(t, e, WithPolicy("p", 0)).Unary()))
+	cc, _ := serve(t, grpc.UnaryInterceptor(mustInterceptorT(t, e, WithPolicyName("p", 0)).Unary()))
 	for range 2 {
 		if r := say(t, cc, nil, mSay); r.code != codes.OK {
 			t.Fatalf("within the burst: %v", r.code)

@@ -23,7 +23,7 @@ var _ ratelimit.Limiter = (*Interceptor)(nil)
 // survive (see Limit).
 func TestGoGRPCMiddlewareAdapter(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 2, Algorithm: engine.FixedWindow})
-	i := mustInterceptorT(t, e, WithPolicy("mw", 0))
+	i := mustInterceptorT(t, e, WithPolicyName("mw", 0))
 	cc, es := serve(t, grpc.UnaryInterceptor(ratelimit.UnaryServerInterceptor(i)), grpc.StreamInterceptor(ratelimit.StreamServerInterceptor(i)))
 	for n, want := range []string{`"mw";r=1;t=10`, `"mw";r=0;t=10`} {
 		r := say(t, cc, nil, mSay)

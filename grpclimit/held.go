@@ -66,8 +66,8 @@ var errNoSettle = adapter.NoSettle("grpclimit: ")
 // The ratelimit fields go out in the header metadata before the handler
 // runs, so they carry the reservation's values (t= bounds the units
 // reserved, not a debt charged after the handler); the settle's effect
-// shows in the next call's. It has the meaning of httplimit.WithSettle, whose
-// doc has the details. It needs a limiter that can hold units (an
+// shows in the next call's. It has the meaning of httplimit.WithSettle
+// (docs/grpc.md). It needs a limiter that can hold units (an
 // *engine.Engine or a ReservingLimiter), and cannot be combined with
 // WithInFlight or WithPerMessage; Limit refuses calls with it.
 func WithSettle() Option {
@@ -81,8 +81,8 @@ func WithSettle() Option {
 // back (a handler that never returns, a process that died holding units of
 // a shared limiter) stop counting when they leave the window, so choose a
 // Window longer than the longest call or stream. It has the meaning of
-// httplimit.WithInFlight, whose doc says how each algorithm counts a lease
-// (FixedWindow and TokenBucket are refused). It needs a limiter that can hold units, and
+// httplimit.WithInFlight (FixedWindow and TokenBucket are refused;
+// docs/http.md says how each algorithm counts a lease). It needs a limiter that can hold units, and
 // cannot be combined with WithSettle or WithPerMessage; Limit refuses calls
 // with it. With NewMultiInterceptor it puts every policy in flight;
 // Policy.InFlight puts one.

@@ -72,25 +72,19 @@ const (
 //     fields, since the backend could not say what the quota is (counted
 //     Errors);
 //   - a key error: its own status, or codes.InvalidArgument (see Key; also
-//     for a key above MaxKeyBytes or the engine's Config.MaxKeyBytes); a
-//     cost above the key's limit: codes.FailedPrecondition with the
-//     fields; a negative cost or a limit the engine rejected:
-//     codes.Internal (all counted Rejected).
+//     for an empty key, or one above MaxKeyBytes or the engine's
+//     Config.MaxKeyBytes; codes.Internal for a peer that is not an IP
+//     address under KeyByIP); a cost above the key's limit:
+//     codes.FailedPrecondition with the fields; a negative cost or a limit
+//     the engine rejected: codes.Internal (all counted Rejected).
 //
-// The fields are httplimit's, with the same values for the same limiter
-// and policy (both adapters compute them with the same code): ratelimit-policy is
-// "name";q=<limit>;w=<window seconds> and ratelimit is
-// "name";r=<remaining>;t=<seconds>. Two interceptors in a chain each add
-// their own value, as stacked middlewares add list members, and each
-// charges its limit independently: the outer one has charged a call by
-// the time an inner one refuses it. NewMultiInterceptor decides several
-// policies in one interceptor and, over engines, charges none of them for
-// a refusal.
-//
-// A stream is charged once, when it starts, with the fields in its header
-// metadata; with WithPerMessage, each message the client sends is charged
-// as it is received, and a denial's fields go into the trailer metadata
-// (the header has usually been sent by then).
+// The fields (ratelimit-policy "name";q=<limit>;w=<window seconds>,
+// ratelimit "name";r=<remaining>;t=<seconds>) have httplimit's values for
+// the same limiter and policy. Chained interceptors each add their own
+// value and charge independently; NewMultiInterceptor, over engines,
+// charges none for a refusal. A stream is charged once, when it starts,
+// with the fields in its header; with WithPerMessage each received message
+// is charged, and a denial's fields go into the trailer.
 type Interceptor struct {
 	limiter adapter.Backend
 	cfg     config

@@ -20,7 +20,7 @@ import (
 // one more at t0 + 10.5 s (the oldest sub-window at half weight).
 func TestUnaryLoopback(t *testing.T) {
 	e, clk := newEngine(t, engine.Config{Limit: 2, Window: 10 * time.Second})
-	i := mustInterceptorT(t, e, WithPolicy("per-ip", 0))
+	i := mustInterceptorT(t, e, WithPolicyName("per-ip", 0))
 	cc, es := serve(t, grpc.UnaryInterceptor(i.Unary()))
 
 	for n, want := range []string{`"per-ip";r=1;t=11`, `"per-ip";r=0;t=11`} {

@@ -142,23 +142,23 @@ func peerAddr(ctx context.Context) (netip.Addr, error) {
 	return a.Unmap().WithZone(""), nil
 }
 
-// MissingPolicy says what KeyByMetadata does when the value is absent or
+// OnMissing says what KeyByMetadata does when the value is absent or
 // empty. Use MissingReject or MissingFallback.
-type MissingPolicy struct {
+type OnMissing struct {
 	fallback    Key
 	hasFallback bool
 }
 
 // MissingReject refuses a call without the value with
-// codes.InvalidArgument. It is the zero MissingPolicy.
-var MissingReject = MissingPolicy{}
+// codes.InvalidArgument. It is the zero OnMissing.
+var MissingReject = OnMissing{}
 
 // MissingFallback keys a call without the value by k instead (say
 // KeyByIP(64)); a configuration error of k becomes KeyByMetadata's. The
 // fallback keys share the key space with metadata values, so a client
 // could send a value equal to another client's fallback key; wrap with
 // Compose or a prefix where that matters.
-func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, hasFallback: true} }
+func MissingFallback(k Key) OnMissing { return OnMissing{fallback: k, hasFallback: true} }
 
 // MaxProxyHops is the number of hops KeyByXForwardedFor and KeyByForwarded
 // read at most, from the right of the chain: 16, httplimit.MaxProxyHops.
@@ -201,7 +201,7 @@ var (
 // name is a metadata key: 1 … 256 characters of a-z, 0-9, '-', '_' and
 // '.' (upper case is folded, as gRPC does). Binary keys ("-bin") and
 // gRPC's reserved "grpc-" keys are configuration errors.
-func KeyByMetadata(name string, missing MissingPolicy) Key {
+func KeyByMetadata(name string, missing OnMissing) Key {
 	name = strings.ToLower(name)
 	if err := validMetadataName(name); err != nil {
 		return keyError(errors.New("grpclimit: KeyByMetadata name = " + untrusted.Quote(name) + ": " + err.Error()))

@@ -22,15 +22,16 @@ var (
 	_ [adapter.MaxPolicies - MaxPolicies]struct{}
 )
 
-// Policy is one limit of an Interceptor built by NewMultiInterceptor: a
-// limiter, the key it counts calls by, and the name and window of its
-// value in the ratelimit-policy and ratelimit metadata, with WithPolicy's
-// rules. It has the shape and meaning of httplimit.Policy.
+// Policy is one named quota of an Interceptor built by
+// NewMultiInterceptor, a policy in the RateLimit-Policy sense: a limiter,
+// the key it counts calls by, and the name and window of its value in the
+// ratelimit-policy and ratelimit metadata, with WithPolicyName's rules. It
+// has the shape and meaning of httplimit.Policy.
 type Policy struct {
 	Name    string        // 1 … 64 printable ASCII characters, distinct within an Interceptor
 	Limiter any           // a Limiter or a ContextLimiter
 	Key     Key           // the zero Key means KeyByIP(64)
-	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+	Window  time.Duration // 0 takes the limiter's (see WithPolicyName)
 	// Cost is this policy's cost of a call (nil: WithCost's or
 	// WithMethodCost's, or 1), with WithCost's rules; it is
 	// httplimit.Policy.Cost.
@@ -65,7 +66,7 @@ type multi struct {
 // refusing policy's status, as NewInterceptor gives it. Chained
 // single-policy interceptors each charge their limit independently.
 //
-// opts are NewInterceptor's, except WithKey and WithPolicy, which are
+// opts are NewInterceptor's, except WithKey and WithPolicyName, which are
 // given per policy; a call's cost (WithCost, WithMethodCost) is charged
 // to every policy without a Cost of its own. WithInFlight puts every
 // policy in flight, Policy.InFlight one of them; WithSettle settles every
@@ -76,7 +77,7 @@ func NewMultiInterceptor(policies []Policy, opts ...Option) (*Interceptor, error
 	i := &Interceptor{cfg: defaultConfig()}
 	errs := i.configure("NewMultiInterceptor", opts)
 	if i.cfg.keySet || i.cfg.policySet {
-		errs = append(errs, errors.New("grpclimit: NewMultiInterceptor: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
+		errs = append(errs, errors.New("grpclimit: NewMultiInterceptor: WithKey and WithPolicyName are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
 	}
 	mp := &multi{keys: make([]Key, len(policies)), costs: make([]func(context.Context, string) int64, len(policies))}
 	specs := make([]adapter.PolicySpec, len(policies))

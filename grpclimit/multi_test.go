@@ -55,8 +55,8 @@ func TestMultiChargesOnlyWhatItAdmits(t *testing.T) {
 	ipE2, _ := newEngine(t, engine.Config{Limit: 5})
 	tenantE2, _ := newEngine(t, engine.Config{Limit: 1})
 	cc2, _ := serve(t, grpc.ChainUnaryInterceptor(
-		mustInterceptorT(t, ipE2, WithPolicy("per-ip", 0)).Unary(),
-		mustInterceptorT(t, tenantE2, WithPolicy("tenant", 0), WithKey(tenant)).Unary()))
+		mustInterceptorT(t, ipE2, WithPolicyName("per-ip", 0)).Unary(),
+		mustInterceptorT(t, tenantE2, WithPolicyName("tenant", 0), WithKey(tenant)).Unary()))
 	for range 4 {
 		say(t, cc2, ctx, mSay)
 	}
@@ -102,7 +102,7 @@ func TestNewMultiInterceptorErrors(t *testing.T) {
 		want string
 	}{
 		{nil, nil, "NewMultiInterceptor: 0 policies, want 1 … 8"},
-		{[]Policy{{Name: "a", Limiter: e}}, []Option{WithPolicy("x", 0)}, "WithKey and WithPolicy are given per policy"},
+		{[]Policy{{Name: "a", Limiter: e}}, []Option{WithPolicyName("x", 0)}, "WithKey and WithPolicyName are given per policy"},
 		{[]Policy{{Name: "a", Limiter: e}, {Name: "a", Limiter: e}}, nil, `policy 1 ("a"): the name is given twice`},
 		{[]Policy{{Name: "a", Limiter: e}}, []Option{WithMethodCost(mSay, 3)}, `policy 0 ("a"): WithMethodCost`},
 	} {

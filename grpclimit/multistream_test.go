@@ -213,7 +213,7 @@ func TestDryRunCountsEveryRefusal(t *testing.T) {
 	bad := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		return engine.Decision{Limit: 5, RetryAfter: engine.Never}, nil // not a refusal: a limit it could not use
 	})
-	mis := mustInterceptorT(t, bad, WithDryRun(), WithPolicy("p", time.Second))
+	mis := mustInterceptorT(t, bad, WithDryRun(), WithPolicyName("p", time.Second))
 	if out, err := mis.Unary()(callCtx(tcp("192.0.2.1:4711")), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h); err != nil || out != "ran" {
 		t.Fatalf("misconfigured: %v %v", out, err)
 	}
@@ -221,7 +221,7 @@ func TestDryRunCountsEveryRefusal(t *testing.T) {
 		t.Errorf("Stats: cost %+v, full %+v, misconfigured %+v", costly.Stats(), full.Stats(), mis.Stats())
 	}
 	// Without the dry run, the misconfigured decision is Internal.
-	strict := mustInterceptorT(t, bad, WithPolicy("p", time.Second))
+	strict := mustInterceptorT(t, bad, WithPolicyName("p", time.Second))
 	if _, err := strict.Unary()(callCtx(tcp("192.0.2.1:4711")), nil, &grpc.UnaryServerInfo{FullMethod: mSay}, h); status.Code(err) != codes.Internal {
 		t.Errorf("misconfigured: %v, want Internal", err)
 	}

@@ -31,7 +31,7 @@ type config struct {
 	perMessage    bool
 	dryRun        bool // WithDryRun
 	keySet        bool // WithKey was given
-	policySet     bool // WithPolicy was given
+	policySet     bool // WithPolicyName was given
 	settle        bool // WithSettle
 	inFlight      bool // WithInFlight
 }
@@ -139,15 +139,15 @@ func WithoutDefaultExempt() Option {
 	return func(c *config) error { c.noDefaults = true; return nil }
 }
 
-// WithPolicy names the policy in the ratelimit and ratelimit-policy
+// WithPolicyName names the policy in the ratelimit and ratelimit-policy
 // metadata (default "default"): 1 … 64 printable ASCII characters; quotes
 // and backslashes are escaped as a Structured Field String requires.
 // window is 0 to take the window from the limiter; a non-zero window must
 // equal the limiter's Config().Window, or NewInterceptor fails; for a
 // limiter that does not report its configuration, it gives the w= of
 // ratelimit-policy. A negative window is an error. It has the shape and
-// meaning of httplimit.WithPolicy.
-func WithPolicy(name string, window time.Duration) Option {
+// meaning of httplimit.WithPolicyName.
+func WithPolicyName(name string, window time.Duration) Option {
 	return func(c *config) error {
 		if err := adapter.CheckPolicy("grpclimit: ", name, window); err != nil {
 			return err

@@ -69,10 +69,10 @@ func TestDeadlinePassedIsCallerGoneNotAnError(t *testing.T) {
 	}
 }
 
-// TestOwnTimeoutFollowsPolicy: a limiter's own round-trip timeout ends a
+// TestOwnTimeoutFollowsFailurePolicy: a limiter's own round-trip timeout ends a
 // context derived from the request's, which stays live: that is a backend
 // failure, and the failure policy's admission is followed (counted Errors).
-func TestOwnTimeoutFollowsPolicy(t *testing.T) {
+func TestOwnTimeoutFollowsFailurePolicy(t *testing.T) {
 	own := adaptertest.LimiterFunc(func(ctx context.Context, _ string, _ int64) (engine.Decision, error) {
 		rt, cancel := context.WithTimeout(ctx, 0)
 		defer cancel()

@@ -46,14 +46,14 @@ func TestMisconfigurationFailsAtConstruction(t *testing.T) {
 		{"WithHeaders(6)", e, WithHeaders(HeadersLegacy | HeadersLegacyUnix), "httplimit: WithHeaders(6), want a combination of HeadersDraft (1) and one of HeadersLegacy (2) and HeadersLegacyUnix (4), or 0"},
 		{"WithHeadersBelow(0)", e, WithHeadersBelow(0), "httplimit: WithHeadersBelow(0), want 0 < share ≤ 1"},
 		{"WithHeadersBelow(1.5)", e, WithHeadersBelow(1.5), "httplimit: WithHeadersBelow(1.5), want 0 < share ≤ 1"},
-		{"WithPolicy empty name", e, WithPolicy("", 0), `httplimit: WithPolicy name = "", want 1 … 64 printable ASCII characters`},
-		{"WithPolicy control byte", e, WithPolicy("a\nb", 0), `httplimit: WithPolicy name = "a?b" has byte 0xa at 1, want printable ASCII (0x20 … 0x7e)`},
-		{"WithPolicy negative window", e, WithPolicy("p", -time.Second), "httplimit: WithPolicy window = -1s, want 0 (the limiter's) or > 0"},
-		{"WithPolicy window mismatch", e, WithPolicy("p", 5*time.Second), "httplimit: WithPolicy window = 5s, but the limiter's Config().Window = 10s; pass 0 to take the limiter's"},
+		{"WithPolicyName empty name", e, WithPolicyName("", 0), `httplimit: WithPolicyName name = "", want 1 … 64 printable ASCII characters`},
+		{"WithPolicyName control byte", e, WithPolicyName("a\nb", 0), `httplimit: WithPolicyName name = "a?b" has byte 0xa at 1, want printable ASCII (0x20 … 0x7e)`},
+		{"WithPolicyName negative window", e, WithPolicyName("p", -time.Second), "httplimit: WithPolicyName window = -1s, want 0 (the limiter's) or > 0"},
+		{"WithPolicyName window mismatch", e, WithPolicyName("p", 5*time.Second), "httplimit: WithPolicyName window = 5s, but the limiter's Config().Window = 10s; pass 0 to take the limiter's"},
 		{"nil option", e, nil, "httplimit: NewMiddleware: option 0 is nil"},
-		{"nil limiter", nil, WithPolicy("p", 0), "httplimit: NewMiddleware: nil limiter (<nil>)"},
-		{"typed nil limiter", (*engine.Engine)(nil), WithPolicy("p", 0), "httplimit: NewMiddleware: nil limiter (*engine.Engine)"},
-		{"not a limiter", "engine", WithPolicy("p", 0), "httplimit: NewMiddleware: string is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)"},
+		{"nil limiter", nil, WithPolicyName("p", 0), "httplimit: NewMiddleware: nil limiter (<nil>)"},
+		{"typed nil limiter", (*engine.Engine)(nil), WithPolicyName("p", 0), "httplimit: NewMiddleware: nil limiter (*engine.Engine)"},
+		{"not a limiter", "engine", WithPolicyName("p", 0), "httplimit: NewMiddleware: string is not a limiter; want AllowN(key string, n int64) engine.Decision (Limiter, as *engine.Engine) or AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) (ContextLimiter, as *redisstore.Limiter)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := NewMiddleware(c.l, c.opt)

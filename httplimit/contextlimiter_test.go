@@ -32,7 +32,7 @@ func TestContextLimiter(t *testing.T) {
 	var d engine.Decision
 	var err error
 	f := newRemote(func(string, int64) (engine.Decision, error) { return d, err })
-	m := mustMiddleware(t, f, WithPolicy("shared", 10*time.Second))
+	m := mustMiddleware(t, f, WithPolicyName("shared", 10*time.Second))
 	var calls int
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		calls++
@@ -150,7 +150,7 @@ func TestContextLimiterWithConfig(t *testing.T) {
 	w := do(New(f)(okHandler), "192.0.2.1:1", nil)
 	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=7;w=20`)
 	wantHeader(t, w.Header(), "RateLimit", `"default";r=6;t=25`)
-	if _, err := NewMiddleware(f, WithPolicy("default", time.Second)); err == nil {
+	if _, err := NewMiddleware(f, WithPolicyName("default", time.Second)); err == nil {
 		t.Fatal("a window disagreeing with the limiter's Config was accepted")
 	}
 }

@@ -1,57 +1,38 @@
 // Package httplimit is net/http middleware over a ringlimit limiter (an
 // in-process *engine.Engine, or a shared one such as *redisstore.Limiter):
 // it keys each request (by client IP by default), charges it a cost, and
-// answers 429 Too Many Requests when the key's window is full.
+// answers 429 Too Many Requests with Retry-After when the key's window is
+// full. Responses carry the RateLimit and RateLimit-Policy fields of
+// draft-ietf-httpapi-ratelimit-headers-09.
 //
-// Responses carry the RateLimit and RateLimit-Policy fields of
-// draft-ietf-httpapi-ratelimit-headers-09 (Structured Field Lists: a quoted
-// policy name with q= quota and w= window seconds; r= remaining and t=
-// seconds until the quota is free), one list member per middleware, and
-// optionally the legacy X-RateLimit-* headers. See Middleware.
+//	e, err := engine.New(engine.Config{Limit: 5, Window: 10 * time.Second})
+//	...
+//	m, err := httplimit.NewMiddleware(e, httplimit.WithKey(httplimit.KeyByIP(64)))
+//	...
+//	mux.Handle("GET /api/", m.Handler(api))
 //
-// Several limits on one request (per IP and per tenant) go either in one
-// middleware, NewMulti, which over engines charges all of them or none,
-// or in nested middlewares, each of which charges its own limit
-// independently, also for requests an inner one then refuses.
+// The entry points:
 //
-// Units can be held across the handler: WithSettle reserves the cost as
-// an estimate and settles it to what the handler reports with ReportCost
-// (tokens per minute for an LLM gateway); WithInFlight gives the units
-// back when the handler returns, so that the limit counts requests in
-// flight.
+//   - NewMiddleware (or New, which panics) builds a Middleware over one
+//     limiter; NewMulti over several Policy values, all or nothing over
+//     engines (per IP and per tenant in one middleware).
+//   - Keys: KeyByIP, KeyByXForwardedFor, KeyByForwarded and
+//     KeyByClientIPHeader behind proxies, KeyByHeader, KeyByRoute, Compose,
+//     KeyFunc.
+//   - Costs: WithCost; WithSettle settles an estimate to the cost the
+//     handler reports with ReportCost; WithInFlight counts requests in
+//     flight.
+//   - Refusals: WithRefusalHandler (every kind), WithDenyHandler (429),
+//     WithKeyErrorHandler (400); WithDryRun refuses nothing.
+//   - Tiers is a hot-swappable tenant → limit table for
+//     engine.Config.KeyLimit; MetricsHandler serves Stats in the
+//     Prometheus text format.
 //
-// # Configuration errors
+// A mistake in the server's configuration is reported once, at
+// construction, naming the option and its allowed range: Options and Key
+// helpers carry their error to NewMiddleware, and no request is ever
+// answered 4xx or 5xx because of it. Middleware lists the status codes.
 //
-// A mistake in the server's configuration is the server's problem, never a
-// client's: it is reported once, at construction, and no request is ever
-// answered 4xx or 5xx because of it. The convention, everywhere:
-//
-//   - NewMiddleware returns (*Middleware, error); New returns the
-//     func(http.Handler) http.Handler and panics at construction, as
-//     regexp.MustCompile does.
-//   - Options and Key helpers never fail by themselves: a bad argument
-//     (KeyByIP(200), KeyByRoute(nil, …), an empty trusted list,
-//     WithHeadersBelow(2), a WithPolicy window that disagrees with the
-//     limiter's) travels inside the Option or Key, and NewMiddleware
-//     returns it, naming the function, the argument and its allowed range.
-//     Key.Err reports a Key's own.
-//   - Constructors that are not options (NewPolicies) return an error.
-//
-// # Status codes
-//
-//   - 429 with Retry-After: the key's window has no room now.
-//   - 503 with Retry-After: the key is new and the engine holds
-//     Config.MaxKeys keys; or a ContextLimiter failed and its failure
-//     policy refused (Retry-After only when the policy gives a wait).
-//   - 413: the request's cost exceeds the key's limit; it can never fit.
-//   - 400: the key depends on the request and the request does not give
-//     it (a missing header, a forged or unparsable forwarding chain), or
-//     gives one longer than MaxKeyBytes (256 bytes, the one cap of every
-//     key; never truncated), or a key function returned an empty key (or
-//     only white space; a Compose part, a KeyByRoute inner key, a
-//     MissingFallback's key included). A key error never falls back
-//     silently to a shared key.
-//   - 500: a bug the server's code showed at run time and construction
-//     could not see: a cost function returned a negative cost, or an
-//     engine Config.KeyLimit function returned a limit out of range.
+// The tour, with the header fields' reasoning, is docs/http.md in the
+// repository.
 package httplimit

@@ -17,7 +17,7 @@ import (
 // metrics show would_deny.
 func TestDryRunRefusesNothing(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Limit: 2})
-	m := mustMiddleware(t, e, WithDryRun(), WithPolicy("shadow", 0), WithCost(func(r *http.Request) int64 {
+	m := mustMiddleware(t, e, WithDryRun(), WithPolicyName("shadow", 0), WithCost(func(r *http.Request) int64 {
 		if r.Header.Get("X-Big") != "" {
 			return 3
 		}

@@ -28,7 +28,7 @@ func ExampleWithSettle() {
 	}
 	defer e.Close()
 	m, err := httplimit.NewMiddleware(e,
-		httplimit.WithPolicy("tokens", 0),
+		httplimit.WithPolicyName("tokens", 0),
 		httplimit.WithKey(httplimit.KeyByHeader("X-Api-Key", httplimit.MissingReject)),
 		httplimit.WithCost(func(r *http.Request) int64 {
 			n, _ := strconv.ParseInt(r.Header.Get("X-Max-Tokens"), 10, 64)

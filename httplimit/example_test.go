@@ -20,7 +20,7 @@ func ExampleNewMiddleware() {
 		panic(err)
 	}
 	defer e.Close()
-	m, err := httplimit.NewMiddleware(e, httplimit.WithPolicy("per-ip", 0)) // the window comes from e
+	m, err := httplimit.NewMiddleware(e, httplimit.WithPolicyName("per-ip", 0)) // the window comes from e
 	if err != nil {
 		panic(err)
 	}
@@ -46,11 +46,11 @@ func ExampleNewMiddleware_misconfigured() {
 	defer e.Close()
 	_, err = httplimit.NewMiddleware(e,
 		httplimit.WithKey(httplimit.KeyByXForwardedFor(nil, 64)),
-		httplimit.WithPolicy("per-ip", time.Minute))
+		httplimit.WithPolicyName("per-ip", time.Minute))
 	fmt.Println(err)
 	// Output:
 	// httplimit: WithKey: KeyByXForwardedFor trusted is empty, want the prefixes of your reverse proxies (with no proxy, use KeyByIP)
-	// httplimit: WithPolicy window = 1m0s, but the limiter's Config().Window = 10s; pass 0 to take the limiter's
+	// httplimit: WithPolicyName window = 1m0s, but the limiter's Config().Window = 10s; pass 0 to take the limiter's
 }
 
 // Behind nginx ("proxy_set_header X-Forwarded-For

@@ -18,7 +18,7 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		cfg    engine.Config
-		policy string // WithPolicy name
+		policy string // WithPolicyName name
 		window time.Duration
 	}{
 		{"sliding 10s", engine.Config{Limit: 3, Window: 10 * time.Second}, "per-ip", 0},
@@ -29,7 +29,7 @@ func TestFieldsMatchMiddleware(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e, _ := newEngine(t, c.cfg)
-			m := mustMiddleware(t, e, WithPolicy(c.policy, c.window), WithCost(func(r *http.Request) int64 {
+			m := mustMiddleware(t, e, WithPolicyName(c.policy, c.window), WithCost(func(r *http.Request) int64 {
 				if r.Header.Get("X-Big") != "" {
 					return 4
 				}
@@ -107,9 +107,9 @@ func TestNewFieldsErrors(t *testing.T) {
 		window time.Duration
 		want   string
 	}{
-		{e, "", 0, "httplimit: WithPolicy name = \"\", want 1 … 64 printable ASCII characters"},
-		{e, "x", time.Minute, "httplimit: WithPolicy window = 1m0s, but the limiter's Config().Window = 10s; pass 0 to take the limiter's"},
-		{e, "x", -time.Second, "httplimit: WithPolicy window = -1s, want 0 (the limiter's) or > 0"},
+		{e, "", 0, "httplimit: WithPolicyName name = \"\", want 1 … 64 printable ASCII characters"},
+		{e, "x", time.Minute, "httplimit: WithPolicyName window = 1m0s, but the limiter's Config().Window = 10s; pass 0 to take the limiter's"},
+		{e, "x", -time.Second, "httplimit: WithPolicyName window = -1s, want 0 (the limiter's) or > 0"},
 		{zeroWindow{}, "x", 0, "httplimit: NewFields: the limiter's Config().Window = 0s, want > 0"},
 	} {
 		_, err := adapter.NewFields("httplimit: ", "NewFields", c.l, c.name, c.window)

@@ -14,17 +14,12 @@ type Style uint8
 
 const (
 	// HeadersDraft writes the fields of draft-ietf-httpapi-ratelimit-headers-09
-	// (on by default):
+	// (on by default), one list member per middleware, each added as a
+	// field line after those already set:
 	//
 	//	RateLimit-Policy: "default";q=<limit>;w=<window seconds>
 	//	RateLimit: "default";r=<remaining>;t=<seconds until the quota is free>
 	//
-	// Both are Structured Field Lists whose members are a String policy
-	// name with Integer parameters (draft 09, sections 3 and 4: q and r
-	// are required; w is a non-zero whole number of seconds and t
-	// delay-seconds, both optional). A list may be split over several
-	// field lines (section 3 and 4, via RFC 8941 section 3.1): each
-	// middleware adds its member as a field line after those already set.
 	// See Middleware for when w= and t= are present and what t= bounds.
 	HeadersDraft Style = 1 << iota
 	// HeadersLegacy writes the de-facto X-RateLimit-Limit,

@@ -19,8 +19,8 @@ import (
 func TestStackedMiddlewaresAddListMembers(t *testing.T) {
 	outerE, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.FixedWindow})
 	innerE, _ := newEngine(t, engine.Config{Limit: 2, Window: time.Minute, Algorithm: engine.FixedWindow})
-	outer := New(outerE, WithPolicy("per-ip", 0))
-	inner := New(innerE, WithPolicy("tenant", 0), WithKey(KeyByHeader("X-Tenant", MissingReject)))
+	outer := New(outerE, WithPolicyName("per-ip", 0))
+	inner := New(innerE, WithPolicyName("tenant", 0), WithKey(KeyByHeader("X-Tenant", MissingReject)))
 	srv := httptest.NewServer(outer(inner(okHandler)))
 	defer srv.Close()
 	hdr := map[string]string{"X-Tenant": "acme"}
@@ -60,7 +60,7 @@ func TestLegacyHeadersStacked(t *testing.T) {
 	outerE, _ := newEngine(t, engine.Config{Limit: 5, Algorithm: engine.FixedWindow})
 	innerE, _ := newEngine(t, engine.Config{Limit: 9, Window: time.Minute, Algorithm: engine.FixedWindow})
 	both := HeadersDraft | HeadersLegacy
-	h := New(outerE, WithPolicy("per-ip", 0), WithHeaders(both))(New(innerE, WithPolicy("wide", 0), WithHeaders(both))(okHandler))
+	h := New(outerE, WithPolicyName("per-ip", 0), WithHeaders(both))(New(innerE, WithPolicyName("wide", 0), WithHeaders(both))(okHandler))
 	w := do(h, "192.0.2.1:1", nil)
 	wantHeader(t, w.Header(), "X-RateLimit-Limit", "5")
 	wantHeader(t, w.Header(), "X-RateLimit-Remaining", "4")
@@ -157,20 +157,20 @@ func TestSubSecondWindowHasNoW(t *testing.T) {
 	}
 }
 
-// TestWindowComesFromTheLimiter: WithPolicy's window is optional; given,
+// TestWindowComesFromTheLimiter: WithPolicyName's window is optional; given,
 // it must agree with the limiter's (see the misconfiguration table).
 func TestWindowComesFromTheLimiter(t *testing.T) {
 	e, _ := newEngine(t, engine.Config{Algorithm: engine.FixedWindow}) // 10 s
 	for _, h := range []http.Handler{
 		New(e)(okHandler),
-		New(e, WithPolicy("default", 0))(okHandler),
-		New(e, WithPolicy("default", 10*time.Second))(okHandler),
+		New(e, WithPolicyName("default", 0))(okHandler),
+		New(e, WithPolicyName("default", 10*time.Second))(okHandler),
 	} {
 		resp := serveReal(t, h)()
 		wantHeader(t, resp.Header, "RateLimit-Policy", `"default";q=5;w=10`)
 	}
 	// A name needing escapes.
-	resp := serveReal(t, New(e, WithPolicy(`a "b" \c`, 0))(okHandler))()
+	resp := serveReal(t, New(e, WithPolicyName(`a "b" \c`, 0))(okHandler))()
 	wantHeader(t, resp.Header, "RateLimit-Policy", `"a \"b\" \\c";q=5;w=10`)
 }
 
@@ -198,7 +198,7 @@ func TestHeadersBelow(t *testing.T) {
 // TestPolicyValueIsCached: RateLimit-Policy is built once per limit and
 // the same string is reused; with per-tenant limits each limit has its own.
 func TestPolicyValueIsCached(t *testing.T) {
-	p, err := NewPolicies(2, map[string]int64{"pro": 4})
+	p, err := NewTiers(2, map[string]int64{"pro": 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestPolicyCacheConcurrent(t *testing.T) {
 		l := int64(len(key)) * policySlots // limits 8, 16, 24, …: all in slot 0
 		return engine.Decision{Allowed: true, Limit: l, Remaining: l - 1}, nil
 	}}
-	m := mustMiddleware(t, f, WithKey(KeyByHeader("K", MissingReject)), WithPolicy("p", time.Second))
+	m := mustMiddleware(t, f, WithKey(KeyByHeader("K", MissingReject)), WithPolicyName("p", time.Second))
 	h := m.Handler(okHandler)
 	var wg sync.WaitGroup
 	errc := make(chan string, 8)
@@ -263,7 +263,7 @@ func TestPolicyCacheConcurrent(t *testing.T) {
 func TestFixedWindowAdmittedResetIsExact(t *testing.T) {
 	const window = time.Hour
 	e, clk := newEngine(t, engine.Config{Algorithm: engine.FixedWindow, Window: window, Limit: 1})
-	m := mustMiddleware(t, e, WithPolicy("fixed", 0), WithHeaders(HeadersDraft|HeadersLegacy))
+	m := mustMiddleware(t, e, WithPolicyName("fixed", 0), WithHeaders(HeadersDraft|HeadersLegacy))
 	h := m.Handler(okHandler)
 	start := t0.Truncate(window).Add(window) // a window start
 	for n, off := range []time.Duration{

@@ -49,78 +49,44 @@ func ReportCost(ctx context.Context, n int64) error {
 // errNoSettle is ReportCost's ErrNoSettle, built once.
 var errNoSettle = adapter.NoSettle("httplimit: ")
 
-// WithSettle makes the cost an estimate, settled after the handler to the
-// cost the handler reports: the middleware reserves the estimate
-// (WithCost's, or 1) before the handler, as AllowN would decide it, and
-// when the handler returns settles the reservation (engine.Reservation's
-// Settle) to what the handler reported with ReportCost(r.Context(), n):
-// fewer units go back to the limiter, more are charged past the limit, a
-// debt that later requests wait out. So a tokens-per-minute limit can
-// reserve a request's estimated tokens and charge what the response used.
+// WithSettle makes the cost an estimate: the middleware reserves it
+// (WithCost's, or 1) before the handler, and when the handler returns
+// settles the reservation to what the handler reported with
+// ReportCost(r.Context(), n). Fewer units go back; more are charged past
+// the limit, a debt later requests wait out (tokens per minute for an LLM
+// gateway). No report keeps the estimate, two settle to the last; a panic
+// settles to what was reported before it, else keeps the estimate; a
+// client that hangs up is still settled. An estimate of 0 reserves 1 unit,
+// given back by a report of 0. A settle the limiter refuses
+// (engine.ErrDebtFull, a shared limiter's failure) keeps the estimate
+// and counts in Stats.SettleErrors.
 //
-//   - A handler that reports nothing keeps the estimate; one that reports
-//     twice is settled to the last report.
-//   - An estimate of 0 reserves 1 unit, held through the handler and
-//     settled like any other (a report of 0, or none, gives it back): a
-//     request whose cost is known only afterwards waits out a debt as a
-//     one-unit request does, where a reservation of 0 units would always
-//     be admitted (a free request, WithCost's 0 without WithSettle).
-//   - A handler that panics is settled to what it reported before the
-//     panic, else keeps the estimate (the work may have been done); the
-//     panic goes on.
-//   - A client that hangs up mid-handler is still settled: the settle
-//     runs on the request's context without its cancellation.
-//   - A settle the limiter refuses (a debt it cannot count, see
-//     engine.ErrDebtFull; a shared limiter's failure) leaves the estimate
-//     charged, and is counted in Stats.SettleErrors: the excess is not
-//     charged in part, so size a SlidingLog's Config.MaxLogLimit for the
-//     largest debt a key must take, and alert on SettleErrors.
+// The rate-limit fields carry the reservation's values: they go out
+// before the cost is known, so an admitted t= bounds the units reserved,
+// not a debt charged when the handler returns.
 //
-// The rate-limit fields go out with the response's header, before the
-// body, and so before the actual cost is known: they carry the
-// reservation's values (the estimate's Remaining, and t= from the
-// admission), and the settle's effect shows in the next response's
-// fields. So an admitted t= is an upper bound for the units reserved, not
-// for a debt: a report above the estimate is charged when the handler
-// returns, and counts for a Window (and a sub-window) from then, up to the
-// handler's duration past t=. No value sent first can bound a cost not
-// yet known.
-//
-// It needs a limiter that can hold units: an *engine.Engine, or a
-// ReservingLimiter; any other is an error at construction. It cannot be
-// combined with WithInFlight, which gives every unit back. With NewMulti it
-// settles every policy but those in flight (Policy.InFlight), to the one
-// reported cost.
+// It needs an *engine.Engine or a ReservingLimiter, and cannot be combined
+// with WithInFlight; with NewMulti it settles every policy not in flight.
+// docs/http.md ("Costs known afterwards") has the details.
 func WithSettle() Option {
 	return func(c *config) error { c.settle = true; return nil }
 }
 
 // WithInFlight makes the limit count requests in flight: the middleware
 // reserves a request's cost before the handler and gives it back when the
-// handler returns, normally or by a panic, so that Limit is the most
-// units (requests, at a cost of 1) running at once per key, as Stripe's
-// concurrent-request limiter counts them.
+// handler returns, normally or by a panic, so that Limit is the most units
+// running at once per key.
 //
-// The limiter's Window is then a lease: a unit that is never given back
-// stops counting when it leaves the window. That covers a request whose
-// connection the handler hijacked (the middleware cannot see when a
-// hijacked connection ends, so its units stay until the lease ends), a
-// handler that never returns, and a process that died holding units of a
-// shared limiter. Choose a Window longer than the longest request: a
-// request that runs longer stops counting. With SlidingWindowStrict a unit
-// counts in full for Window to Window plus one sub-window; with SlidingLog
-// for exactly Window; with SlidingWindow in full for at least Window less
-// one sub-window, then by its weight. A FixedWindow engine is refused
-// (each window's end would drop every request in flight), and so is a
-// TokenBucket (its units refill with time, whatever is in flight).
+// The limiter's Window is then a lease: a unit never given back (a
+// hijacked connection, a handler that never returns, a process that died)
+// stops counting when it leaves the window, so choose a Window longer than
+// the longest request. A refusal's Retry-After is when the oldest lease
+// ends: an upper bound. FixedWindow and TokenBucket engines are refused.
 //
-// A refusal's Retry-After (and t=) is when the oldest unit's lease ends,
-// if none is given back before: an upper bound, as a slot frees as soon as
-// a request finishes.
-//
-// It needs a limiter that can hold units: an *engine.Engine, or a
-// ReservingLimiter. It cannot be combined with WithSettle. With NewMulti
-// it puts every policy in flight; Policy.InFlight puts one.
+// It needs an *engine.Engine or a ReservingLimiter, and cannot be combined
+// with WithSettle; with NewMulti it puts every policy in flight,
+// Policy.InFlight one. docs/http.md ("Requests in flight") has each
+// algorithm's lease and where http.TimeoutHandler goes.
 func WithInFlight() Option {
 	return func(c *config) error { c.inFlight = true; return nil }
 }

@@ -110,24 +110,24 @@ func KeyByIP(ipv6Prefix int) Key {
 	}}
 }
 
-// MissingPolicy says what KeyByHeader does when the header is absent or
+// OnMissing says what KeyByHeader does when the header is absent or
 // empty. Use MissingReject or MissingFallback.
-type MissingPolicy struct {
+type OnMissing struct {
 	fallback    Key
 	hasFallback bool
 }
 
 // MissingReject refuses a request without the header: the key function
 // returns an error, which the middleware answers with 400 (or the
-// WithKeyErrorHandler handler). It is the zero MissingPolicy.
-var MissingReject = MissingPolicy{}
+// WithKeyErrorHandler handler). It is the zero OnMissing.
+var MissingReject = OnMissing{}
 
 // MissingFallback keys a request without the header by k instead (say
 // KeyByIP(64)); a configuration error of k becomes KeyByHeader's. The
 // fallback keys share the key space with header values, so a client could
 // send a header equal to another client's fallback key; wrap with Compose
 // or a prefix where that matters.
-func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, hasFallback: true} }
+func MissingFallback(k Key) OnMissing { return OnMissing{fallback: k, hasFallback: true} }
 
 // KeyByHeader keys a request by the value of header name (the first value,
 // with surrounding spaces trimmed), such as an API key or tenant id. A
@@ -136,7 +136,7 @@ func MissingFallback(k Key) MissingPolicy { return MissingPolicy{fallback: k, ha
 // short and never passed to missing. The value is used
 // as sent: authenticate it before trusting it as an identity. name must be
 // a valid header field name (RFC 9110 token characters, 1 … 256 bytes).
-func KeyByHeader(name string, missing MissingPolicy) Key {
+func KeyByHeader(name string, missing OnMissing) Key {
 	if !validFieldName(name) {
 		return keyError(errors.New("httplimit: KeyByHeader name = " + untrusted.Quote(name) + ", want a header field name (1 … 256 RFC 9110 token characters)"))
 	}
@@ -215,7 +215,7 @@ func KeyByRoute(routeFunc func(*http.Request) string, inner Key) Key {
 
 // Compose keys a request by every part's key, joined by "\x00" in order.
 // The first error is returned; a part's empty key is one. Put the tenant (or tier) first to use the
-// key with Policies. Compose needs at least one part, and a part with an
+// key with Tiers. Compose needs at least one part, and a part with an
 // error makes Compose's Key hold it.
 func Compose(parts ...Key) Key {
 	if len(parts) == 0 {

@@ -22,13 +22,9 @@ import (
 // Either argument may be nil to leave its metrics out (e is nil in front
 // of a Redis limiter).
 //
-// It is the zero-dependency fallback. A service that runs the Prometheus
-// client library registers promlimit's Collector in its own registry
-// instead: promlimit.New(promlimit.Engine("", e), promlimit.HTTP("", m))
-// exposes the same series, and promlimit's tests check that this handler's
-// body is byte for byte what client_golang writes for the same values
-// (families sorted by name, series by label value, numbers formatted as
-// its float64 text: 1e+06, not 1000000).
+// It is the zero-dependency fallback: promlimit.New(promlimit.Engine("",
+// e), promlimit.HTTP("", m)) exposes the same series, byte for byte, in a
+// Prometheus client registry (docs/metrics.md).
 func MetricsHandler(m *Middleware, e *engine.Engine) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		var ms *adapter.Counts

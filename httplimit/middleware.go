@@ -38,67 +38,39 @@ var errLimiterKeyTooLong = errors.New("httplimit: the key is longer than the lim
 // first use.
 //
 // For each request that is not exempt, it computes the key and the cost,
-// asks the limiter for cost units, and (with WithDryRun, refusing nothing:
-// see there):
+// asks the limiter for cost units, and (under WithDryRun, refusing
+// nothing):
 //
 //   - admitted: sets the rate-limit fields and calls the next handler
 //     (counted Allowed);
 //   - limited: sets the rate-limit fields and Retry-After (whole seconds,
-//     rounded up, at least 1) and answers 429 through the deny handler
-//     (counted Denied). The default body is {"error":"rate limited",
-//     "retry_after_seconds":N} when Accept prefers application/json, else
-//     "rate limited; retry after N s";
-//   - refused because the engine holds Config.MaxKeys keys: answers 503
-//     with Retry-After and no rate-limit fields, as the key has no state
-//     (counted Denied);
-//   - a ContextLimiter returned an error while the request's context was
-//     done (the client went away, or a deadline set upstream passed): runs
-//     no handler and answers 503 with no Retry-After, whatever Decision
-//     the limiter returned (counted Canceled; see ContextLimiter);
-//   - a ContextLimiter returned an error otherwise: follows the Decision it
-//     returned with it (see ContextLimiter; counted Errors);
-//   - a key error (400, including a key above MaxKeyBytes or above the
-//     engine's own Config.MaxKeyBytes), a cost above the limit (413), a
-//     negative cost or a limit the engine rejected (500): counted
-//     Rejected.
+//     rounded up, at least 1) and answers 429 (counted Denied), by default
+//     with {"error":"rate limited","retry_after_seconds":N} when Accept
+//     prefers application/json, else "rate limited; retry after N s";
+//   - a new key refused because the engine holds Config.MaxKeys keys: 503
+//     with Retry-After and no rate-limit fields (counted Denied);
+//   - a ContextLimiter error while the request's context was done: no
+//     handler runs, 503 without Retry-After, whatever Decision came with
+//     it (counted Canceled); any other ContextLimiter error: the Decision
+//     returned with it is followed (counted Errors; see ContextLimiter);
+//   - a key error, an empty key or one above MaxKeyBytes (400), a cost
+//     above the limit (413), a negative cost or a limit the engine
+//     rejected (500): counted Rejected.
 //
-// WithRefusalHandler answers any of these refusals instead (a Refusal
-// names its kind); WriteRefusal writes the default answers above.
+// WithRefusalHandler answers any of these refusals instead; WriteRefusal
+// writes the defaults.
 //
-// The rate-limit fields (see HeadersDraft): RateLimit-Policy is
-// "name";q=<limit>;w=<window seconds>, and RateLimit is
-// "name";r=<remaining>;t=<seconds>. Each middleware adds one member to
-// each field, after those already set, so stacked middlewares (a per-IP
-// limit around a per-tenant one) show every policy. Stacked middlewares
-// charge independently: the outer one has charged a request by the time
-// an inner one refuses it (429, 413). NewMulti decides several policies in
-// one middleware and, over engines, charges none of them for a refusal. w= is present when the
-// window is known (from the limiter's Config, or WithPolicy) and a whole
-// number of seconds: the draft's w is whole seconds, and rounding a 100 ms
-// window up to w=1 would advertise a rate ten times lower than the real
-// one; scaling q instead would make q disagree with r, which counts units
-// of the real window. So a sub-second or fractional window has no w=.
-// t= on a denial is the Retry-After value (draft section 6: the same point
-// in time). On an admitted response it is a true upper bound on when the
-// key's whole quota is free again without further traffic, from the
-// limiter's Config: for FixedWindow, exactly the time to the end of the
-// current Unix-aligned window (read from the limiter's Config().Clock, or
-// the wall clock), the same point in time a denial in that window gives;
-// Window (SlidingLog) or Window plus one sub-window (the sliding
-// counters), rounded up, otherwise. These are counted from the
-// limiter's clock reading (Redis limiters: the application's wall
-// clock, while Redis decides by its own TIME), so they hold while that
-// reading is the key's time: after the limiter's clock steps back (an
-// injected clock, or the Redis host's TIME), a key keeps deciding at its
-// newest sub-window, and the admitted t= can fall short by the step, or
-// by the skew between the two hosts, where a 429's Retry-After includes
-// it. A limiter that does not report its Config gets no t= on admitted
-// responses. Under WithSettle t= too is the reservation's: a settle to more
-// than the estimate charges a debt when the handler returns, after the
-// fields went out, and that debt can keep the quota from being free until
-// up to the handler's duration after t= (WithSettle has why). RateLimit-Policy is built once per distinct limit and reused.
-// WithHeadersBelow leaves the fields out of admitted responses far from
-// the limit.
+// Each middleware adds one member to the RateLimit-Policy
+// ("name";q=<limit>;w=<window seconds>) and RateLimit
+// ("name";r=<remaining>;t=<seconds>) fields, so stacked middlewares show
+// every policy; stacked middlewares charge independently, where NewMulti,
+// over engines, charges none for a refusal. w= is sent only for a window
+// of whole seconds. On a 429, t= is the Retry-After; on an admitted
+// response it is an upper bound on when the key's whole quota is free
+// again, from the limiter's Config (none when the limiter does not report
+// it), counted from the limiter's clock; under WithSettle it bounds the
+// reservation, not a later debt. docs/http.md gives each value's reasoning
+// and its edges (sub-second windows, FixedWindow, clock steps and skew).
 type Middleware struct {
 	limiter adapter.Backend
 	cfg     config
@@ -139,7 +111,7 @@ type Stats struct {
 // Config() engine.Config method, the window and the algorithm come from it.
 //
 // Every misconfiguration is an error here, naming the option and what it
-// allows: a bad argument to an Option or to a Key helper, a WithPolicy
+// allows: a bad argument to an Option or to a Key helper, a WithPolicyName
 // window that disagrees with the limiter's. Errors of several options are
 // joined.
 func NewMiddleware(l any, opts ...Option) (*Middleware, error) {

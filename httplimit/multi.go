@@ -20,14 +20,15 @@ var (
 	_ [adapter.MaxPolicies - MaxPolicies]struct{}
 )
 
-// Policy is one limit of a Middleware built by NewMulti: a limiter, the
-// key it counts requests by, and the name and window of its list member
-// in RateLimit-Policy and RateLimit, with WithPolicy's rules.
+// Policy is one named quota of a Middleware built by NewMulti, a policy in
+// the RateLimit-Policy sense: a limiter, the key it counts requests by,
+// and the name and window of its list member in RateLimit-Policy and
+// RateLimit, with WithPolicyName's rules.
 type Policy struct {
 	Name    string        // 1 … 64 printable ASCII characters, distinct within a Middleware
 	Limiter any           // a Limiter or a ContextLimiter
 	Key     Key           // the zero Key means KeyByIP(64)
-	Window  time.Duration // 0 takes the limiter's (see WithPolicy)
+	Window  time.Duration // 0 takes the limiter's (see WithPolicyName)
 	// Cost is this policy's cost of a request (nil: WithCost's, or 1),
 	// with WithCost's rules: requests per minute beside tokens per
 	// minute, say, or 1 per request in flight beside a rate in bytes.
@@ -52,46 +53,30 @@ type multi struct {
 	fields []*adapter.Fields
 }
 
-// NewMulti returns a Middleware that decides each request under every
-// policy, in order, and admits it only if all of them admit: a per-IP
-// limit and a per-tenant one in one middleware, say. It writes one
-// RateLimit-Policy and RateLimit list member per policy, in order.
+// NewMulti returns a Middleware that admits a request only if every
+// policy admits it (per IP and per tenant in one middleware, say), and
+// writes one RateLimit-Policy and RateLimit list member per policy, in
+// order. 1 … MaxPolicies policies with distinct names; every mistake is an
+// error naming the policy.
 //
-// When every policy's limiter is an *engine.Engine, the decision is all or
-// nothing (engine.AllowAll): a request that one policy refuses charges
-// none of the others, at one time read from the first policy's engine
-// (its Config.Clock, or the wall clock). Otherwise (a *redisstore.Limiter
-// among them) the policies are asked in order, and the first that does
-// not admit decides: the policies before it keep the units they admitted,
-// since a shared limiter's admission cannot be taken back, and the
-// policies after it are not asked. A backend failure follows its failure
-// policy as in NewMiddleware: a fail-open admission goes on to the next
-// policy, with no list member for the failed one; a refusal answers 503.
-// A request refused by a policy gets the list members of the policies
-// asked up to that one, and the refusing policy's answer (429 with its
-// Retry-After, 413, 503 for MaxKeys, 400 for a key), as NewMiddleware
-// gives it. Stats count each request once.
+// Over engines the decision is all or nothing (engine.AllowAll, at one
+// time read from the first policy's engine): a refusal charges none of
+// the others. Otherwise (a *redisstore.Limiter among them) the policies
+// are asked in order and the first that does not admit decides: those
+// before it keep what they admitted (a ReservingLimiter gives held units
+// back), those after it are not asked. A failed backend follows its
+// failure policy: a fail-open admission goes on with no list member, a
+// refusal answers 503 (Refusal.Err is ErrPolicyFailed).
 //
-// Nested single-policy middlewares (NewMiddleware around NewMiddleware)
-// keep working; each of them charges its limit independently, so an outer
-// one is charged for a request an inner one refuses.
-//
-// opts are NewMiddleware's, except WithKey and WithPolicy, which are given
-// per policy; WithCost's cost is charged to every policy without a Cost of
-// its own. WithInFlight puts every policy in flight, Policy.InFlight one
-// of them; WithSettle settles every policy not in flight, Policy.Settle
-// one of them. A request that one policy refuses holds nothing of the
-// others (all or nothing, as above; a shared limiter that can hold units,
-// a ReservingLimiter, gives back what it admitted). For an LLM gateway:
-// requests per minute (Cost 1), tokens per minute (the estimate, Settle)
-// and requests in flight (Cost 1, InFlight) per tenant, in one middleware.
-// 1 … MaxPolicies policies with distinct names are allowed; every mistake
-// is an error naming the policy.
+// opts are NewMiddleware's, except WithKey and WithPolicyName, which are
+// per policy; WithCost applies to every policy without a Cost,
+// WithInFlight and WithSettle to every policy (docs/http.md, "Several
+// limits in one middleware").
 func NewMulti(policies []Policy, opts ...Option) (*Middleware, error) {
 	m := &Middleware{cfg: defaultConfig()}
 	errs := adapter.ApplyOptions("httplimit: ", "NewMulti", &m.cfg, opts)
 	if m.cfg.keySet || m.cfg.policySet {
-		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicy are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
+		errs = append(errs, errors.New("httplimit: NewMulti: WithKey and WithPolicyName are given per policy (Policy.Key, Policy.Name, Policy.Window)"))
 	}
 	if m.cfg.inFlight && m.cfg.settle {
 		errs = append(errs, errInFlightSettle)

@@ -53,7 +53,7 @@ func TestMultiChargesOnlyWhatItAdmits(t *testing.T) {
 	// every request the inner one refuses.
 	ipE2, _ := newEngine(t, engine.Config{Limit: 5})
 	tenantE2, _ := newEngine(t, engine.Config{Limit: 1})
-	nested := New(ipE2, WithPolicy("per-ip", 0))(New(tenantE2, WithPolicy("tenant", 0), WithKey(tenant))(okHandler))
+	nested := New(ipE2, WithPolicyName("per-ip", 0))(New(tenantE2, WithPolicyName("tenant", 0), WithKey(tenant))(okHandler))
 	for range 4 {
 		do(nested, "192.0.2.1:1", req)
 	}
@@ -104,9 +104,9 @@ func TestNewMultiErrors(t *testing.T) {
 		want string
 	}{
 		{"none", nil, nil, "NewMulti: 0 policies, want 1 … 8"},
-		{"WithKey", []Policy{{Name: "a", Limiter: e}}, []Option{WithKey(KeyByIP(64))}, "WithKey and WithPolicy are given per policy"},
+		{"WithKey", []Policy{{Name: "a", Limiter: e}}, []Option{WithKey(KeyByIP(64))}, "WithKey and WithPolicyName are given per policy"},
 		{"twice", []Policy{{Name: "a", Limiter: e}, {Name: "a", Limiter: e}}, nil, `NewMulti policy 1 ("a"): the name is given twice`},
-		{"bad name", []Policy{{Name: "", Limiter: e}}, nil, `NewMulti policy 0 (""): WithPolicy name`},
+		{"bad name", []Policy{{Name: "", Limiter: e}}, nil, `NewMulti policy 0 (""): WithPolicyName name`},
 		{"not a limiter", []Policy{{Name: "a", Limiter: "x"}}, nil, `NewMulti policy 0 ("a"): string is not a limiter`},
 		{"bad key", []Policy{{Name: "a", Limiter: e, Key: KeyByIP(200)}}, nil, "KeyByIP ipv6Prefix = 200"},
 	} {

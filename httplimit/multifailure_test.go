@@ -100,7 +100,7 @@ func TestDryRunCountsEveryRefusal(t *testing.T) {
 	bad := adaptertest.LimiterFunc(func(context.Context, string, int64) (engine.Decision, error) {
 		return engine.Decision{Limit: 5, RetryAfter: engine.Never}, nil
 	})
-	mis := mustMiddleware(t, bad, WithDryRun(), WithPolicy("p", time.Second))
+	mis := mustMiddleware(t, bad, WithDryRun(), WithPolicyName("p", time.Second))
 	if w := do(mis.Handler(okHandler), "192.0.2.1:1", nil); w.Code != http.StatusOK {
 		t.Fatalf("misconfigured under dry run: %d", w.Code)
 	}
@@ -111,7 +111,7 @@ func TestDryRunCountsEveryRefusal(t *testing.T) {
 	if full.Stats() != (Stats{Allowed: 1, WouldDeny: 1}) || mis.Stats() != (Stats{Rejected: 1}) || neg.Stats() != (Stats{Rejected: 1}) {
 		t.Errorf("Stats: full %+v, misconfigured %+v, negative cost %+v", full.Stats(), mis.Stats(), neg.Stats())
 	}
-	strict := mustMiddleware(t, bad, WithPolicy("p", time.Second))
+	strict := mustMiddleware(t, bad, WithPolicyName("p", time.Second))
 	if w := do(strict.Handler(okHandler), "192.0.2.1:1", nil); w.Code != http.StatusInternalServerError || strict.Stats() != (Stats{Rejected: 1}) {
 		t.Errorf("misconfigured: %d %+v, want 500, Rejected", w.Code, strict.Stats())
 	}

@@ -27,7 +27,7 @@ type config struct {
 	below      float64 // WithHeadersBelow's share; 0 sends the fields always
 	dryRun     bool    // WithDryRun
 	keySet     bool    // WithKey was given
-	policySet  bool    // WithPolicy was given
+	policySet  bool    // WithPolicyName was given
 	settle     bool    // WithSettle
 	inFlight   bool    // WithInFlight
 }
@@ -152,7 +152,7 @@ func WithHeadersBelow(share float64) Option {
 	}
 }
 
-// WithPolicy names the policy in the RateLimit and RateLimit-Policy fields
+// WithPolicyName names the policy in the RateLimit and RateLimit-Policy fields
 // (default "default"): 1 … 64 printable ASCII characters; quotes and
 // backslashes are escaped as a Structured Field String requires. Stacked
 // middlewares should have distinct names, since each adds its own list
@@ -163,7 +163,7 @@ func WithHeadersBelow(share float64) Option {
 // the limiter's Config().Window, or NewMiddleware fails; for a limiter
 // that does not report its configuration, it gives the w= of
 // RateLimit-Policy (see Middleware for t=). A negative window is an error.
-func WithPolicy(name string, window time.Duration) Option {
+func WithPolicyName(name string, window time.Duration) Option {
 	return func(c *config) error {
 		if err := adapter.CheckPolicy("httplimit: ", name, window); err != nil {
 			return err

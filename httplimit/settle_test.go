@@ -201,8 +201,8 @@ func TestSettleAfterTheClientLeft(t *testing.T) {
 func TestSettleStackedAndMulti(t *testing.T) {
 	minute, _ := newEngine(t, engine.Config{Limit: 100})
 	day, _ := newEngine(t, engine.Config{Limit: 1000})
-	inner := New(minute, WithCost(tokens), WithSettle(), WithPolicy("minute", 0))
-	outer := New(day, WithCost(tokens), WithSettle(), WithPolicy("day", 0))
+	inner := New(minute, WithCost(tokens), WithSettle(), WithPolicyName("minute", 0))
+	outer := New(day, WithCost(tokens), WithSettle(), WithPolicyName("day", 0))
 	h := outer(inner(reporting(t)))
 	do(h, "192.0.2.1:1", withReports("12"))
 	if a, b := minute.AllowN("192.0.2.1", 0).Remaining, day.AllowN("192.0.2.1", 0).Remaining; a != 88 || b != 988 {

@@ -15,7 +15,7 @@ import (
 // the least wait, rounded up.
 func TestTokenBucketFields(t *testing.T) {
 	e, clk := newEngine(t, engine.Config{Algorithm: engine.TokenBucket, Limit: 10, Window: time.Second, Burst: 20})
-	h := mustMiddleware(t, e, WithPolicy("bucket", 0)).Handler(okHandler)
+	h := mustMiddleware(t, e, WithPolicyName("bucket", 0)).Handler(okHandler)
 	w := do(h, "192.0.2.1:1", nil)
 	if w.Code != http.StatusOK {
 		t.Fatalf("first request: %d", w.Code)
@@ -54,7 +54,7 @@ func TestTokenBucketFields(t *testing.T) {
 func TestTokenBucketFieldsOddRates(t *testing.T) {
 	// 3 per 10 s, Burst 1: refill 10/3 s, not whole: no w=.
 	e, clk := newEngine(t, engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 10 * time.Second, Burst: 1})
-	h := mustMiddleware(t, e, WithPolicy("b", 0)).Handler(okHandler)
+	h := mustMiddleware(t, e, WithPolicyName("b", 0)).Handler(okHandler)
 	w := do(h, "192.0.2.1:1", nil)
 	wantHeader(t, w.Header(), "Ratelimit-Policy", `"b";q=1`)
 	wantHeader(t, w.Header(), "Ratelimit", `"b";r=0;t=4`)
@@ -74,7 +74,7 @@ func TestTokenBucketFieldsOddRates(t *testing.T) {
 
 	// 3 per 10 s, Burst 3: refill 10 s, w=10; after one, r=2 and t=⌈10/3⌉=4.
 	e2, _ := newEngine(t, engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Window: 10 * time.Second, Burst: 3})
-	h2 := mustMiddleware(t, e2, WithPolicy("b", 0)).Handler(okHandler)
+	h2 := mustMiddleware(t, e2, WithPolicyName("b", 0)).Handler(okHandler)
 	w = do(h2, "192.0.2.1:1", nil)
 	wantHeader(t, w.Header(), "Ratelimit-Policy", `"b";q=3;w=10`)
 	wantHeader(t, w.Header(), "Ratelimit", `"b";r=2;t=4`)

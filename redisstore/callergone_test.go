@@ -102,11 +102,11 @@ func TestCallerGoneNeverAdmitted(t *testing.T) {
 		name string
 		opts []Option
 	}{
-		{"fail-open", []Option{WithPolicy(FailOpen), WithBreaker(0, 0)}},
+		{"fail-open", []Option{WithFailurePolicy(FailOpen), WithBreaker(0, 0)}},
 		{"fallback-local", []Option{WithFallbackLocal(1), WithBreaker(0, 0)}},
 		{"fail-closed", []Option{WithBreaker(0, 0)}},
-		{"fail-open-breaker", []Option{WithPolicy(FailOpen)}},
-		{"fail-open-hybrid", []Option{WithPolicy(FailOpen), WithHybrid(time.Millisecond, 1)}},
+		{"fail-open-breaker", []Option{WithFailurePolicy(FailOpen)}},
+		{"fail-open-hybrid", []Option{WithFailurePolicy(FailOpen), WithHybrid(time.Millisecond, 1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var hook hookCounter
@@ -150,7 +150,7 @@ func TestCallerGoneIsNotAFailure(t *testing.T) {
 	c := goneClient(t, s.Addr())
 	var errs []error
 	var mu sync.Mutex
-	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute}, WithPolicy(FailOpen), WithBreaker(0, 0),
+	l := mustNew(t, c, engine.Config{Limit: 1 << 20, Window: time.Minute}, WithFailurePolicy(FailOpen), WithBreaker(0, 0),
 		WithOnError(func(err error) {
 			mu.Lock()
 			errs = append(errs, err)
@@ -180,7 +180,7 @@ func TestCallerGoneAndBackendFailureApart(t *testing.T) {
 	s := redistest.Start(t)
 	c := client(t, s)
 	var hook hookCounter
-	l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute}, WithPolicy(FailOpen), WithBreaker(0, 0), hook.opt())
+	l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute}, WithFailurePolicy(FailOpen), WithBreaker(0, 0), hook.opt())
 	cx, cancel := context.WithCancel(ctx)
 	cancel()
 	d, err := l.AllowN(cx, "k", 1)
@@ -237,7 +237,7 @@ func TestMayHaveCountedJudgesAPassedDeadline(t *testing.T) {
 // the first decision's, the open breaker's and a probe's, must match no
 // context error. Before, the breaker kept its trip cause, and 80,018
 // admitted FailOpen answers of one run matched context.DeadlineExceeded.
-func TestPolicyAnswerWrapsNoContextError(t *testing.T) {
+func TestFailurePolicyAnswerWrapsNoContextError(t *testing.T) {
 	for _, tc := range []struct {
 		br    Option
 		calls int // without the breaker each waits for a confirmation
@@ -249,7 +249,7 @@ func TestPolicyAnswerWrapsNoContextError(t *testing.T) {
 				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
 			},
 		})
-		l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute}, WithPolicy(FailOpen), tc.br)
+		l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute}, WithFailurePolicy(FailOpen), tc.br)
 		var answers int
 		for i := 0; i < tc.calls; i++ {
 			d, err := l.AllowN(ctx, "k", 1)

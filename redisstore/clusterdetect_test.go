@@ -56,7 +56,7 @@ func TestClusterStoppedNodeDetectedPerNode(t *testing.T) {
 			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes), MaxRetries: -1, PoolSize: 64,
 				DialTimeout: 200 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 			defer cc.Close()
-			opts := []Option{WithPolicy(FailClosed)}
+			opts := []Option{WithFailurePolicy(FailClosed)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

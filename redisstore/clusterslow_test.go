@@ -29,7 +29,7 @@ func TestClusterSlowMasterIsNoOutage(t *testing.T) {
 			nodes := redistest.StartCluster(t, 3)
 			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes), MaxRetries: -1})
 			defer cc.Close()
-			opts := []Option{WithPolicy(FailOpen)}
+			opts := []Option{WithFailurePolicy(FailOpen)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

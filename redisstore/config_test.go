@@ -155,21 +155,21 @@ func TestConfigErrors(t *testing.T) {
 			_ = l.Close()
 		}
 	})
-	t.Run("WithPolicyAndWithPrefix", func(t *testing.T) {
+	t.Run("WithFailurePolicyAndWithPrefix", func(t *testing.T) {
 		cfg := engine.Config{Limit: 1, Window: time.Second}
 		for _, tc := range []struct {
 			opt  Option
 			want string
 		}{
-			{WithPolicy(FallbackLocal), "redisstore: WithPolicy(fallback-local): want FailClosed or FailOpen (FallbackLocal needs WithFallbackLocal)"},
-			{WithPolicy(Policy(7)), "redisstore: WithPolicy(Policy(7)): want FailClosed or FailOpen"},
+			{WithFailurePolicy(FallbackLocal), "redisstore: WithFailurePolicy(fallback-local): want FailClosed or FailOpen (FallbackLocal needs WithFallbackLocal)"},
+			{WithFailurePolicy(FailurePolicy(7)), "redisstore: WithFailurePolicy(FailurePolicy(7)): want FailClosed or FailOpen"},
 			{WithPrefix("rl:{x}:"), `redisstore: WithPrefix("rl:{x}:"): the prefix must not contain braces`},
 		} {
 			if _, err := New(c, cfg, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error containing %q", err, tc.want)
 			}
 		}
-		for p, want := range map[Policy]string{FailClosed: "fail-closed", FailOpen: "fail-open", FallbackLocal: "fallback-local"} {
+		for p, want := range map[FailurePolicy]string{FailClosed: "fail-closed", FailOpen: "fail-open", FallbackLocal: "fallback-local"} {
 			if p.String() != want {
 				t.Errorf("%d.String() = %q, want %q", int(p), p.String(), want)
 			}

@@ -253,7 +253,7 @@ func TestDeadlineDuringCall(t *testing.T) {
 	p := startProxy(t, s.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
-	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, WithPolicy(FailOpen))
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, WithFailurePolicy(FailOpen))
 	if _, err := l.AllowN(ctx, "k", 1); err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func TestKilledConnectionsAreNoOutage(t *testing.T) {
 			s := redistest.Start(t)
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 64})
 			defer c.Close()
-			opts := []Option{WithPolicy(FailOpen)}
+			opts := []Option{WithFailurePolicy(FailOpen)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}
@@ -349,7 +349,7 @@ func TestShortPausesAreNoOutage(t *testing.T) {
 	s := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 64, ReadTimeout: 2 * time.Second})
 	defer c.Close()
-	l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithPolicy(FailOpen))
+	l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithFailurePolicy(FailOpen))
 	if d, err := l.AllowN(ctx, "k", 5); err != nil || !d.Allowed {
 		t.Fatalf("filling the key: %+v %v", d, err)
 	}

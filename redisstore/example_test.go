@@ -48,7 +48,7 @@ func ExampleNew() {
 func ExampleNew_tiers() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	tiers, err := httplimit.NewPolicies(0, map[string]int64{"free": 100, "pro": 1000})
+	tiers, err := httplimit.NewTiers(0, map[string]int64{"free": 100, "pro": 1000})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func ExampleNew_tiers() {
 func ExampleNew_httplimit() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	tiers, _ := httplimit.NewPolicies(0, map[string]int64{"free": 100, "pro": 1000})
+	tiers, _ := httplimit.NewTiers(0, map[string]int64{"free": 100, "pro": 1000})
 	l, err := redisstore.New(rdb, engine.Config{Limit: 100, Window: time.Minute, KeyLimit: tiers.KeyLimit})
 	if err != nil {
 		log.Fatal(err)
@@ -79,7 +79,7 @@ func ExampleNew_httplimit() {
 		}
 		return "free", nil
 	})
-	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(httplimit.Compose(tier, tenant)), httplimit.WithPolicy("tenant", 0))
+	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(httplimit.Compose(tier, tenant)), httplimit.WithPolicyName("tenant", 0))
 	if err != nil {
 		log.Fatal(err)
 	}

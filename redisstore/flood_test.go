@@ -145,10 +145,10 @@ func TestBusyProcessIsNoOutage(t *testing.T) {
 		for _, p := range []struct {
 			name string
 			opt  Option
-		}{{"FailOpen", WithPolicy(FailOpen)}, {"FailClosed", WithPolicy(FailClosed)}, {"FallbackLocal", WithFallbackLocal(1)}} {
+		}{{"FailOpen", WithFailurePolicy(FailOpen)}, {"FailClosed", WithFailurePolicy(FailClosed)}, {"FallbackLocal", WithFallbackLocal(1)}} {
 			cases = append(cases, floodCase{name: p.name + "/full", hybrid: hybrid, policy: p.opt, full: true})
 		}
-		cases = append(cases, floodCase{name: "FailClosed/patient", hybrid: hybrid, policy: WithPolicy(FailClosed), patient: true})
+		cases = append(cases, floodCase{name: "FailClosed/patient", hybrid: hybrid, policy: WithFailurePolicy(FailClosed), patient: true})
 	}
 	for i, tc := range cases {
 		mode := "plain"
@@ -224,7 +224,7 @@ func TestKilledConnectionsUnderFloodAreNoOutage(t *testing.T) {
 			s := redistest.Start(t)
 			c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
 			defer c.Close()
-			opts := []Option{WithPolicy(FailOpen)}
+			opts := []Option{WithFailurePolicy(FailOpen)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

@@ -35,7 +35,7 @@ func TestHybridBoundUnderFlood(t *testing.T) {
 			for range tc.replicas {
 				c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 				defer c.Close()
-				ls = append(ls, mustNew(t, c, cfg, WithPolicy(FailOpen), WithPrefix(prefix), WithHybrid(5*time.Millisecond, tc.maxLocal)))
+				ls = append(ls, mustNew(t, c, cfg, WithFailurePolicy(FailOpen), WithPrefix(prefix), WithHybrid(5*time.Millisecond, tc.maxLocal)))
 			}
 			var wg sync.WaitGroup
 			tallies := make([]*floodTally, len(ls))

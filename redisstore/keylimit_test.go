@@ -52,11 +52,11 @@ func TestNeverIsLocal(t *testing.T) {
 }
 
 // Per-key limits on Redis: KeyLimit is asked on every decision, so a
-// change of httplimit.Policies applies from the next decision, counts
+// change of httplimit.Tiers applies from the next decision, counts
 // kept; 0 means Config.Limit; the Decision carries the key's own limit.
-func TestKeyLimitPolicies(t *testing.T) {
+func TestKeyLimitTiers(t *testing.T) {
 	s := redistest.Start(t)
-	pol, err := httplimit.NewPolicies(0, map[string]int64{"free": 3, "pro": 5})
+	pol, err := httplimit.NewTiers(0, map[string]int64{"free": 3, "pro": 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,17 +104,17 @@ func TestKeyLimitPolicies(t *testing.T) {
 	}
 }
 
-// The httplimit middleware over a redisstore limiter with a Policies
+// The httplimit middleware over a redisstore limiter with a Tiers
 // table: each tenant gets its own limit in the RateLimit fields, and a
 // Swap applies to the next request.
-func TestMiddlewarePolicies(t *testing.T) {
+func TestMiddlewareTiers(t *testing.T) {
 	s := redistest.Start(t)
-	pol, err := httplimit.NewPolicies(0, map[string]int64{"pro": 3})
+	pol, err := httplimit.NewTiers(0, map[string]int64{"pro": 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := mustNew(t, client(t, s), engine.Config{Limit: 1, Window: 10 * time.Second, Algorithm: engine.SlidingWindowStrict, KeyLimit: pol.KeyLimit})
-	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(httplimit.KeyByHeader("X-Tenant", httplimit.MissingReject)), httplimit.WithPolicy("tenant", 10*time.Second))
+	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(httplimit.KeyByHeader("X-Tenant", httplimit.MissingReject)), httplimit.WithPolicyName("tenant", 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestMiddlewarePolicies(t *testing.T) {
 // share of its own limit; FailOpen and FailClosed report the key's limit.
 // WithHybrid with KeyLimit (refused at New before issue 32) reports the
 // key's limit too.
-func TestKeyLimitPolicyAndHybrid(t *testing.T) {
+func TestKeyLimitTiersAndHybrid(t *testing.T) {
 	c := deadClient(t)
 	kl := func(k string) int64 {
 		if k == "big" {

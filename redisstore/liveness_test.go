@@ -58,7 +58,7 @@ func TestDistantRedisWithinReadTimeoutIsAlive(t *testing.T) {
 			p := startProxy(t, s.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ReadTimeout: tc.rt})
 			defer c.Close()
-			l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithPolicy(FailOpen))
+			l := mustNew(t, c, engine.Config{Limit: 5, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithFailurePolicy(FailOpen))
 			if d, err := l.AllowN(ctx, "k", 5); err != nil || !d.Allowed {
 				t.Fatalf("filling the key: %+v %v", d, err)
 			}

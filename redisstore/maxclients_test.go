@@ -68,7 +68,7 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 			s := redistest.Start(t, "--maxclients", "64")
 			c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
 			defer c.Close()
-			opts := []Option{WithPolicy(FailOpen)}
+			opts := []Option{WithFailurePolicy(FailOpen)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

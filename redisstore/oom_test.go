@@ -31,7 +31,7 @@ func TestOOMOpeningTheBreakerIsCounted(t *testing.T) {
 		for _, p := range []struct {
 			name string
 			opt  Option
-		}{{"FailOpen", WithPolicy(FailOpen)}, {"FailClosed", WithPolicy(FailClosed)}, {"FallbackLocal", WithFallbackLocal(1)}} {
+		}{{"FailOpen", WithFailurePolicy(FailOpen)}, {"FailClosed", WithFailurePolicy(FailClosed)}, {"FallbackLocal", WithFallbackLocal(1)}} {
 			t.Run(fmt.Sprint(p.name, "/", r), func(t *testing.T) {
 				s := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
 				c := redis.NewClient(&redis.Options{Addr: s.Addr()})
@@ -89,7 +89,7 @@ func TestOOMOnFullKeyIsRedisDenial(t *testing.T) {
 	defer c.Close()
 	var h hookCounter
 	cfg := engine.Config{Limit: 5, Window: time.Second, SubWindows: 10, Algorithm: engine.SlidingWindowStrict}
-	l := mustNew(t, c, cfg, WithPolicy(FailOpen), h.opt())
+	l := mustNew(t, c, cfg, WithFailurePolicy(FailOpen), h.opt())
 	if d, err := l.AllowN(ctx, "k", cfg.Limit); err != nil || !d.Allowed {
 		t.Fatalf("filling the key: %+v %v", d, err)
 	}

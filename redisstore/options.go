@@ -6,21 +6,22 @@ import (
 	"time"
 )
 
-// Policy is what AllowN decides when Redis is down (an error reply, a
+// FailurePolicy is what AllowN decides when Redis is down (an error reply, a
 // refused connection, a silence confirmed by the process's own clock; see
-// WithBreaker). AllowN returns the policy's Decision together with an
-// error wrapping ErrUnavailable, so that a policy answer is never
-// mistaken for Redis's.
+// WithBreaker). AllowN returns the failure policy's Decision together with
+// an error wrapping ErrUnavailable, so that its answer is never mistaken
+// for Redis's.
 //
-// A policy answers for the backend, never for the caller: a call whose
-// caller's context ends before Redis answers (a client that went away, a
-// deadline that passed) is admitted under no policy (see AllowN).
-type Policy int
+// A failure policy answers for the backend, never for the caller: a call
+// whose caller's context ends before Redis answers (a client that went
+// away, a deadline that passed) is admitted under no failure policy (see
+// AllowN).
+type FailurePolicy int
 
 const (
 	// FailClosed denies, the default: a broken Redis admits nothing. The
 	// Decision has Remaining 0 and RetryAfter one sub-window.
-	FailClosed Policy = iota
+	FailClosed FailurePolicy = iota
 	// FailOpen admits, recording nothing.
 	FailOpen
 	// FallbackLocal decides with an in-process engine holding a share of
@@ -30,8 +31,8 @@ const (
 	FallbackLocal
 )
 
-// String returns the policy's name: fail-closed, fail-open or fallback-local.
-func (p Policy) String() string {
+// String returns the failure policy's name: fail-closed, fail-open or fallback-local.
+func (p FailurePolicy) String() string {
 	switch p {
 	case FailClosed:
 		return "fail-closed"
@@ -40,14 +41,14 @@ func (p Policy) String() string {
 	case FallbackLocal:
 		return "fallback-local"
 	}
-	return fmt.Sprintf("Policy(%d)", int(p))
+	return fmt.Sprintf("FailurePolicy(%d)", int(p))
 }
 
 // Option configures a Limiter.
 type Option func(*options) error
 
 type options struct {
-	policy  Policy
+	policy  FailurePolicy
 	share   float64
 	onError func(error)
 	prefix  string
@@ -62,12 +63,12 @@ type options struct {
 	brMin, brMax time.Duration
 }
 
-// WithPolicy sets the failure policy: FailClosed (the default) or FailOpen.
-// Use WithFallbackLocal for FallbackLocal.
-func WithPolicy(p Policy) Option {
+// WithFailurePolicy sets the failure policy: FailClosed (the default) or
+// FailOpen. Use WithFallbackLocal for FallbackLocal.
+func WithFailurePolicy(p FailurePolicy) Option {
 	return func(o *options) error {
 		if p != FailClosed && p != FailOpen {
-			return fmt.Errorf("redisstore: WithPolicy(%v): want FailClosed or FailOpen (FallbackLocal needs WithFallbackLocal)", p)
+			return fmt.Errorf("redisstore: WithFailurePolicy(%v): want FailClosed or FailOpen (FallbackLocal needs WithFallbackLocal)", p)
 		}
 		o.policy = p
 		return nil
@@ -91,8 +92,8 @@ func WithFallbackLocal(share float64) Option {
 // Redis: a decision's script call, a breaker's probe, or a hybrid limiter's
 // flush, probe or exact decision (one call per flush, however many keys it
 // carried); and with every Cancel, Settle or ChargeN that Redis did not
-// apply (ErrNotApplied), the breaker open included. It runs before the policy decides, must be safe for concurrent
-// use and should not block. Decisions answered by the policy while the
+// apply (ErrNotApplied), the breaker open included. It runs before the failure policy decides, must be safe for concurrent
+// use and should not block. Decisions answered by the failure policy while the
 // breaker is open (WithBreaker) or a hybrid limiter is in its failure state
 // make no round trip and do not call it. A decision whose caller's context
 // ended first (Stats().CallerGone) is not a failure of Redis's and does not

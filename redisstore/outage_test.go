@@ -22,7 +22,7 @@ import (
 func TestBreakerRecovers(t *testing.T) {
 	s := redistest.Start(t)
 	var hook hookCounter
-	l := mustNew(t, client(t, s), engine.Config{Limit: 1_000_000, Window: time.Minute}, hook.opt(), WithPolicy(FailOpen))
+	l := mustNew(t, client(t, s), engine.Config{Limit: 1_000_000, Window: time.Minute}, hook.opt(), WithFailurePolicy(FailOpen))
 	var calls, ok, unavailable atomic.Int64
 	stop := make(chan struct{})
 	errc := make(chan error, 8)
@@ -328,7 +328,7 @@ func TestServerKilled(t *testing.T) {
 	var hookCalls atomic.Int64
 	hook, off := WithOnError(func(error) { hookCalls.Add(1) }), WithBreaker(0, 0)
 	closed := mustNew(t, client(t, s), cfg, hook, off)
-	open := mustNew(t, client(t, s), cfg, hook, off, WithPolicy(FailOpen))
+	open := mustNew(t, client(t, s), cfg, hook, off, WithFailurePolicy(FailOpen))
 	local := mustNew(t, client(t, s), cfg, hook, off, WithFallbackLocal(0.5))
 	for _, l := range []*Limiter{closed, open, local} {
 		if ok, err := l.Allow(ctx, "k"); !ok || err != nil {
@@ -401,10 +401,10 @@ func TestServerKilled(t *testing.T) {
 // local share but within the key's limit, denies with RetryAfter one
 // sub-window, not Never: the request is admittable by Redis once back
 // (before the fix it said Never: n=50, Limit 100, share 0.25).
-func TestPolicyAnswersWhileDown(t *testing.T) {
+func TestFailurePolicyAnswersWhileDown(t *testing.T) {
 	s := redistest.Start(t)
 	fc := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, Algorithm: engine.FixedWindow})
-	fo := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithPolicy(FailOpen))
+	fo := mustNew(t, client(t, s), engine.Config{Limit: 10, Window: 3 * time.Second, SubWindows: 3}, WithFailurePolicy(FailOpen))
 	fl := mustNew(t, client(t, s), engine.Config{Limit: 100, Window: time.Second}, WithFallbackLocal(0.25))
 	s.Kill()
 	t.Run("FailClosedAndFailOpen", func(t *testing.T) {

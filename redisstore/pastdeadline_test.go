@@ -12,7 +12,7 @@ import (
 // Callers whose deadlines have already passed, or who cancel at once from
 // another goroutine, beside 16 spinners: "a call that was never sent is no
 // evidence against Redis" and "a policy answers for the backend, never for
-// the caller" (docs/design.md §10, Policy). On a healthy Redis: nothing
+// the caller" (docs/design.md §10, the failure policy). On a healthy Redis: nothing
 // admitted past the limit, no breaker, no policy decision.
 func TestPastDeadlinesAndCancelsAreNoOutage(t *testing.T) {
 	s := redistest.Start(t)
@@ -29,7 +29,7 @@ func TestPastDeadlinesAndCancelsAreNoOutage(t *testing.T) {
 				}
 				c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 				defer c.Close()
-				opts := []Option{WithPolicy(FailOpen), WithPrefix(fmt.Sprintf("past%d:", i))}
+				opts := []Option{WithFailurePolicy(FailOpen), WithPrefix(fmt.Sprintf("past%d:", i))}
 				if hybrid {
 					opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 				}

@@ -106,7 +106,7 @@ func TestPauseWriteDetected(t *testing.T) {
 				c := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 500 * time.Millisecond, MaxRetries: -1})
 				defer c.Close()
 				admin := client(t, s)
-				opts := []Option{WithPolicy(FailClosed)}
+				opts := []Option{WithFailurePolicy(FailClosed)}
 				if hybrid {
 					opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 				}

@@ -38,15 +38,13 @@ const (
 //
 // It opens on Redis's failure, never on the process's own delay: at once
 // on an error reply (except WRONGTYPE, which fails its key alone) or a
-// refused connection; after a round trip that got no answer (a timeout, a
-// lost connection, callers' deadlines passing while round trips went
-// unanswered for 100 ms; not a call that got no connection from the
-// client's pool, which only asks for a confirmation) only once a
-// confirmation, on a connection of the limiter's own, finds the node
-// silent for the client's ReadTimeout (at least 250 ms; 5 s when unset)
-// of the process's own time (docs/design.md §10). Until then decisions
-// keep going to Redis; a caller whose round trip failed waits for the
-// verdict, and gets ErrNoReply if Redis answers.
+// refused connection; after a round trip that got no answer, only once a
+// confirmation on a connection of the limiter's own finds the node silent
+// for the client's ReadTimeout (at least 250 ms) of the process's own
+// time. Until then decisions keep going to Redis; a caller whose round
+// trip failed waits for the verdict, and gets ErrNoReply if Redis answers.
+// README, "The breaker", and docs/design.md §10 have what counts as
+// silence and why.
 //
 // Want 1ms ≤ minWait ≤ maxWait ≤ 1 minute. WithBreaker(0, 0) turns it
 // off: every decision tries Redis, and failures are still judged so. With

@@ -87,7 +87,7 @@ func TestPoolHeldByApplicationIsNoOutage(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, PoolSize: 2, PoolTimeout: 20 * time.Millisecond,
 				ReadTimeout: time.Second})
 			defer c.Close()
-			opts := []Option{WithPolicy(FailOpen)}
+			opts := []Option{WithFailurePolicy(FailOpen)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

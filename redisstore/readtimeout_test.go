@@ -29,7 +29,7 @@ func TestOddReadTimeoutIsNoOutage(t *testing.T) {
 					}
 					cl := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: rto, ContextTimeoutEnabled: cte})
 					defer cl.Close()
-					opts := []Option{WithPolicy(FailOpen), WithPrefix(fmt.Sprintf("rto%d:", i))}
+					opts := []Option{WithFailurePolicy(FailOpen), WithPrefix(fmt.Sprintf("rto%d:", i))}
 					if hybrid {
 						opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 					}
@@ -70,7 +70,7 @@ func TestNoReadDeadlineKeepsCallersDeadlines(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: rto, ContextTimeoutEnabled: true, MaxRetries: -1})
 			defer c.Close()
 			var h hookLog
-			l := mustNew(t, c, engine.Config{Limit: 1 << 30, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithPolicy(FailOpen), h.opt())
+			l := mustNew(t, c, engine.Config{Limit: 1 << 30, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithFailurePolicy(FailOpen), h.opt())
 			if _, err := l.AllowN(ctx, "k", 1); err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestOutageDetectedWithOddReadTimeouts(t *testing.T) {
 					c := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: rto, ContextTimeoutEnabled: cte, MaxRetries: -1})
 					defer c.Close()
 					admin := client(t, s)
-					l := mustNew(t, c, engine.Config{Limit: 1 << 30, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithPolicy(FailClosed))
+					l := mustNew(t, c, engine.Config{Limit: 1 << 30, Window: time.Minute, Algorithm: engine.SlidingWindowStrict}, WithFailurePolicy(FailClosed))
 					budget := max(rto, 250*time.Millisecond)
 					if rto <= 0 {
 						budget = 5 * time.Second

@@ -1,27 +1,35 @@
-// Package redisstore is ringlimit's sliding window shared across processes
-// on Redis: the engine's algorithms (SlidingWindow, SlidingWindowStrict,
+// Package redisstore is ringlimit's limiter shared across processes on
+// Redis: the engine's algorithms (SlidingWindow, SlidingWindowStrict,
 // FixedWindow, and TokenBucket as GCRA in exact integers) and its
 // Decision, decided atomically by one Lua script per request, with Redis
-// TIME as the one time source.
+// TIME as the one time source. Replicas that share a Redis share each
+// key's limit.
 //
-// Every request runs one script (EVALSHA, with EVAL on an explicit NOSCRIPT)
-// that reads the key's state (its N+1 sub-window counts, packed in one
-// string), decides with the engine's exact integer comparison, and adds n
-// if it fits, all in one atomic step. The key's name carries the escaped
-// user key in one hash tag, so a request touches one Cluster slot, and the
-// window's geometry after it, so limiters of different geometries never
-// share counters (see Limiter.Key). Concurrent calls share round trips as
-// pipelines, and every call returns by its context's deadline.
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	l, err := redisstore.New(rdb, engine.Config{Limit: 100, Window: time.Minute})
+//	...
+//	defer l.Close()
+//	d, err := l.AllowN(ctx, "tenant-7", 1) // err != nil: Redis did not decide
 //
-// Reserve holds admitted units that Cancel gives back and Settle adjusts
-// to the work's actual cost, and ChargeN records a cost known only
-// afterwards, each one script call on the key's sub-window; with ReserveN,
-// a Limiter serves httplimit's and grpclimit's WithInFlight and
-// WithSettle.
+// The entry points:
 //
-// The script reads TIME and then writes, which needs effects replication
-// (the default since Redis 5, the only mode since Redis 7); on older
-// servers the script calls redis.replicate_commands() first.
+//   - New builds a Limiter; AllowN and Allow decide. A *Limiter is an
+//     httplimit and grpclimit ContextLimiter as it is.
+//   - When Redis fails, the FailurePolicy answers (WithFailurePolicy,
+//     WithFallbackLocal), with an error wrapping ErrUnavailable, and a
+//     breaker (WithBreaker) answers at once while Redis stays down.
+//   - Reserve holds units that Cancel gives back and Settle adjusts to the
+//     actual cost; ChargeN records a cost known afterwards; ReserveN serves
+//     httplimit's and grpclimit's WithInFlight and WithSettle.
+//   - Reset forgets a key's count; Config.KeyLimit gives per-key limits,
+//     asked on every decision.
+//   - WithHybrid decides most requests in process and sends counts in
+//     batches, for high QPS on few hot keys.
+//   - Stats and WithOnError report what happened.
+//
+// Every call returns by its context's deadline, and a caller whose context
+// ends first is never admitted. The script, the key's layout, the bounds,
+// the outages and the hybrid mode's bound are in redisstore/README.md.
 package redisstore
 
 import (
@@ -98,44 +106,27 @@ type Limiter struct {
 var script = redis.NewScript(luaSource)
 
 // New returns a Limiter for cfg on client. cfg is validated as engine.New
-// validates it, and further: Algorithm must not be SlidingLog, the
-// sub-window width must be a whole number of microseconds (Redis TIME's
-// resolution), Window plus two sub-windows must be below 2^53 ns (about
-// 104 days), and with SlidingWindow Limit × sub-window width (ns) must be
-// below 2^53 (so the weighted comparison is exact in Lua's doubles; e.g.
-// Limit < 9,007,199 at a 1 s sub-window). With TokenBucket, Burst ×
-// Window/Limit must be exact in Lua's doubles (Burst·p + p + 2q ≤ 2^53
-// where Window/Limit = p/q µs in lowest terms) and fill in under 2^50 µs;
-// a Decision's Limit is the bucket's capacity, and WithHybrid is refused
-// (redisstore/README.md, "The token bucket"). The fields that only the
-// in-process engine implements (MaxLogLimit, Clock, CoarseClock, Shards,
-// MaxKeys, LookupCache, DisableEviction, SweepInterval and the Audit
-// fields) are refused with an error naming the field: time is Redis TIME
-// and keys expire by TTL. Config.MaxKeyBytes is honoured as the engine
-// honours it (see AllowN).
+// validates it, and further (redisstore/README.md, "The script" and "The
+// token bucket", gives each bound): no SlidingLog; a sub-window of whole
+// microseconds; Window plus two sub-windows below 2^53 ns; with
+// SlidingWindow, Limit × sub-window width (ns) below 2^53; with
+// TokenBucket, a rate and Burst exact in Lua's doubles, and no WithHybrid.
+// The fields only the in-process engine implements (MaxLogLimit, Clock,
+// CoarseClock, Shards, MaxKeys, LookupCache, DisableEviction,
+// SweepInterval, the Audit fields) and PerKeyLimits alone are refused with
+// an error naming the field; MaxKeyBytes is honoured (see AllowN).
 //
-// Config.KeyLimit gives each key its own limit, and unlike the engine's
-// (called when a key's state is created) it is called on every decision,
-// so a change of its answer (httplimit.Policies.Swap, for example) applies
-// from the next decision, with the counts kept. It must be cheap and safe
-// for concurrent use. A result of 0 means Config.Limit; a result outside
-// 1 … MaxLimit, or, with SlidingWindow, above the Limit × width bound
-// above (with TokenBucket, a rate outside the exactness bound), refuses
-// that request with RetryAfter engine.Never, as the engine does. With
-// TokenBucket the answer is the key's rate, Limit per Window; its bucket
-// holds Config.Burst, or the answer when Burst is 0. Config.PerKeyLimits
-// alone (the engine's SetLimit) is refused: redisstore has no SetLimit;
-// use KeyLimit. With WithHybrid, each key's local allowance is sized
-// against its own limit, and a change of it makes the key's next decision
-// exact.
+// Config.KeyLimit is asked on every decision (the engine asks it once per
+// key state), so a change of its answer (httplimit.Tiers.Swap) applies
+// from the next decision, counts kept; it must be cheap and safe for
+// concurrent use. 0 means Config.Limit; an answer out of range refuses
+// that request with RetryAfter engine.Never. With TokenBucket it is the
+// key's rate, and the bucket holds Config.Burst, or the answer when Burst
+// is 0.
 //
-// If the client lets a round trip to a stalled server last forever (a
-// *redis.Client or *redis.ClusterClient given ReadTimeout −1 without
-// ContextTimeoutEnabled, or ReadTimeout −2, with which go-redis sets no
-// read deadline even from the context), New passes
-// ErrUnboundedRoundTrip to the OnError hook, once: every decision still returns by its caller's deadline, but
-// the stalled round trip keeps one of the limiter's two senders and its
-// connection until the server answers, and Close waits for it.
+// A client that lets a round trip to a stalled server last forever
+// (ReadTimeout −1 without ContextTimeoutEnabled, or −2) gets
+// ErrUnboundedRoundTrip passed to the OnError hook, once.
 func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
@@ -261,22 +252,13 @@ func (l *Limiter) checkBounds() error {
 // Decisions keep working after Close (see below). Close is idempotent:
 // later and concurrent calls wait for the first and return its result.
 //
-// Close first cancels a maxmemory-policy check in flight (see
-// ErrEvictionPolicy) and waits for it (its round trip is bounded as a
-// decision's, below).
-//
-// A plain limiter has nothing to flush: Close turns its breaker off (every
-// later decision tries Redis), stops its prober and waits for it, stops the
-// fallback engine's sweeper (that engine still decides after Close, without
-// reclaiming idle keys), and waits for the round trips in flight when it
-// is called to come back (not for those that decisions after it start). A
-// round trip (a decision's or a probe's) on a stalled server is
-// bounded by the client's ReadTimeout (5 s by default in go-redis v9) once
-// per attempt, and go-redis retries a timed-out command up to MaxRetries
-// times (3 by default): so by (1 + MaxRetries) × ReadTimeout, plus the
-// retries' backoff. With ContextTimeoutEnabled (and a ReadTimeout other
-// than −2) it is bounded by its context's deadline instead; see
-// ErrUnboundedRoundTrip.
+// A plain limiter has nothing to flush: Close cancels a maxmemory-policy
+// check in flight, turns the breaker off (every later decision tries
+// Redis), stops the prober and the fallback engine's sweeper, and waits for
+// the round trips in flight when it is called. On a stalled server a round
+// trip lasts up to (1 + MaxRetries) × ReadTimeout plus go-redis's backoff,
+// or, with ContextTimeoutEnabled, until its context's deadline (see
+// ErrUnboundedRoundTrip; README, "Deadlines and batching").
 //
 // A hybrid limiter, from the moment Close is called, decides no more
 // locally: every later decision is exact, one script call as in the plain
@@ -326,59 +308,31 @@ func (l *Limiter) Allow(ctx context.Context, key string) (bool, error) {
 
 // AllowN decides whether n units for key fit now (Redis TIME), and records
 // them if they do, with the engine's rules: n == 0 is allowed and records
-// nothing. The error is nil exactly when the Decision is a real one.
+// nothing. The error is nil exactly when the Decision is Redis's (or one
+// made in process, below).
 //
-// A key longer than Config.MaxKeyBytes (engine.DefaultMaxKeyBytes, 4 KiB,
-// when 0) is refused at once, as the engine refuses it: no round trip,
-// nothing stored in Redis, KeyLimit not asked, a nil error, and the
-// Decision {Allowed: false, Limit: 0, Remaining: 0, RetryAfter:
-// engine.Never}, whose Reason() is engine.ReasonKeyTooLong. It counts in
-// no Stats field. So no caller can grow Redis's memory with long keys.
+//   - A request that can never be admitted (n < 0, n above the key's
+//     limit, a KeyLimit answer out of range) is refused at once, with a nil
+//     error and no round trip: Reason() is ReasonNever, Remaining 0 (the
+//     count was not read). A key longer than Config.MaxKeyBytes likewise,
+//     with Limit 0 and Reason() ReasonKeyTooLong, nothing stored.
+//   - When Redis is down it counts the failure in Stats().Failures,
+//     passes it to the OnError hook, and returns the failure policy's
+//     Decision with an error wrapping ErrUnavailable and the cause, never
+//     a context's error (FailClosed: denied; FailOpen: admitted;
+//     FallbackLocal: the local engine's); at once, without a round trip,
+//     while the breaker is open (WithBreaker) or a hybrid limiter is in
+//     its failure state.
+//   - A round trip that got no answer while Redis answers others is no
+//     outage: nothing admitted, an error wrapping ErrNoReply.
+//   - A caller whose context ends before Redis answers is never admitted,
+//     under any failure policy: a zero Decision with an error wrapping
+//     ctx's error (not ErrUnavailable), counted CallerGone, not passed to
+//     OnError. A reply that arrives with the cancel is used.
 //
-// A request that can never be admitted is refused at once, without a round
-// trip and with a nil error: n < 0, n above the key's limit, or a KeyLimit
-// result out of range (see New). Its Decision is {Allowed: false, Limit:
-// the key's limit, Remaining: 0, RetryAfter: engine.Never}: Reason() is
-// ReasonNever, as from the engine, but Remaining is 0 because the key's
-// count was not read (the engine reports the key's real remaining).
-//
-// When Redis is down (see Policy), the failure is counted in
-// Stats().Failures and passed to the OnError hook, and AllowN returns the
-// failure policy's Decision with a non-nil error that wraps ErrUnavailable
-// and the cause (never a context's error): test it with errors.Is(err,
-// ErrUnavailable), and treat the Decision as the policy's (FailClosed:
-// denied; FailOpen: admitted; FallbackLocal: the local engine's). While
-// the breaker is open (see WithBreaker, on by default), and while a hybrid
-// limiter is in its failure state, AllowN answers the same way at once,
-// without a round trip. A round trip that got no answer while Redis
-// answers others (the process was short of CPU, a connection was killed)
-// is no outage: the error wraps ErrNoReply, and nothing is admitted.
-//
-// A caller whose context ends before Redis answers is never admitted,
-// under any policy: nobody waits for the answer, and a policy that
-// admitted it (FailOpen, FallbackLocal) would let a client buy admissions
-// with its own cancels or short deadlines. AllowN returns a zero Decision
-// (Allowed false, Limit set) with an error that wraps ctx's error
-// (context.Canceled or context.DeadlineExceeded) and not ErrUnavailable,
-// counted in Stats().CallerGone, not in Failures, and not passed to the
-// OnError hook. That holds whichever way the call ended: ctx done before
-// the call (nothing is asked), the call given up in the queue or in
-// flight, go-redis returning ctx's error, or the client's own timeout
-// after ctx ended. If Redis's reply and the end of ctx come together, the
-// reply is used: it is the truth, and counted. The breaker still judges
-// such a failed round trip as described at WithBreaker (a stall seen
-// through callers' deadlines raises a suspicion).
-//
-// AllowN returns by ctx's deadline (plus the scheduling delay), whatever
-// the client's options: when ctx has a deadline and the client does not
-// enforce it (no ContextTimeoutEnabled), the round trip runs on one of the
-// limiter's senders, and a caller whose context ends first returns then,
-// as above. If its request had not been sent yet, it is never sent and
-// Redis counts nothing for it; if it had, Redis may count it (the error
-// says which). A caller without a deadline makes its own round trip when a
-// sender's slot is free; a cancellation then returns with the round trip.
-// Calls made while the senders are busy go to Redis together, as one
-// pipeline; a lone call is sent at once.
+// AllowN returns by ctx's deadline, whatever the client's options; a call
+// not yet sent when its caller leaves is never sent. Concurrent calls go
+// to Redis together as one pipeline (README, "Deadlines and batching").
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (engine.Decision, error) {
 	if len(key) > l.norm.MaxKeyBytes {
 		return engine.Decision{RetryAfter: engine.Never}, nil // ReasonKeyTooLong, as from the engine

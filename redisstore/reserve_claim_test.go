@@ -110,7 +110,7 @@ func TestBadSettleKeepsClaim(t *testing.T) {
 // the Reservation's units to the sub-window they were recorded in" unless
 // nothing is held, it was settled, or the sub-window left the window.
 // Settle: "fewer units go back to their sub-window under Cancel's rule". A
-// KeyLimit answer that changed meanwhile (Policies.Swap), to a new limit or
+// KeyLimit answer that changed meanwhile (Tiers.Swap), to a new limit or
 // to one out of range, must not lose the refund: either the units go back,
 // or the call is an error that keeps the claim.
 func TestKeyLimitChangeBeforeCancelAndSettle(t *testing.T) {

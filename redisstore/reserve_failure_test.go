@@ -152,7 +152,7 @@ func TestHybridRefusesReserve(t *testing.T) {
 // bucket's key, got WRONGTYPE, and FailOpen admitted.
 func TestTokenBucketRefusesReserve(t *testing.T) {
 	s := redistest.Start(t)
-	l := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: 1, Burst: 1, Window: time.Hour}, WithPolicy(FailOpen))
+	l := mustNew(t, client(t, s), engine.Config{Algorithm: engine.TokenBucket, Limit: 1, Burst: 1, Window: time.Hour}, WithFailurePolicy(FailOpen))
 	if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
 		t.Fatalf("AllowN: %+v %v", d, err) // the bucket is empty after it
 	}

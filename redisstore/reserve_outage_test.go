@@ -112,7 +112,7 @@ func TestFailOpenReservationGivesNothingBack(t *testing.T) {
 	s := redistest.Start(t)
 	c := client(t, s)
 	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute, SubWindows: 2, Algorithm: engine.SlidingWindowStrict},
-		WithPolicy(FailOpen), WithBreaker(time.Millisecond, 5*time.Millisecond))
+		WithFailurePolicy(FailOpen), WithBreaker(time.Millisecond, 5*time.Millisecond))
 	s.Kill()
 	open1, err := l.Reserve(ctx, "k", 4)
 	open2, _ := l.Reserve(ctx, "k", 3)

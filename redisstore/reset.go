@@ -6,36 +6,26 @@ import (
 )
 
 // Reset forgets the units key has used, for every replica: it deletes the
-// key's state in Redis (one script: the DEL of the Redis key that Key
-// names, and a new mark beside it, Key(key)+":reset", in the key's hash
-// tag, so Cluster-safe), and the next decision starts from an empty count.
-// A Reservation from before the Reset gives nothing back to the fresh
-// count (its Cancel reports false), as the engine's; the mark expires one
-// Window and one sub-window after the Reset. A key with no state in Redis (never used, or expired)
-// is nothing to forget: Reset returns nil. A key longer than
-// Config.MaxKeyBytes is never stored, and Reset returns nil at once.
+// key's state in Redis (one script in the key's hash tag, which also marks
+// the reset beside it for one Window and a sub-window), and the next
+// decision starts from an empty count under the limit KeyLimit gives. A
+// Reservation from before the Reset gives nothing back (its Cancel reports
+// false). A decision racing the Reset is counted before it (and
+// forgotten) or after it. A key with no state, or longer than
+// Config.MaxKeyBytes, is nothing to forget: nil. With FallbackLocal the
+// local engine's count is reset too.
 //
-// It keeps the key's limit, which Config.KeyLimit gives on every decision.
-// A decision that races the Reset is counted before it (and forgotten) or
-// after it, as Redis ran the two. With the failure policy FallbackLocal,
-// the local engine's count for the key is reset too (engine.Reset),
-// whatever Redis answered.
+// Reset never fails silently, and no failure policy answers for it: when
+// Redis does not delete the key, it returns an error wrapping
+// ErrUnavailable and the cause, counted in Stats().Failures and passed to
+// the OnError hook. When ctx ends first it returns an error wrapping ctx's
+// error (not counted): Redis may or may not have deleted the key. The
+// round trip is the caller's, bounded as the client bounds it.
 //
-// Reset never fails silently, and no failure policy answers for it. When
-// Redis does not delete the key (an error reply, a refused connection, a
-// timeout), Reset returns an error wrapping ErrUnavailable and the cause,
-// counts it in Stats().Failures and passes it to the OnError hook: the
-// count was not reset, and the caller decides what to do. It makes its
-// round trip on the caller's goroutine, bounded as the client bounds it
-// (with ContextTimeoutEnabled, by ctx's deadline). When ctx ends first,
-// Reset returns an error wrapping ctx's error (not ErrUnavailable, and not
-// counted): Redis may or may not have deleted the key.
-//
-// A hybrid limiter (WithHybrid) also forgets this replica's units not yet
-// sent to Redis, and makes its next decision on the key exact. Units that
-// other replicas admitted locally and have not sent yet (at most maxLocal
-// each, plus a batch in flight) still reach Redis after the Reset, and
-// count in the fresh window.
+// A hybrid limiter also forgets this replica's units not yet sent, and
+// decides the key exactly next; units other replicas admitted locally and
+// have not sent yet (at most maxLocal each, plus a batch in flight) still
+// count in the fresh window (README, "Resetting a key").
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if len(key) > l.norm.MaxKeyBytes {
 		return nil

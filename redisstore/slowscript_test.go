@@ -33,7 +33,7 @@ func TestSlowScriptsAreNoOutage(t *testing.T) {
 				s := redistest.Start(t)
 				c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
 				defer c.Close()
-				opts := []Option{WithPolicy(FailOpen)}
+				opts := []Option{WithFailurePolicy(FailOpen)}
 				if hybrid {
 					opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 				}

@@ -263,7 +263,7 @@ func TestSlowPathIsNoOutage(t *testing.T) {
 			p := startProxy(t, s.Addr())
 			c := redis.NewClient(&redis.Options{Addr: p.addr()}) // go-redis's defaults: ReadTimeout 3 s
 			defer c.Close()
-			opts := []Option{WithPolicy(FailOpen)}
+			opts := []Option{WithFailurePolicy(FailOpen)}
 			if hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

@@ -33,12 +33,12 @@ func TestStarvedProcessTinyReadTimeoutIsNoOutage(t *testing.T) {
 		hybrids, rounds = []bool{false, true}, 6
 	}
 	for i, hybrid := range hybrids {
-		for _, pol := range []Policy{FailOpen, FailClosed} {
+		for _, pol := range []FailurePolicy{FailOpen, FailClosed} {
 			t.Run(fmt.Sprintf("hybrid=%v/%v", hybrid, pol), func(t *testing.T) {
 				c := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: time.Millisecond})
 				defer c.Close()
 				var h hookLog
-				opts := []Option{h.opt(), WithPolicy(pol), WithPrefix(fmt.Sprintf("starvedtiny%d%v:", i, pol))}
+				opts := []Option{h.opt(), WithFailurePolicy(pol), WithPrefix(fmt.Sprintf("starvedtiny%d%v:", i, pol))}
 				if hybrid {
 					opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 				}
@@ -174,7 +174,7 @@ func TestStarvedProcessIsNoOutage(t *testing.T) {
 			}
 			cl := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: c.readTO, ContextTimeoutEnabled: c.ctxTO})
 			defer cl.Close()
-			opts := []Option{WithPolicy(FailOpen), WithPrefix(fmt.Sprintf("starve%d:", i))}
+			opts := []Option{WithFailurePolicy(FailOpen), WithPrefix(fmt.Sprintf("starve%d:", i))}
 			if c.hybrid {
 				opts = append(opts, WithHybrid(5*time.Millisecond, 2))
 			}

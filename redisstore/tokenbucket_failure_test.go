@@ -14,7 +14,7 @@ import (
 // Limit the bucket's capacity and an error wrapping ErrUnavailable; n above
 // the capacity is refused with Never and no error. FallbackLocal needs the
 // engine's token bucket; until the engine runs one, New says so.
-func TestTokenBucketPolicies(t *testing.T) {
+func TestTokenBucketFailurePolicies(t *testing.T) {
 	c := deadClient(t)
 	cfg := engine.Config{Algorithm: engine.TokenBucket, Limit: 3, Burst: 5, Window: time.Second}
 	const T = time.Second / 3
@@ -22,8 +22,8 @@ func TestTokenBucketPolicies(t *testing.T) {
 		opt  Option
 		want engine.Decision
 	}{
-		{WithPolicy(FailClosed), engine.Decision{Limit: 5, RetryAfter: T + 1}}, // ⌈1 s / 3⌉
-		{WithPolicy(FailOpen), engine.Decision{Allowed: true, Limit: 5, Remaining: 3}},
+		{WithFailurePolicy(FailClosed), engine.Decision{Limit: 5, RetryAfter: T + 1}}, // ⌈1 s / 3⌉
+		{WithFailurePolicy(FailOpen), engine.Decision{Allowed: true, Limit: 5, Remaining: 3}},
 	} {
 		l := mustNew(t, c, cfg, tc.opt, WithBreaker(time.Minute, time.Minute))
 		for range 3 { // a round trip that fails, then the open breaker's answers

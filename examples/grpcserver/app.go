@@ -58,7 +58,7 @@ func newApp(l limits, clk engine.Clock) (*app, error) {
 	i, err := grpclimit.NewInterceptor(e,
 		grpclimit.WithKey(grpclimit.KeyByMetadata("x-tenant", grpclimit.MissingFallback(grpclimit.KeyByIP(64)))),
 		grpclimit.WithMethodCost(methodReport, l.ReportCost),
-		grpclimit.WithPolicy("per-tenant", 0))
+		grpclimit.WithPolicyName("per-tenant", 0))
 	if err != nil {
 		_ = e.Close()
 		return nil, err

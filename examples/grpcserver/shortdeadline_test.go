@@ -159,7 +159,7 @@ func TestShortDeadlinesBuyNoAdmissions(t *testing.T) {
 			defer rdb.Close()
 			const limit = 5
 			rl, err := redisstore.New(rdb, engine.Config{Limit: limit, Window: time.Hour, Algorithm: engine.SlidingWindowStrict},
-				redisstore.WithPolicy(redisstore.FailOpen), redisstore.WithBreaker(0, 0), redisstore.WithPrefix(t.Name()+":"))
+				redisstore.WithFailurePolicy(redisstore.FailOpen), redisstore.WithBreaker(0, 0), redisstore.WithPrefix(t.Name()+":"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,14 +52,14 @@ func tier(r *http.Request) (string, error) {
 }
 
 // newLocalApp limits in process: one engine, whose per-key limits come
-// from a hot-swappable Policies table (the "ip" prefix gets the engine's
+// from a hot-swappable Tiers table (the "ip" prefix gets the engine's
 // Limit). clk is nil for the real clock.
 func newLocalApp(l limits, clk engine.Clock) (*app, error) {
-	policies, err := httplimit.NewPolicies(0, map[string]int64{"free": l.Free, "pro": l.Pro})
+	tiers, err := httplimit.NewTiers(0, map[string]int64{"free": l.Free, "pro": l.Pro})
 	if err != nil {
 		return nil, usageError{err}
 	}
-	e, err := engine.New(engine.Config{Limit: l.PerIP, Window: l.Window, KeyLimit: policies.KeyLimit, Clock: clk})
+	e, err := engine.New(engine.Config{Limit: l.PerIP, Window: l.Window, KeyLimit: tiers.KeyLimit, Clock: clk})
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -81,7 +81,7 @@ func newLocalApp(l limits, clk engine.Clock) (*app, error) {
 		}
 		// Set validates before it stores anything: a refused limit
 		// changes nothing.
-		if err := policies.Set(t, n, e); err != nil {
+		if err := tiers.Set(t, n, e); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -92,18 +92,18 @@ func newLocalApp(l limits, clk engine.Clock) (*app, error) {
 
 // newRedisApp limits through Redis: every instance built on the same
 // server and prefix shares the limits. As in the in-process app, one
-// limiter serves every policy: its KeyLimit is a Policies table, which
+// limiter serves every policy: its KeyLimit is a Tiers table, which
 // redisstore asks on every decision ("ip" gets Config.Limit, the per-IP
 // limit). Before it returns it checks, with the limiter's Ping, that Redis
 // can run the limiter's script (a PING would pass a replica or a full
 // server). It owns rdb: it closes it on failure, and app.close closes it.
 func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, l limits) (*app, error) {
-	policies, err := httplimit.NewPolicies(0, map[string]int64{"free": l.Free, "pro": l.Pro})
+	tiers, err := httplimit.NewTiers(0, map[string]int64{"free": l.Free, "pro": l.Pro})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, usageError{err}
 	}
-	cfg := engine.Config{Limit: l.PerIP, Window: l.Window, KeyLimit: policies.KeyLimit}
+	cfg := engine.Config{Limit: l.PerIP, Window: l.Window, KeyLimit: tiers.KeyLimit}
 	rl, err := redisstore.New(rdb, cfg, redisstore.WithPrefix(prefix))
 	if err != nil {
 		_ = rdb.Close()
@@ -127,7 +127,7 @@ func newRedisApp(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 	admin := func(w http.ResponseWriter, _ *http.Request) {
 		// A swap here would change one instance's table and not the
 		// others'; restart every instance with new -free and -pro.
-		http.Error(w, "policy swap is not available with -redis: restart every instance with new -free / -pro", http.StatusNotImplemented)
+		http.Error(w, "tier swap is not available with -redis: restart every instance with new -free / -pro", http.StatusNotImplemented)
 	}
 	return &app{handler: routes(m, httplimit.MetricsHandler(m, nil), admin), m: m, close: closeAll}, nil
 }
@@ -154,6 +154,6 @@ func routes(m *httplimit.Middleware, metrics http.Handler, admin http.HandlerFun
 		fmt.Fprintln(w, "ok")
 	})))
 	mux.Handle("GET /metrics", metrics)
-	mux.HandleFunc("POST /admin/policy", admin)
+	mux.HandleFunc("POST /admin/tier", admin)
 	return mux
 }

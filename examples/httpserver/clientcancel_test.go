@@ -30,7 +30,7 @@ func TestCancellingClientsBuyNoAdmissions(t *testing.T) {
 	defer rdb.Close()
 	const limit = 5
 	rl, err := redisstore.New(rdb, engine.Config{Limit: limit, Window: time.Minute, Algorithm: engine.SlidingWindowStrict},
-		redisstore.WithPolicy(redisstore.FailOpen))
+		redisstore.WithFailurePolicy(redisstore.FailOpen))
 	if err != nil {
 		t.Fatal(err)
 	}

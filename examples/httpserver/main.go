@@ -1,6 +1,6 @@
 // Command httpserver is a runnable example of package httplimit: per-IP
 // limiting of a public route, per-tenant limits by tier on an API, a
-// Prometheus /metrics endpoint and a hot policy swap; in process, or shared
+// Prometheus /metrics endpoint and a hot tier swap; in process, or shared
 // by every instance through Redis (-redis).
 //
 //	go run .                                # listens on 127.0.0.1:8080
@@ -8,7 +8,7 @@
 //	curl -i http://127.0.0.1:8080/          # 5 per 10 s per IP, then 429
 //	curl -i -H 'X-Tenant: acme' http://127.0.0.1:8080/api/hello   # tier pro
 //	curl -i -H 'X-Tenant: bob'  http://127.0.0.1:8080/api/hello   # tier free
-//	curl -X POST 'http://127.0.0.1:8080/admin/policy?tier=free&limit=20'
+//	curl -X POST 'http://127.0.0.1:8080/admin/tier?tier=free&limit=20'
 //	curl http://127.0.0.1:8080/metrics
 //
 // It is its own module (examples/httpserver/go.mod) because -redis needs

@@ -89,13 +89,13 @@ func TestLocalApp(t *testing.T) {
 	if code, _, _ := c.call("GET", "/api/hello", ""); code != 400 {
 		t.Fatalf("no tenant: %d, want 400", code)
 	}
-	if code, _, body := c.call("POST", "/admin/policy?tier=free&limit=3", ""); code != 200 || body != "tier free: 3 per 10s\n" {
+	if code, _, body := c.call("POST", "/admin/tier?tier=free&limit=3", ""); code != 200 || body != "tier free: 3 per 10s\n" {
 		t.Fatalf("swap: %d %q", code, body)
 	}
 	if got := c.admitted("/api/hello", "bob", 5); got != 1 {
 		t.Fatalf("free after swap to 3 admitted %d, want 1 (counts kept)", got)
 	}
-	if code, _, _ := c.call("POST", "/admin/policy?tier=gold&limit=3", ""); code != 400 {
+	if code, _, _ := c.call("POST", "/admin/tier?tier=gold&limit=3", ""); code != 400 {
 		t.Fatalf("bad tier: %d", code)
 	}
 	if code, hdr, _ := c.call("GET", "/healthz", ""); code != 200 || hdr.Get("RateLimit") != "" {
@@ -109,10 +109,10 @@ func TestLocalApp(t *testing.T) {
 	}
 }
 
-// TestRefusedPolicyChangeChangesNothing: the admin endpoint used to answer
+// TestRefusedTierChangeChangesNothing: the admin endpoint used to answer
 // 400 for a limit above MaxLimit and apply it anyway, so that a new tenant
 // of the tier then got 500.
-func TestRefusedPolicyChangeChangesNothing(t *testing.T) {
+func TestRefusedTierChangeChangesNothing(t *testing.T) {
 	a, err := newLocalApp(testLimits, engine.NewManualClock(time.Unix(1_700_000_000, 0)))
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestRefusedPolicyChangeChangesNothing(t *testing.T) {
 	defer a.close()
 	c := serve(t, a)
 	for _, q := range []string{"limit=1099511627776", "limit=-1", "limit=0", "limit=x"} {
-		code, _, body := c.call("POST", "/admin/policy?tier=free&"+q, "")
+		code, _, body := c.call("POST", "/admin/tier?tier=free&"+q, "")
 		if code != 400 {
 			t.Fatalf("%s: %d %q", q, code, body)
 		}

@@ -65,7 +65,7 @@ func TestTwoInstancesShareOneLimit(t *testing.T) {
 	if got := B.admitted("/api/hello", "acme", 3) + A.admitted("/api/hello", "acme", 3); got != 4 {
 		t.Fatalf("pro tenant admitted %d across A and B, want 4", got)
 	}
-	if code, _, body := A.call("POST", "/admin/policy?tier=free&limit=3", ""); code != 501 {
+	if code, _, body := A.call("POST", "/admin/tier?tier=free&limit=3", ""); code != 501 {
 		t.Fatalf("admin with -redis: %d %q", code, body)
 	}
 	if sa, sb := a.m.Stats(), b.m.Stats(); sa.Allowed+sb.Allowed != 11 || sa.Denied+sb.Denied != 4 || sa.Errors+sb.Errors != 0 {
@@ -86,7 +86,7 @@ func TestRedisLimiterDirectly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	h := httplimit.New(l, httplimit.WithPolicy("shared", 10*time.Second))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := httplimit.New(l, httplimit.WithPolicyName("shared", 10*time.Second))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	c := serve(t, &app{handler: h})
 	for i, want := range []string{`"shared";r=1;t=11`, `"shared";r=0;t=11`} {
 		code, hdr, _ := c.call("GET", "/", "")

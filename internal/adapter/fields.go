@@ -17,16 +17,16 @@ import (
 // fits a caller's stack buffer.
 const MaxPolicyName = 64
 
-// PolicyName validates a WithPolicy name (1 … MaxPolicyName printable
+// PolicyName validates a WithPolicyName name (1 … MaxPolicyName printable
 // ASCII characters) and returns it escaped for a Structured Field String.
 // prefix starts the error ("httplimit: ").
 func PolicyName(prefix, name string) (string, error) {
 	if len(name) == 0 || len(name) > MaxPolicyName {
-		return "", fmt.Errorf("%sWithPolicy name = %s, want 1 … %d printable ASCII characters", prefix, untrusted.Quote(name), MaxPolicyName)
+		return "", fmt.Errorf("%sWithPolicyName name = %s, want 1 … %d printable ASCII characters", prefix, untrusted.Quote(name), MaxPolicyName)
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] < 0x20 || name[i] > 0x7e {
-			return "", fmt.Errorf("%sWithPolicy name = %s has byte %#x at %d, want printable ASCII (0x20 … 0x7e)", prefix, untrusted.Quote(name), name[i], i)
+			return "", fmt.Errorf("%sWithPolicyName name = %s has byte %#x at %d, want printable ASCII (0x20 … 0x7e)", prefix, untrusted.Quote(name), name[i], i)
 		}
 	}
 	return escapeName(name), nil
@@ -82,7 +82,7 @@ func (b bucketShape) fill(units int64) time.Duration {
 }
 
 // NewFields returns the Fields of a policy named name (validated and
-// escaped by PolicyName) over limiter l with the WithPolicy window: 0
+// escaped by PolicyName) over limiter l with the WithPolicyName window: 0
 // takes the limiter's; a non-zero one must equal it. l is read once, here,
 // through its Config method (Configured); a limiter without one (or a nil
 // l) gets w= from window, and AdmittedReset is −1. fn names the caller in
@@ -99,7 +99,7 @@ func NewFields(prefix, fn string, l any, name string, window time.Duration) (*Fi
 		if lc.Window <= 0 {
 			errs = append(errs, fmt.Errorf("%s%s: the limiter's Config().Window = %v, want > 0", prefix, fn, lc.Window))
 		} else if window != 0 && window != lc.Window {
-			errs = append(errs, fmt.Errorf("%sWithPolicy window = %v, but the limiter's Config().Window = %v; pass 0 to take the limiter's", prefix, window, lc.Window))
+			errs = append(errs, fmt.Errorf("%sWithPolicyName window = %v, but the limiter's Config().Window = %v; pass 0 to take the limiter's", prefix, window, lc.Window))
 		}
 		window = lc.Window
 		f.admitted = ceilSeconds(admittedReset(lc))

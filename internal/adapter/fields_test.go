@@ -123,10 +123,10 @@ func TestNewFieldsErrors(t *testing.T) {
 		window time.Duration
 		want   string
 	}{
-		{"bad name", nil, "", 0, "WithPolicy name"},
-		{"negative window", nil, "p", -1, "WithPolicy window = -1ns"},
+		{"bad name", nil, "", 0, "WithPolicyName name"},
+		{"negative window", nil, "p", -1, "WithPolicyName window = -1ns"},
 		{"limiter without a window", configured{engine.Config{Limit: 1}}, "p", 0, "httplimit: New: the limiter's Config().Window = 0s, want > 0"},
-		{"window disagrees", configured{engine.Config{Limit: 1, Window: time.Second}}, "p", 2 * time.Second, "WithPolicy window = 2s, but the limiter's Config().Window = 1s; pass 0 to take the limiter's"},
+		{"window disagrees", configured{engine.Config{Limit: 1, Window: time.Second}}, "p", 2 * time.Second, "WithPolicyName window = 2s, but the limiter's Config().Window = 1s; pass 0 to take the limiter's"},
 	} {
 		if _, err := NewFields("httplimit: ", "New", c.l, c.policy, c.window); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)

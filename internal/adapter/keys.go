@@ -9,7 +9,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// Sep joins the parts of a composite key; httplimit.Policies reads the part
+// Sep joins the parts of a composite key; httplimit.Tiers reads the part
 // before the first Sep as the tenant.
 const Sep = "\x00"
 
@@ -70,13 +70,13 @@ func Quiet(below float64, d engine.Decision) bool {
 	return below > 0 && float64(max(d.Remaining, 0)) >= below*float64(d.Limit)
 }
 
-// CheckPolicy validates WithPolicy's name and window.
+// CheckPolicy validates WithPolicyName's name and window.
 func CheckPolicy(prefix, name string, window time.Duration) error {
 	if _, err := PolicyName(prefix, name); err != nil {
 		return err
 	}
 	if window < 0 {
-		return fmt.Errorf("%sWithPolicy window = %v, want 0 (the limiter's) or > 0", prefix, window)
+		return fmt.Errorf("%sWithPolicyName window = %v, want 0 (the limiter's) or > 0", prefix, window)
 	}
 	return nil
 }

@@ -141,7 +141,7 @@ type PolicySpec struct {
 }
 
 // BuildMulti validates specs (1 … MaxPolicies, distinct names, each a
-// limiter with a usable key and WithPolicy's name and window) and returns
+// limiter with a usable key and WithPolicyName's name and window) and returns
 // their Multi and Fields, or the errors, each naming its policy after
 // prefix and fn. check, if not nil, adds the caller's own checks of
 // policy i's limiter.

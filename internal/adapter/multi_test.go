@@ -162,7 +162,7 @@ func TestBuildMulti(t *testing.T) {
 		{"a name twice", []PolicySpec{{Name: "a", Limiter: r}, {Name: "a", Limiter: r}}, nil, []string{`NewMulti policy 1 ("a"): the name is given twice`}},
 		{"not a limiter", []PolicySpec{{Name: "a", Limiter: 3}}, nil, []string{`httplimit: NewMulti policy 0 ("a"): int is not a limiter`}},
 		{"key error", []PolicySpec{{Name: "a", Limiter: e, KeyErr: errors.New("httplimit: KeyByHeader name is empty")}}, nil, []string{`httplimit: NewMulti policy 0 ("a"): KeyByHeader name is empty`}},
-		{"bad window", []PolicySpec{{Name: "a", Limiter: e, Window: 5 * time.Second}}, nil, []string{`httplimit: NewMulti policy 0 ("a"): WithPolicy window = 5s, but the limiter's`}},
+		{"bad window", []PolicySpec{{Name: "a", Limiter: e, Window: 5 * time.Second}}, nil, []string{`httplimit: NewMulti policy 0 ("a"): WithPolicyName window = 5s, but the limiter's`}},
 		{"the caller's check", []PolicySpec{{Name: "a", Limiter: e}, {Name: "b", Limiter: r}}, check, []string{`NewMulti policy 0 ("a"): checked`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

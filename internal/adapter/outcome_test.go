@@ -101,11 +101,11 @@ func TestCheckPolicy(t *testing.T) {
 	}{
 		{"default", 0, ""},
 		{"default", time.Second, ""},
-		{"", 0, `WithPolicy name = "", want 1 … 64 printable ASCII characters`},
+		{"", 0, `WithPolicyName name = "", want 1 … 64 printable ASCII characters`},
 		{strings.Repeat("n", MaxPolicyName+1), 0, "want 1 … 64 printable ASCII characters"},
 		{"tab\there", 0, "has byte 0x9 at 3, want printable ASCII (0x20 … 0x7e)"},
 		{"caf\xc3\xa9", 0, "has byte 0xc3 at 3"},
-		{"default", -time.Second, "WithPolicy window = -1s, want 0 (the limiter's) or > 0"},
+		{"default", -time.Second, "WithPolicyName window = -1s, want 0 (the limiter's) or > 0"},
 	} {
 		err := CheckPolicy("httplimit: ", c.name, c.window)
 		switch {

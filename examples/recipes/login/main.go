@@ -47,7 +47,7 @@ type resetFunc func(ctx context.Context, key string) error
 // *redisstore.Limiter), resetting the user's count with reset on success.
 // check says whether a user's password is right.
 func newHandler(l any, reset resetFunc, check func(user, password string) bool) (http.Handler, error) {
-	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(user), httplimit.WithPolicy("login", 0))
+	m, err := httplimit.NewMiddleware(l, httplimit.WithKey(user), httplimit.WithPolicyName("login", 0))
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@
 //	curl -i -H 'X-Tenant: bob'  http://127.0.0.1:8080/             # anyone else is free
 //
 // The key of a request is "<tier>\x00<tenant>": the tier, before the
-// "\x00", picks the limit (httplimit.Policies), and each tenant counts in a
+// "\x00", picks the limit (httplimit.Tiers), and each tenant counts in a
 // window of its own. redisstore asks Config.KeyLimit on every decision, so
 // every replica applies the limit of the key's tier to the count they
 // share in Redis.
@@ -56,7 +56,7 @@ type limits struct {
 // from the tier table, and the middleware keyed by tier and tenant. close
 // releases the limiter (not rdb).
 func newHandler(rdb redis.UniversalClient, l limits) (h http.Handler, close func() error, err error) {
-	tiers, err := httplimit.NewPolicies(0, map[string]int64{"free": l.Free, "pro": l.Pro})
+	tiers, err := httplimit.NewTiers(0, map[string]int64{"free": l.Free, "pro": l.Pro})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -70,7 +70,7 @@ func newHandler(rdb redis.UniversalClient, l limits) (h http.Handler, close func
 	}
 	m, err := httplimit.NewMiddleware(rl,
 		httplimit.WithKey(httplimit.Compose(httplimit.KeyFunc(tier), tenant)),
-		httplimit.WithPolicy("tenant", 0))
+		httplimit.WithPolicyName("tenant", 0))
 	if err != nil {
 		_ = rl.Close()
 		return nil, nil, err

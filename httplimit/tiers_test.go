@@ -7,8 +7,8 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-func TestPoliciesPerTenantAndSwap(t *testing.T) {
-	p, err := NewPolicies(2, map[string]int64{"pro": 4})
+func TestTiersPerTenantAndSwap(t *testing.T) {
+	p, err := NewTiers(2, map[string]int64{"pro": 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,27 +66,27 @@ func TestPoliciesPerTenantAndSwap(t *testing.T) {
 	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=1;w=10`)
 }
 
-// TestPolicyLimitsAreValidated: a limit of −1 or above MaxLimit used to be
-// accepted, and every request of that tier got a 500. Now NewPolicies and
+// TestTierLimitsAreValidated: a limit of −1 or above MaxLimit used to be
+// accepted, and every request of that tier got a 500. Now NewTiers and
 // Swap refuse it, and a refused Swap changes nothing.
-func TestPolicyLimitsAreValidated(t *testing.T) {
+func TestTierLimitsAreValidated(t *testing.T) {
 	for _, c := range []struct {
 		def   int64
 		table map[string]int64
 		want  string
 	}{
-		{-1, nil, "httplimit: NewPolicies default limit = -1, want 0 (the engine's Config.Limit) or 1 … 1099511627775"},
-		{engine.MaxLimit + 1, nil, "httplimit: NewPolicies default limit = 1099511627776, want 0 (the engine's Config.Limit) or 1 … 1099511627775"},
-		{0, map[string]int64{"free": -1}, `httplimit: NewPolicies: tenant "free" limit = -1, want 1 … 1099511627775`},
-		{0, map[string]int64{"free": 0}, `httplimit: NewPolicies: tenant "free" limit = 0, want 1 … 1099511627775`},
-		{0, map[string]int64{"pro": engine.MaxLimit + 1}, `httplimit: NewPolicies: tenant "pro" limit = 1099511627776, want 1 … 1099511627775`},
+		{-1, nil, "httplimit: NewTiers default limit = -1, want 0 (the engine's Config.Limit) or 1 … 1099511627775"},
+		{engine.MaxLimit + 1, nil, "httplimit: NewTiers default limit = 1099511627776, want 0 (the engine's Config.Limit) or 1 … 1099511627775"},
+		{0, map[string]int64{"free": -1}, `httplimit: NewTiers: tenant "free" limit = -1, want 1 … 1099511627775`},
+		{0, map[string]int64{"free": 0}, `httplimit: NewTiers: tenant "free" limit = 0, want 1 … 1099511627775`},
+		{0, map[string]int64{"pro": engine.MaxLimit + 1}, `httplimit: NewTiers: tenant "pro" limit = 1099511627776, want 1 … 1099511627775`},
 	} {
-		if p, err := NewPolicies(c.def, c.table); err == nil || err.Error() != c.want || p != nil {
-			t.Errorf("NewPolicies(%d, %v): %v, want %q", c.def, c.table, err, c.want)
+		if p, err := NewTiers(c.def, c.table); err == nil || err.Error() != c.want || p != nil {
+			t.Errorf("NewTiers(%d, %v): %v, want %q", c.def, c.table, err, c.want)
 		}
 	}
 
-	p, err := NewPolicies(0, map[string]int64{"free": 2})
+	p, err := NewTiers(0, map[string]int64{"free": 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPolicyLimitsAreValidated(t *testing.T) {
 	wantHeader(t, w.Header(), "RateLimit-Policy", `"default";q=2;w=10`)
 
 	// A SlidingLog engine caps limits lower: Swap checks against it.
-	lp, _ := NewPolicies(0, nil)
+	lp, _ := NewTiers(0, nil)
 	le, _ := newEngine(t, engine.Config{Algorithm: engine.SlidingLog, KeyLimit: lp.KeyLimit})
 	if err := lp.Set("big", engine.DefaultMaxLogLimit+1, le); err == nil || err.Error() != `httplimit: Swap: tenant "big" limit = 10001, want 1 … 10000` {
 		t.Fatalf("SlidingLog cap: %v", err)

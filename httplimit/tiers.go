@@ -10,7 +10,7 @@ import (
 	"github.com/ringlimit/ringlimit/engine"
 )
 
-// Policies is a hot-swappable table of limits per tenant (or tier). Its
+// Tiers is a hot-swappable table of limits per tenant (or tier). Its
 // KeyLimit method is meant for engine.Config.KeyLimit, and Swap replaces
 // the table and applies it to live keys. It is safe for concurrent use.
 //
@@ -23,24 +23,24 @@ import (
 // table limit is 1 … engine.MaxLimit, the default 0 (the engine's
 // Config.Limit) or 1 … engine.MaxLimit. A SlidingLog engine caps limits
 // lower (its Config.MaxLogLimit); Swap and Set check against the engine
-// they are given, NewPolicies cannot, as the engine does not exist yet.
-type Policies struct {
+// they are given, NewTiers cannot, as the engine does not exist yet.
+type Tiers struct {
 	def   int64
 	table atomic.Pointer[map[string]int64]
 	mu    sync.Mutex // serialises Swap and Set, so that a Set's read-copy-write loses no other change
 }
 
-// NewPolicies returns Policies with the limit def for tenants not in table
+// NewTiers returns Tiers with the limit def for tenants not in table
 // (0 means the engine's Config.Limit) and a copy of table. A limit out of
 // range is an error naming the tenant and the range.
-func NewPolicies(def int64, table map[string]int64) (*Policies, error) {
+func NewTiers(def int64, table map[string]int64) (*Tiers, error) {
 	if def < 0 || def > engine.MaxLimit {
-		return nil, fmt.Errorf("httplimit: NewPolicies default limit = %d, want 0 (the engine's Config.Limit) or 1 … %d", def, int64(engine.MaxLimit))
+		return nil, fmt.Errorf("httplimit: NewTiers default limit = %d, want 0 (the engine's Config.Limit) or 1 … %d", def, int64(engine.MaxLimit))
 	}
-	if err := checkTable(table, engine.MaxLimit, "NewPolicies"); err != nil {
+	if err := checkTable(table, engine.MaxLimit, "NewTiers"); err != nil {
 		return nil, err
 	}
-	p := &Policies{def: def}
+	p := &Tiers{def: def}
 	t := maps.Clone(table)
 	if t == nil {
 		t = map[string]int64{}
@@ -69,7 +69,7 @@ func Tenant(key string) string {
 
 // KeyLimit returns the limit of key's tenant, or the default. It does not
 // allocate.
-func (p *Policies) KeyLimit(key string) int64 {
+func (p *Tiers) KeyLimit(key string) int64 {
 	if l, ok := (*p.table.Load())[Tenant(key)]; ok {
 		return l
 	}
@@ -78,7 +78,7 @@ func (p *Policies) KeyLimit(key string) int64 {
 
 // Limit returns the limit of tenant, or the default, and whether the
 // tenant is in the table.
-func (p *Policies) Limit(tenant string) (int64, bool) {
+func (p *Tiers) Limit(tenant string) (int64, bool) {
 	l, ok := (*p.table.Load())[tenant]
 	if !ok {
 		return p.def, false
@@ -87,7 +87,7 @@ func (p *Policies) Limit(tenant string) (int64, bool) {
 }
 
 // Table returns a copy of the current table.
-func (p *Policies) Table() map[string]int64 { return maps.Clone(*p.table.Load()) }
+func (p *Tiers) Table() map[string]int64 { return maps.Clone(*p.table.Load()) }
 
 // Swap atomically replaces the table with a copy of table, so that keys
 // created from now on get the new limits, and then, if e is not nil,
@@ -102,19 +102,19 @@ func (p *Policies) Table() map[string]int64 { return maps.Clone(*p.table.Load())
 // to the default, unless the default is 0, in which case its live keys
 // keep their limits until they are reclaimed. e must have been built with
 // Config.KeyLimit (or PerKeyLimits).
-func (p *Policies) Swap(table map[string]int64, e *engine.Engine) error {
+func (p *Tiers) Swap(table map[string]int64, e *engine.Engine) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.swapLocked(table, e)
 }
 
-func (p *Policies) swapLocked(table map[string]int64, e *engine.Engine) error {
+func (p *Tiers) swapLocked(table map[string]int64, e *engine.Engine) error {
 	maxLimit := int64(engine.MaxLimit)
 	if e != nil {
 		if c := e.Config(); c.Algorithm == engine.SlidingLog {
 			maxLimit = c.MaxLogLimit
 			if p.def > maxLimit {
-				return fmt.Errorf("httplimit: Policies default limit = %d is above the SlidingLog engine's Config.MaxLogLimit = %d", p.def, maxLimit)
+				return fmt.Errorf("httplimit: Tiers default limit = %d is above the SlidingLog engine's Config.MaxLogLimit = %d", p.def, maxLimit)
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func (p *Policies) swapLocked(table map[string]int64, e *engine.Engine) error {
 
 // Set changes one tenant's limit (copy on write) and applies it like Swap;
 // a refused limit changes nothing.
-func (p *Policies) Set(tenant string, limit int64, e *engine.Engine) error {
+func (p *Tiers) Set(tenant string, limit int64, e *engine.Engine) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t := p.Table()
