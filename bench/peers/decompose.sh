@@ -9,7 +9,7 @@
 # do not depend on the machine's load.
 #
 #   ./decompose.sh                       # everything, about 6 minutes
-#   PEERS= ./decompose.sh                # the profile only
+#   PEERS=' ' ./decompose.sh             # the profile only (an empty PEERS= means the default list)
 #   PROFILE=0 ./decompose.sh             # cachegrind only
 #   PEERS="ringlimit-sliding floor-sum11" KEYS=1000 ./decompose.sh
 #
