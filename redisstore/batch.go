@@ -61,13 +61,16 @@ type result struct {
 // trip, and callers that arrive while both slots are busy share the next
 // one.
 type batcher struct {
-	l       *Limiter
-	mu      sync.Mutex // guards the fields below
-	queue   []*call
-	senders int             // senders running
-	rounds  atomic.Uint64   // round trips sent; tests read it
-	piped   atomic.Uint64   // of them, pipelines of more than one call
-	idle    []chan struct{} // closed when senders drops to 0 (tests wait on one)
+	l         *Limiter
+	mu        sync.Mutex // guards the fields below
+	queue     []*call
+	senders   int             // senders running
+	rounds    atomic.Uint64   // round trips sent; tests read it
+	piped     atomic.Uint64   // of them, pipelines of more than one call
+	gathers   atomic.Uint64   // times a sender gathered (linger.go); tests read it
+	idle      []chan struct{} // closed when senders drops to 0 (tests wait on one)
+	linger    time.Duration   // WithLinger: how long a sender gathers (linger.go); 0: never
+	gathering bool            // a sender is gathering: callers queue for it rather than go alone
 	// inflight: the send time (since()+1; 0: free) of each round trip in
 	// flight, one per sender slot (see begin).
 	inflight [maxSenders]atomic.Int64
@@ -122,7 +125,7 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 	// its own round trip, sparing two goroutine handoffs.
 	inline := !hasDeadline || b.l.ctxTimeouts
 	b.mu.Lock()
-	if inline && b.senders < maxSenders {
+	if inline && b.senders < maxSenders && !b.gathering {
 		b.senders++
 		b.mu.Unlock()
 		b.rounds.Add(1)
@@ -148,7 +151,7 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 	}
 	c := &call{key: key, n: n, limit: limit, reserve: reserve, deadline: dl, done: make(chan result, 1)}
 	b.queue = append(b.queue, c)
-	start := b.senders < maxSenders
+	start := b.senders < maxSenders && !b.gathering // a gathering sender takes it
 	if start {
 		b.senders++
 	}
@@ -191,19 +194,33 @@ func (b *batcher) handOn() {
 
 // run is a sender goroutine: rounds until the queue is empty.
 func (b *batcher) run() {
-	for b.take() {
+	for answered := 0; ; {
+		n, ok := b.take(answered)
+		if !ok {
+			return
+		}
+		answered = n
 	}
 }
 
 // take sends the queued calls (up to maxBatch) as one round trip, and
-// reports whether there were any; if not, it gives up the caller's
-// sender's slot.
-func (b *batcher) take() bool {
+// reports how many it sent and whether there were any; if not, it gives up
+// the caller's sender's slot. answered is how many calls the sender's
+// previous round trip sent: with several, it first gathers (linger.go).
+func (b *batcher) take(answered int) (int, bool) {
 	b.mu.Lock()
+	if b.shouldGather(answered) {
+		b.gathering = true
+		b.mu.Unlock()
+		b.gathers.Add(1)
+		b.gather(answered)
+		b.mu.Lock()
+		b.gathering = false
+	}
 	if len(b.queue) == 0 {
 		b.release()
 		b.mu.Unlock()
-		return false
+		return 0, false
 	}
 	k := min(len(b.queue), maxBatch)
 	batch := b.queue[:k:k]
@@ -213,8 +230,7 @@ func (b *batcher) take() bool {
 		b.queue = b.queue[k:]
 	}
 	b.mu.Unlock()
-	b.send(batch)
-	return true
+	return b.send(batch), true
 }
 
 // release gives up a sender's slot. b.mu is held.

@@ -11,11 +11,11 @@ import (
 // pipeline, and their replies handed back by position.
 
 // send claims the calls whose callers still wait and sends them as one
-// round trip. Its context has the latest of their deadlines, when every
+// round trip, and returns how many it sent. Its context has the latest of their deadlines, when every
 // one has a deadline (with ContextTimeoutEnabled, go-redis gives up then;
 // without it, the client's own timeouts bound the round trip, and the
 // callers have returned by their deadlines anyway).
-func (b *batcher) send(batch []*call) {
+func (b *batcher) send(batch []*call) int {
 	live := batch[:0]
 	var latest time.Time
 	bounded := true
@@ -38,7 +38,7 @@ func (b *batcher) send(batch []*call) {
 		}
 	}
 	if len(live) == 0 {
-		return
+		return 0
 	}
 	ctx := context.Background()
 	if bounded {
@@ -62,7 +62,7 @@ func (b *batcher) send(batch []*call) {
 		}
 		c.done <- result{d, at, err}
 		b.await(v)
-		return
+		return 1
 	}
 	b.piped.Add(1)
 	cmds := make([]*redis.Cmd, len(live))
@@ -125,6 +125,7 @@ func (b *batcher) send(batch []*call) {
 	for _, v := range verdicts {
 		b.await(v)
 	}
+	return len(live)
 }
 
 // await holds a sender's slot until v, if any, is final (or Close), so
