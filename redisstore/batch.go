@@ -61,13 +61,16 @@ type result struct {
 // trip, and callers that arrive while both slots are busy share the next
 // one.
 type batcher struct {
-	l       *Limiter
-	mu      sync.Mutex // guards the fields below
-	queue   []*call
-	senders int             // senders running
-	rounds  atomic.Uint64   // round trips sent; tests read it
-	piped   atomic.Uint64   // of them, pipelines of more than one call
-	idle    []chan struct{} // closed when senders drops to 0 (tests wait on one)
+	l         *Limiter
+	mu        sync.Mutex // guards the fields below
+	queue     []*call
+	senders   int             // senders running
+	rounds    atomic.Uint64   // round trips sent; tests read it
+	piped     atomic.Uint64   // of them, pipelines of more than one call
+	gathers   atomic.Uint64   // times a sender gathered (linger.go); tests read it
+	idle      []chan struct{} // closed when senders drops to 0 (tests wait on one)
+	linger    time.Duration   // WithLinger: how long a sender gathers (linger.go); 0: never
+	gathering bool            // a sender is gathering: callers queue for it rather than go alone
 	// inflight: the send time (since()+1; 0: free) of each round trip in
 	// flight, one per sender slot (see begin).
 	inflight [maxSenders]atomic.Int64
@@ -122,7 +125,7 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 	// its own round trip, sparing two goroutine handoffs.
 	inline := !hasDeadline || b.l.ctxTimeouts
 	b.mu.Lock()
-	if inline && b.senders < maxSenders {
+	if inline && b.senders < maxSenders && !b.gathering {
 		b.senders++
 		b.mu.Unlock()
 		b.rounds.Add(1)
@@ -148,7 +151,7 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 	}
 	c := &call{key: key, n: n, limit: limit, reserve: reserve, deadline: dl, done: make(chan result, 1)}
 	b.queue = append(b.queue, c)
-	start := b.senders < maxSenders
+	start := b.senders < maxSenders && !b.gathering // a gathering sender takes it
 	if start {
 		b.senders++
 	}
@@ -191,19 +194,33 @@ func (b *batcher) handOn() {
 
 // run is a sender goroutine: rounds until the queue is empty.
 func (b *batcher) run() {
-	for b.take() {
+	for answered := 0; ; {
+		n, ok := b.take(answered)
+		if !ok {
+			return
+		}
+		answered = n
 	}
 }
 
 // take sends the queued calls (up to maxBatch) as one round trip, and
-// reports whether there were any; if not, it gives up the caller's
-// sender's slot.
-func (b *batcher) take() bool {
+// reports how many it sent and whether there were any; if not, it gives up
+// the caller's sender's slot. answered is how many calls the sender's
+// previous round trip sent: with several, it first gathers (linger.go).
+func (b *batcher) take(answered int) (int, bool) {
 	b.mu.Lock()
+	if b.shouldGather(answered) {
+		b.gathering = true
+		b.mu.Unlock()
+		b.gathers.Add(1)
+		b.gather(answered)
+		b.mu.Lock()
+		b.gathering = false
+	}
 	if len(b.queue) == 0 {
 		b.release()
 		b.mu.Unlock()
-		return false
+		return 0, false
 	}
 	k := min(len(b.queue), maxBatch)
 	batch := b.queue[:k:k]
@@ -213,8 +230,7 @@ func (b *batcher) take() bool {
 		b.queue = b.queue[k:]
 	}
 	b.mu.Unlock()
-	b.send(batch)
-	return true
+	return b.send(batch), true
 }
 
 // release gives up a sender's slot. b.mu is held.
@@ -275,130 +291,4 @@ func (b *batcher) wait() {
 	b.idle = append(b.idle, ch)
 	b.mu.Unlock()
 	<-ch
-}
-
-// send claims the calls whose callers still wait and sends them as one
-// round trip. Its context has the latest of their deadlines, when every
-// one has a deadline (with ContextTimeoutEnabled, go-redis gives up then;
-// without it, the client's own timeouts bound the round trip, and the
-// callers have returned by their deadlines anyway).
-func (b *batcher) send(batch []*call) {
-	live := batch[:0]
-	var latest time.Time
-	bounded := true
-	for _, c := range batch {
-		if !c.state.CompareAndSwap(queued, sent) {
-			continue // abandoned: never sent
-		}
-		// A call queued before the breaker opened (while the round trips
-		// that opened it hung) is not sent into the outage: its caller
-		// gets the policy's answer now, as it would have at AllowN's entry.
-		if err := b.l.breakerErr(context.Background(), c.key); err != nil {
-			c.done <- result{err: &heldError{err}}
-			continue
-		}
-		live = append(live, c)
-		if c.deadline.IsZero() {
-			bounded = false
-		} else if c.deadline.After(latest) {
-			latest = c.deadline
-		}
-	}
-	if len(live) == 0 {
-		return
-	}
-	ctx := context.Background()
-	if bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, latest)
-		defer cancel()
-	}
-	l := b.l
-	b.rounds.Add(1)
-	slot := b.begin()
-	if len(live) == 1 {
-		c := live[0]
-		d, at, err := l.evalOne(ctx, l.client, c.key, c.n, c.limit, c.reserve)
-		b.end(slot)
-		var v *verdict
-		if err != nil {
-			v = l.judge(ctx, c.key, err)
-			err = &judgedError{mayHaveCounted(ctx, err), v}
-		} else {
-			l.answered() // also when its caller has given up: Redis answers
-		}
-		c.done <- result{d, at, err}
-		b.await(v)
-		return
-	}
-	b.piped.Add(1)
-	cmds := make([]*redis.Cmd, len(live))
-	pipe := l.client.Pipeline()
-	for i, c := range live {
-		cmds[i] = l.script().EvalSha(ctx, pipe, []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)...)
-	}
-	_, _ = pipe.Exec(ctx) // per-command errors are read below
-	// The calls that met NOSCRIPT did not run: send them again, as one
-	// pipeline whose first command is an EVAL, which loads the script, and
-	// the others EVALSHA (one script body on the wire, not one per call).
-	// Those that still meet NOSCRIPT (another node of a cluster, or a
-	// SCRIPT FLUSH in between) go once more, all as EVAL, which cannot
-	// meet it. Nothing else is ever resent.
-	for round := 0; round < 2; round++ {
-		var missing []int
-		for i, cmd := range cmds {
-			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-				missing = append(missing, i)
-			}
-		}
-		if len(missing) == 0 {
-			break
-		}
-		l.noscript.Add(1)
-		pipe := l.client.Pipeline()
-		for j, i := range missing {
-			c := live[i]
-			keys, args := []string{l.Key(c.key)}, l.callArgs(c.n, c.limit, c.reserve)
-			if j == 0 || round == 1 {
-				cmds[i] = l.script().Eval(ctx, pipe, keys, args...)
-			} else {
-				cmds[i] = l.script().EvalSha(ctx, pipe, keys, args...)
-			}
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	b.end(slot)
-	for _, cmd := range cmds {
-		if cmd.Err() == nil {
-			l.answered() // before the failures are judged: Redis answers
-			break
-		}
-	}
-	var verdicts []*verdict
-	for i, c := range live {
-		res, err := cmds[i].Result()
-		var r result
-		if err != nil {
-			v := l.judge(ctx, c.key, err)
-			if v != nil && (len(verdicts) == 0 || verdicts[len(verdicts)-1] != v) {
-				verdicts = append(verdicts, v)
-			}
-			r.err = &judgedError{mayHaveCounted(ctx, err), v}
-		} else {
-			r.d, r.at, r.err = l.parse(res, c.limit)
-		}
-		c.done <- r
-	}
-	for _, v := range verdicts {
-		b.await(v)
-	}
-}
-
-// await holds a sender's slot until v, if any, is final (or Close), so
-// that the calls queued behind a failed round trip are held if Redis is
-// down rather than sent into the outage, and sent if it answers.
-func (b *batcher) await(v *verdict) {
-	if v != nil {
-		v.wait(b.l.bg.Done())
-	}
 }

@@ -183,19 +183,28 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 // replied before the take leave dDone (F4 in the proof at hybrid).
 func (h *hybrid) apply(items []flushItem, replies []reply) (failed, bad int) {
 	now := time.Now().UnixNano()
+	// The replies are parsed before h.mu is taken, so that the decisions
+	// waiting on it wait for the bookkeeping alone.
+	type parsed struct {
+		d   engine.Decision
+		at  time.Time
+		err error
+	}
+	ps := make([]parsed, len(items))
+	for i, it := range items {
+		p := &ps[i]
+		p.err = errNotSent
+		if i < len(replies) {
+			p.err = replies[i].err
+			if p.err == nil {
+				p.d, p.at, p.err = parse(replies[i].res, it.limit)
+			}
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, it := range items {
-		r := reply{err: errNotSent}
-		if i < len(replies) {
-			r = replies[i]
-		}
-		var d engine.Decision
-		var at time.Time
-		err := r.err
-		if err == nil {
-			d, at, err = parse(r.res, it.limit)
-		}
+		d, at, err := ps[i].d, ps[i].at, ps[i].err
 		k := it.k
 		switch {
 		case err != nil && keyError(err):

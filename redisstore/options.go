@@ -53,11 +53,13 @@ type options struct {
 	onError func(error)
 	prefix  string
 
-	hybrid   bool
-	interval time.Duration
-	maxLocal int64
-	replicas int  // WithReplicas; 0: DefaultReplicas
-	manual   bool // tests: no background flusher or prober; the test drives them
+	hybrid    bool
+	interval  time.Duration
+	maxLocal  int64
+	replicas  int           // WithReplicas; 0: DefaultReplicas
+	linger    time.Duration // WithLinger, if lingerSet; else DefaultLinger
+	lingerSet bool
+	manual    bool // tests: no background flusher or prober; the test drives them
 
 	brSet        bool // WithBreaker was given
 	brMin, brMax time.Duration

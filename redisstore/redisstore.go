@@ -168,7 +168,10 @@ func New(client redis.UniversalClient, cfg engine.Config, opts ...Option) (*Limi
 	if err != nil {
 		return nil, err
 	}
-	l.batch = &batcher{l: l}
+	l.batch = &batcher{l: l, linger: DefaultLinger}
+	if o.lingerSet {
+		l.batch.linger = o.linger
+	}
 	l.ctxTimeouts = contextTimeouts(client)
 	l.multi, l.live = multiNode(client), liveBudget(client)
 	if o.policy == FallbackLocal {

@@ -50,7 +50,10 @@ type params struct {
 	interval        time.Duration
 	maxLocal        int64
 	connsPerReplica int
+	linger          time.Duration
 	addr, modes, rs string
+	cluster         bool
+	nodes           []string // the servers: one, or a Cluster's masters
 }
 
 func main() {
@@ -66,20 +69,37 @@ func main() {
 	flag.Float64Var(&p.hotShare, "hotshare", 0.1, "share of calls on the hot keys")
 	flag.DurationVar(&p.interval, "interval", 5*time.Millisecond, "hybrid flush interval")
 	flag.Int64Var(&p.maxLocal, "maxlocal", 10, "hybrid maxLocal")
+	flag.DurationVar(&p.linger, "linger", -1, "WithLinger for every replica (negative: the default)")
 	flag.IntVar(&p.connsPerReplica, "pool", 0, "each replica's client PoolSize (0: go-redis's default)")
-	flag.StringVar(&p.addr, "redis", "", "redis-server address; empty: start one on loopback")
+	flag.StringVar(&p.addr, "redis", "", "redis-server address (with -cluster: the masters, comma-separated); empty: start one (with -cluster: a 3-master Cluster) on loopback")
+	flag.BoolVar(&p.cluster, "cluster", false, "run against a Redis Cluster (ClusterClient)")
 	flag.StringVar(&p.modes, "modes", "plain,hybrid", "modes to run")
 	flag.StringVar(&p.rs, "r", "1,2,4,8,16", "replica counts")
 	flag.Parse()
 	redis.SetLogger(quiet{})
-	if p.addr == "" {
+	switch {
+	case p.addr != "":
+		p.nodes = strings.Split(p.addr, ",")
+	case p.cluster:
+		nodes, stop, err := startCluster(3)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer stop()
+		p.nodes = nodes
+	default:
 		addr, stop, err := startServer()
 		if err != nil {
 			log.Fatal(err)
 		}
 		defer stop()
-		p.addr = addr
+		p.nodes = []string{addr}
 	}
+	where := "one redis-server"
+	if p.cluster {
+		where = fmt.Sprintf("a Cluster of %d masters", len(p.nodes))
+	}
+	fmt.Printf("%s; ", where)
 	fmt.Printf("%d callers in total, %d tenants (Zipf s=%.2f, limit %d), %d hot keys (limit %d, %.0f%% of calls), window %v, %v per run; hybrid %v/%d, WithReplicas(R)\n\n",
 		p.callers, p.tenants, p.skew, p.limit, p.hot, p.hotLimit, 100*p.hotShare, p.window, p.dur, p.interval, p.maxLocal)
 	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
@@ -147,14 +167,25 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 		cfg.KeyLimit = nil // tenants only: one limit
 	}
 	var trips atomic.Int64
-	clients := make([]*redis.Client, r)
+	clients := make([]redis.UniversalClient, r)
 	ls := make([]*redisstore.Limiter, r)
 	for i := range r {
-		c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, PoolSize: p.connsPerReplica,
-			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
-		c.AddHook(tripHook{&trips})
+		var c redis.UniversalClient
+		if p.cluster {
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: p.nodes, MaxRetries: -1, PoolSize: p.connsPerReplica,
+				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(tripHook{&trips}) }) // a round trip per node
+			c = cc
+		} else {
+			c = redis.NewClient(&redis.Options{Addr: p.nodes[0], MaxRetries: -1, PoolSize: p.connsPerReplica,
+				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+			c.AddHook(tripHook{&trips})
+		}
 		clients[i] = c
 		opts := []redisstore.Option{redisstore.WithPrefix(prefix)}
+		if p.linger >= 0 {
+			opts = append(opts, redisstore.WithLinger(p.linger))
+		}
 		if mode == "hybrid" {
 			opts = append(opts, redisstore.WithHybrid(p.interval, p.maxLocal), redisstore.WithReplicas(r))
 		} else if mode != "plain" {
@@ -166,18 +197,23 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 		}
 		ls[i] = l
 	}
-	admin := redis.NewClient(&redis.Options{Addr: p.addr})
-	defer admin.Close()
+	admin := make(admins, len(p.nodes))
+	for i, a := range p.nodes {
+		admin[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer admin[i].Close()
+	}
 	ctx := context.Background()
-	for _, l := range ls { // loads the script (a NOSCRIPT costs a call more), before the counts start
-		if _, err := l.AllowN(ctx, "warmup", 0); err != nil {
-			return res, err
+	for _, l := range ls { // loads the script on every node (a NOSCRIPT costs a call more), before the counts start
+		for w := range 32 {
+			if _, err := l.AllowN(ctx, "warmup"+strconv.Itoa(w), 0); err != nil {
+				return res, err
+			}
 		}
 	}
-	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+	if err := admin.resetStat(ctx); err != nil {
 		return res, err
 	}
-	cpu0, err := redisCPU(ctx, admin)
+	cpu0, err := admin.cpu(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -239,13 +275,13 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 	for _, l := range ls {
 		_ = l.Close() // the last flush: its calls are counted too
 	}
-	cpu1, err := redisCPU(ctx, admin)
+	cpu1, err := admin.cpu(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.cpu = cpu1 - cpu0
 	res.trips = trips.Load()
-	if res.scriptCalls, err = scriptCalls(ctx, admin); err != nil {
+	if res.scriptCalls, err = admin.scriptCalls(ctx); err != nil {
 		return res, err
 	}
 	for _, c := range clients {
@@ -273,6 +309,42 @@ var (
 	cpuRe  = regexp.MustCompile(`(?m)^used_cpu_(?:sys|user):([0-9.]+)`)
 	callRe = regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+)`)
 )
+
+// admins has a client per server (a Cluster's masters).
+type admins []*redis.Client
+
+func (a admins) resetStat(ctx context.Context) error {
+	for _, c := range a {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a admins) cpu(ctx context.Context) (time.Duration, error) {
+	var sum time.Duration
+	for _, c := range a {
+		d, err := redisCPU(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+func (a admins) scriptCalls(ctx context.Context) (int64, error) {
+	var sum int64
+	for _, c := range a {
+		n, err := scriptCalls(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
 
 // redisCPU is the server's CPU time so far (INFO cpu: used_cpu_sys +
 // used_cpu_user).
@@ -316,8 +388,9 @@ func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // startServer starts redis-server on a free loopback port, without
-// persistence, and returns its address and a stop function.
-func startServer() (string, func(), error) {
+// persistence, with extra arguments, and returns its address and a stop
+// function.
+func startServer(extra ...string) (string, func(), error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, fmt.Errorf("redis-server not found (Debian: apt-get install redis-server), or give -redis: %w", err)
@@ -332,7 +405,8 @@ func startServer() (string, func(), error) {
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, extra...)
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
@@ -340,16 +414,62 @@ func startServer() (string, func(), error) {
 	addr := net.JoinHostPort("127.0.0.1", port)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if c.Ping(context.Background()).Err() == nil {
-			return addr, stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("redis-server on %s did not answer within 5 s", addr)
-		}
-		time.Sleep(20 * time.Millisecond) // waiting for the server to start, not a verdict
+	if err := waitFor(addr+" answering", func() bool { return c.Ping(context.Background()).Err() == nil }); err != nil {
+		stop()
+		return "", nil, err
 	}
+	return addr, stop, nil
+}
+
+// startCluster starts n cluster-enabled masters (n ≥ 3), joins them with
+// redis-cli --cluster create, and returns their addresses once each
+// reports cluster_state:ok, and a stop function.
+func startCluster(n int) ([]string, func(), error) {
+	var addrs []string
+	var stops []func()
+	stop := func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	for range n {
+		a, f, err := startServer("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		addrs, stops = append(addrs, a), append(stops, f)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("redis-cli --cluster create: %w\n%s", err, out)
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		err := waitFor("cluster_state:ok on "+a, func() bool {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+		_ = c.Close()
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+	}
+	return addrs, stop, nil
+}
+
+// waitFor polls ok for up to 10 s (a server starting: not a verdict).
+func waitFor(what string, ok func() bool) error {
+	for deadline := time.Now().Add(10 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s within 10 s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }
 
 type quiet struct{}
