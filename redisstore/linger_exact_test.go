@@ -46,7 +46,7 @@ func TestLingerPlainExactWithLeavingCallers(t *testing.T) {
 		linger time.Duration
 	}{{300, time.Millisecond}, {300, DefaultLinger}, {5000, time.Millisecond}, {5000, DefaultLinger}} {
 		limit, linger := tc.limit, tc.linger
-		l := mustNew(t, c, engine.Config{Limit: limit, Window: time.Hour}, WithLinger(linger), WithPolicy(FailOpen))
+		l := mustNew(t, c, engine.Config{Limit: limit, Window: time.Hour}, WithLinger(linger), WithFailurePolicy(FailOpen))
 		key := fmt.Sprint("exact-", limit, linger)
 		var admitted, mayCount, gone, other atomic.Int64
 		var wg sync.WaitGroup

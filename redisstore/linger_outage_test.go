@@ -101,7 +101,7 @@ func TestLingerKilledConnectionsAreNoOutage(t *testing.T) {
 	s := redistest.Start(t)
 	c := client(t, s)
 	const limit = 300
-	l := mustNew(t, c, engine.Config{Limit: limit, Window: time.Hour}, WithLinger(time.Millisecond), WithPolicy(FailOpen))
+	l := mustNew(t, c, engine.Config{Limit: limit, Window: time.Hour}, WithLinger(time.Millisecond), WithFailurePolicy(FailOpen))
 	admin := client(t, s)
 	if _, err := admin.Ping(ctx).Result(); err != nil {
 		t.Fatal(err)
