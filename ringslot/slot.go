@@ -10,31 +10,21 @@ import (
 // New's (state.go), in SlotWords words, for a key of 1 … SlotKeyMax bytes.
 //
 // The key's first word, its head (the length byte, then up to 7 of its
-// bytes, zero-padded), is the slot's publication word:
-//
-//	0            free: never written
-//	slotClaimed  claimed by one writer, which is filling the slot
-//	a key's head published: the ring and every byte of the key are in place
+// bytes, zero-padded), is the slot's publication word: 0 while the slot is
+// free or being filled, then the key's head.
 //
 // Invariants:
-//   - The head moves 0 → slotClaimed → head, each step once (a CAS, then
-//     an atomic store), and never changes again: a slot is never reused.
+//   - One writer fills a slot, which the table gave it alone (a claim,
+//     shard/slab.go), and it is never reused: the head moves from 0 to the
+//     key's head once, by an atomic store, and never changes again.
 //   - Everything else in the slot (the ring's words, the rest of the key)
 //     is written before the head's store, so a reader whose atomic load of
 //     the head returns the key's head sees them (the store synchronizes
 //     before the load, on arm64 as on amd64) and may read the key's other
-//     bytes with plain loads: they never change again.
-//   - No key's head equals slotClaimed or 0: a key's length byte is 1 …
-//     127, and slotClaimed's first byte in memory is 0.
-
-// slotClaimed is the head of a claimed slot being filled: its first byte
-// in memory (the length's) is 0, which no key of 1 … 127 bytes has, and it
-// is not 0.
-var slotClaimed = func() uint64 {
-	var b [8]byte
-	b[7] = 0xff
-	return *(*uint64)(unsafe.Pointer(&b))
-}()
+//     bytes with plain loads: they never change again. Until then the
+//     slot is reachable by no one but its writer and such probes, which
+//     read nothing else of it.
+//   - No key's head is 0: a key's length byte is 1 … 127.
 
 // SlotWords returns the words of a slot for this geometry, or 0 when its
 // rings are not placed in slots (a log or a token bucket). A slot holds the
@@ -105,14 +95,8 @@ func (g *Geometry) SlotTailMatches(r Ring, key string) bool {
 	return unsafe.String((*byte)(unsafe.Add(p, 7)), n-7) == key[7:]
 }
 
-// ClaimSlot claims the free slot at p for one writer (a CAS of its head
-// from 0), or reports false when someone else holds it.
-func (g *Geometry) ClaimSlot(p unsafe.Pointer) bool {
-	return (*atomic.Uint64)(unsafe.Add(p, g.keyOff)).CompareAndSwap(0, slotClaimed)
-}
-
 // NewInSlot is New for key in the slot at p, which the caller claimed
-// (ClaimSlot) and which is otherwise zero: it writes the ring and the key,
+// alone and which is all zero: it writes the ring and the key,
 // then publishes the key's head. 1 ≤ len(key) ≤ SlotKeyMax.
 func (g *Geometry) NewInSlot(p unsafe.Pointer, t, limit int64, key string) Ring {
 	w := unsafe.Slice((*atomic.Int64)(p), g.SlotWords())

@@ -43,11 +43,16 @@ import (
 // and that is not retired when Load reads its last word, is the key's ring
 // in the map at that moment: the hit is the map's answer at that moment.
 type slab struct {
-	mem   []atomic.Int64 // slots × the table's slotWords; pointer-free, so never scanned
-	base  unsafe.Pointer // &mem[0]
-	mask  uint64         // slots − 1
-	fill  int64          // claims at which the table starts the next slab
-	claim atomic.Int64   // slots claimed
+	mem  []atomic.Int64 // slots × the table's slotWords; pointer-free, so never scanned
+	base unsafe.Pointer // &mem[0]
+	mask uint64         // slots − 1
+	fill int64          // claims at which the table starts the next slab
+	// taken has a bit per slot, set once by the writer that claims it
+	// (an atomic Or: one claimer per slot). A separate word, so that the
+	// slot's head is written by its one writer only, and read with
+	// plain loads after its publication.
+	taken []atomic.Uint64
+	claim atomic.Int64 // slots claimed
 }
 
 // slabs are the two slabs Load probes: the newest, where new rings go,
@@ -71,16 +76,18 @@ func newSlab(slots, words int) *slab {
 	mem := make([]atomic.Int64, slots*words)
 	adviseHuge(unsafe.Pointer(&mem[0]), len(mem)*8)
 	return &slab{
-		mem:  mem,
-		base: unsafe.Pointer(&mem[0]),
-		mask: uint64(slots - 1),
-		fill: int64(slots >> slabFillShift),
+		mem:   mem,
+		base:  unsafe.Pointer(&mem[0]),
+		mask:  uint64(slots - 1),
+		fill:  int64(slots >> slabFillShift),
+		taken: make([]atomic.Uint64, (slots+63)/64),
 	}
 }
 
 // slots returns a's two candidate slot addresses for hash h: from its low
 // bits, and from its bits 32 and up (the shard's are the top ones; xsync's
 // are the low ones, which do not matter here).
+// (newRing claims the same two.)
 func (t *Table) slots(a *slab, h uint64) (unsafe.Pointer, unsafe.Pointer) {
 	sz := uintptr(t.slotWords) * 8
 	return unsafe.Add(a.base, uintptr(h&a.mask)*sz), unsafe.Add(a.base, uintptr(bits.RotateLeft64(h, 32)&a.mask)*sz)
@@ -125,11 +132,11 @@ func (t *Table) loadSlab(h uint64, key string) (ringslot.Ring, bool) {
 // they release it.
 func (t *Table) newRing(h uint64, key string, start, limit int64) ringslot.Ring {
 	if g := t.gens.Load(); g != nil && t.geo.SlotHead(key, t.slotKeyMax) != 0 {
-		p, q := t.slots(g.cur, h)
-		for _, at := range [2]unsafe.Pointer{p, q} {
-			if t.geo.ClaimSlot(at) {
-				g.cur.claim.Add(1)
-				return t.geo.NewInSlot(at, start, limit, key)
+		a := g.cur
+		for _, i := range [2]uint64{h & a.mask, bits.RotateLeft64(h, 32) & a.mask} {
+			if a.taken[i/64].Or(1<<(i%64))&(1<<(i%64)) == 0 {
+				a.claim.Add(1)
+				return t.geo.NewInSlot(unsafe.Add(a.base, uintptr(i)*uintptr(t.slotWords)*8), start, limit, key)
 			}
 		}
 	}
