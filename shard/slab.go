@@ -79,7 +79,7 @@ func newSlab(slots, words int) *slab {
 		mem:   mem,
 		base:  unsafe.Pointer(&mem[0]),
 		mask:  uint64(slots - 1),
-		fill:  int64(slots >> slabFillShift),
+		fill:  int64(slots) - int64(slots)>>slabFillShift,
 		taken: make([]atomic.Uint64, (slots+63)/64),
 	}
 }

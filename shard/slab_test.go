@@ -77,7 +77,9 @@ func TestSlabHoldsMostKeysAndLoadFindsAll(t *testing.T) {
 			require.LessOrEqual(t, len(k), tab.slotKeyMax, "a key too long for a slot is in the slab")
 		}
 	}
-	require.Greater(t, in, len(keys)/2, "the slab holds few keys")
+	if !slabChurn { // whose slabs are full
+		require.Greater(t, in, len(keys)/2, "the slab holds few keys")
+	}
 	for _, k := range []string{"", "y", "0000000", "0000000xxxxxxxx", "absent-key"} {
 		_, ok := tab.Load(tab.Hash(k), k)
 		require.False(t, ok, "%q", k)

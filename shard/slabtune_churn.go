@@ -6,6 +6,8 @@ package shard
 // to the keys present: for tests only (slabtune.go).
 const (
 	slabMinSlots  = 2
-	slabFillShift = 0
+	slabFillShift = 62 // fill = slots − 0: the last slot
 	slabPerKey    = 1
+	// slabChurn is true under the build tag ringlimit_slabchurn.
+	slabChurn = true
 )
