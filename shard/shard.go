@@ -153,10 +153,34 @@ func (t *Table) shardOf(h uint64) *shard {
 }
 
 // Load returns the key's ring, if present. It does not allocate.
+//
+// It looks in the newest slab first (slab.go), inline: both candidate
+// slots' heads are loaded before either is compared, so that their misses
+// overlap, and a hit there is the common case at any number of keys.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
-	if r, ok := t.loadSlab(h, key); ok {
-		return r, true
+	if g := t.gens.Load(); g != nil {
+		if head := t.geo.SlotHead(key, t.slotKeyMax); head != 0 {
+			p, q := t.slots(g.cur, h)
+			r, s := ringslot.RingAt(p), ringslot.RingAt(q)
+			hr, hs := t.geo.LoadHead(r), t.geo.LoadHead(s)
+			if hr == head && t.geo.SlotTailMatches(r, key) && !t.geo.Retired(r) {
+				return r, true
+			}
+			if hs == head && t.geo.SlotTailMatches(s, key) && !t.geo.Retired(s) {
+				return s, true
+			}
+			if g.prev != nil {
+				if r, ok := t.probe(g.prev, h, key, head); ok {
+					return r, true
+				}
+			}
+		}
 	}
+	return t.loadMap(h, key)
+}
+
+// loadMap is Load's look in the maps.
+func (t *Table) loadMap(h uint64, key string) (ringslot.Ring, bool) {
 	s := t.shardOf(h)
 	if r, ok := s.m.Load(h); ok {
 		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {

@@ -94,7 +94,8 @@ func (t *Table) slots(a *slab, h uint64) (unsafe.Pointer, unsafe.Pointer) {
 }
 
 // probe returns the live ring of the key whose slot head is head (not 0)
-// from a, if one of h's slots holds it.
+// from a, if one of h's slots holds it: Load's look in the previous slab
+// (it inlines its own copy for the newest).
 func (t *Table) probe(a *slab, h uint64, key string, head uint64) (ringslot.Ring, bool) {
 	p, q := t.slots(a, h)
 	r, s := ringslot.RingAt(p), ringslot.RingAt(q)
@@ -106,22 +107,6 @@ func (t *Table) probe(a *slab, h uint64, key string, head uint64) (ringslot.Ring
 	}
 	if hs == head && t.geo.SlotTailMatches(s, key) && !t.geo.Retired(s) {
 		return s, true
-	}
-	return ringslot.Ring{}, false
-}
-
-// loadSlab is Load's look in the slabs.
-func (t *Table) loadSlab(h uint64, key string) (ringslot.Ring, bool) {
-	head := t.geo.SlotHead(key, t.slotKeyMax)
-	g := t.gens.Load()
-	if head == 0 || g == nil {
-		return ringslot.Ring{}, false
-	}
-	if r, ok := t.probe(g.cur, h, key, head); ok {
-		return r, true
-	}
-	if g.prev != nil {
-		return t.probe(g.prev, h, key, head)
 	}
 	return ringslot.Ring{}, false
 }
