@@ -17,7 +17,7 @@ import (
 // every other key its whole limit; after a Reset of every other key, those
 // read their whole limit again and the rest still 0.
 func TestKeysOfEveryLengthKeepTheirOwnCounts(t *testing.T) {
-	caps := []int{1, 7, 8, 9, 15, 16, 72, 0, engine.MaxKeyBytesCeiling}
+	caps := []int{1, 7, 8, 9, 15, 16, 72, 0}
 	geos := []engine.Config{
 		{Algorithm: engine.SlidingWindow},
 		{Algorithm: engine.SlidingWindowStrict, SubWindows: 4},
@@ -27,6 +27,15 @@ func TestKeysOfEveryLengthKeepTheirOwnCounts(t *testing.T) {
 		{SubWindows: 50, PerKeyLimits: true},
 		{SubWindows: 1, KeyLimit: func(string) int64 { return 3 }},
 	}
+	t.Run("ceiling", func(t *testing.T) { // keys of up to 1 MiB
+		e, err := engine.New(engine.Config{Limit: 3, Window: time.Second, MaxKeyBytes: engine.MaxKeyBytesCeiling,
+			Clock: engine.NewManualClock(time.Unix(1_700_000_000, 0))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		checkOwnCounts(t, e, lengthKeys(engine.MaxKeyBytesCeiling))
+	})
 	for _, max := range caps {
 		for _, g := range geos {
 			t.Run(fmt.Sprintf("max%d/%s/n%d", max, g.Algorithm, g.SubWindows), func(t *testing.T) {

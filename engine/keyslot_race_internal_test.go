@@ -29,7 +29,7 @@ import (
 // is its whole limit.
 func TestSlabRaceNeverSharesOrRevivesACount(t *testing.T) {
 	for _, alg := range []Algorithm{SlidingWindowStrict, FixedWindow, SlidingLog, SlidingWindow} {
-		for _, mask := range []uint64{^uint64(0), 0, 0xFFFF_FFFF, 0x3 | 0x3<<32} {
+		for _, mask := range []uint64{0, 0xFFFF_FFFF, 0x3 | 0x3<<32} {
 			t.Run(fmt.Sprintf("%s/mask=%#x", alg, mask), func(t *testing.T) { slabRace(t, alg, mask) })
 		}
 	}
@@ -40,7 +40,7 @@ func slabRace(t *testing.T, alg Algorithm, mask uint64) {
 		keys    = 10
 		resets  = 3 // keys 0 … resets−1 are Reset too
 		workers = 4
-		rounds  = 24
+		rounds  = 5
 		window  = 200 * time.Millisecond
 	)
 	limitOf := func(i int) int64 { return 2 + int64(i) }
@@ -95,11 +95,11 @@ func slabRace(t *testing.T, alg Algorithm, mask uint64) {
 		bg.Add(1)
 		go func(base int) { // churn: new keys, on the shared slots, filling slabs
 			defer bg.Done()
-			for j := 0; !stop.Load() && j < 3000; j++ {
+			for j := 0; !stop.Load() && j < 600; j++ {
 				e.AllowAt("c"+strconv.Itoa(base+j), 1, at)
 			}
 		}(churn)
-		churn += 3000
+		churn += 600
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Add(1)

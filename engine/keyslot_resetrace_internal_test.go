@@ -32,7 +32,7 @@ func resetRace(t *testing.T, alg Algorithm, mask uint64) {
 	const (
 		keys    = 3
 		workers = 3
-		rounds  = 12
+		rounds  = 6
 		window  = 200 * time.Millisecond
 	)
 	t0 := time.Unix(1_700_000_000, 0)

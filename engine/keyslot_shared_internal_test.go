@@ -116,7 +116,7 @@ func sharedSlotsDifferential(t *testing.T, base Config, mask uint64, keys []stri
 	type pair struct{ ra, rb Reservation }
 	var held []pair
 	w := window / 10
-	for step := range 700 {
+	for step := range 600 {
 		switch r := rng.IntN(1000); {
 		case r < 5: // 2^21 and more sub-windows ahead: a writer retires the key's ring itself
 			now = now.Add(time.Duration(1<<21+rng.IntN(1<<20)) * w)
