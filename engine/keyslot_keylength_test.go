@@ -36,11 +36,11 @@ func TestKeysOfEveryLengthKeepTheirOwnCounts(t *testing.T) {
 		defer e.Close()
 		checkOwnCounts(t, e, lengthKeys(engine.MaxKeyBytesCeiling))
 	})
-	for _, max := range caps {
+	for _, maxBytes := range caps {
 		for _, g := range geos {
-			t.Run(fmt.Sprintf("max%d/%s/n%d", max, g.Algorithm, g.SubWindows), func(t *testing.T) {
+			t.Run(fmt.Sprintf("max%d/%s/n%d", maxBytes, g.Algorithm, g.SubWindows), func(t *testing.T) {
 				cfg := g
-				cfg.Limit, cfg.Window, cfg.MaxKeyBytes = 3, time.Second, max
+				cfg.Limit, cfg.Window, cfg.MaxKeyBytes = 3, time.Second, maxBytes
 				cfg.Clock = engine.NewManualClock(time.Unix(1_700_000_000, 0))
 				e, err := engine.New(cfg)
 				if err != nil {
@@ -53,16 +53,16 @@ func TestKeysOfEveryLengthKeepTheirOwnCounts(t *testing.T) {
 	}
 }
 
-func lengthKeys(max int) []string {
+func lengthKeys(maxBytes int) []string {
 	var keys []string
 	seen := map[string]bool{}
 	add := func(k string) {
-		if len(k) <= max && !seen[k] {
+		if len(k) <= maxBytes && !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)
 		}
 	}
-	lengths := []int{0, 1, 2, 6, 7, 8, 9, 15, 16, 17, 23, 24, 63, 64, 71, 72, 73, 127, 128, 200, max - 1, max}
+	lengths := []int{0, 1, 2, 6, 7, 8, 9, 15, 16, 17, 23, 24, 63, 64, 71, 72, 73, 127, 128, 200, maxBytes - 1, maxBytes}
 	for _, n := range lengths {
 		if n < 0 {
 			continue
