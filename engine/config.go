@@ -129,11 +129,11 @@ type Config struct {
 	// request for a new key is refused (ReasonKeysFull); existing keys
 	// are never evicted early to make room.
 	MaxKeys int64
-	// LookupCache keeps 8 to 16 bytes per key of pointers in front of the
-	// key table (in shards of 1,024 keys or more), which at a million keys
-	// saves about a tenth of a decision, and costs the garbage collector
-	// (at 1M keys a forced GC took half as long again). Off by default;
-	// measure with your own load (docs/benchmarks.md).
+	// LookupCache is ignored: the key table's home slab, always on, finds
+	// most keys without the map, with no pointer for the collector to scan
+	// (docs/design.md, "The home slab").
+	//
+	// Deprecated: it has no effect since the home slab; leave it unset.
 	LookupCache bool
 
 	// DisableEviction stops the engine from reclaiming idle keys. Set it

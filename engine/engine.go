@@ -77,9 +77,6 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	if !nc.LookupCache {
-		e.tab.DisableHints()
-	}
 	if nc.Audit > 0 {
 		e.auditBelow = nc.auditBelow
 		e.audit = newAuditor(nc)

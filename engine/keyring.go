@@ -98,5 +98,5 @@ func (e *Engine) replace(h uint64, key string, old ringslot.Ring, t int64) (ring
 // clamped forward to it, so no count still inside some writer's window is
 // dropped (docs/design.md §5).
 func (e *Engine) freshAt(t, limit int64) shard.Fresh {
-	return func(floor int64, key string) ringslot.Ring { return e.geo.New(max(t, floor), limit, key) }
+	return func(floor int64, _ string) (int64, int64) { return max(t, floor), limit }
 }

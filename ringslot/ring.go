@@ -188,6 +188,12 @@ func (g *Geometry) New(t, limit int64, key string) Ring {
 		return newBucket(t, 0, key)
 	}
 	w := alloc(g.words, key)
+	g.initRing(w, t, limit)
+	return Ring{p: &w[0]}
+}
+
+// initRing writes a new counter ring's words into the zeroed w (New).
+func (g *Geometry) initRing(w []atomic.Int64, t, limit int64) {
 	e := t / g.width
 	w[wordLast].Store(e)
 	for k := range g.cache {
@@ -196,7 +202,6 @@ func (g *Geometry) New(t, limit int64, key string) Ring {
 	if g.limitAt != 0 {
 		w[g.limitAt].Store(limit)
 	}
-	return Ring{p: &w[0]}
 }
 
 // word returns the i-th word; i < g.words by construction.

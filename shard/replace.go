@@ -17,7 +17,7 @@ import (
 // count still inside any window of the key's timeline is dropped.
 func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (ringslot.Ring, error) {
 	s := t.shardOf(h)
-	full, added := false, false
+	full, built := false, false
 	var got ringslot.Ring
 	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
 		at := t.find(s, key, cur, loaded)
@@ -30,19 +30,17 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 		case !t.reserve():
 			full = true // absent, and stays absent
 			return keep(cur, loaded)
-		default:
-			added = true
 		}
-		got = fresh(max(s.floor.Load(), t.geo.RetiredAt(old)), key)
+		got = t.build(h, key, fresh, max(s.floor.Load(), t.geo.RetiredAt(old)))
+		built = true
 		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
 	}
-	if added {
-		t.added(s) // first: it may start the hints
+	if built {
+		t.renew()
 	}
-	s.replace(h, old, got)
 	return got, nil
 }
 
@@ -56,7 +54,7 @@ func (t *Table) Replace(h uint64, key string, old ringslot.Ring, fresh Fresh) (r
 //
 // next must retire old before it returns (Grow does), as Replace requires
 // old retired: a ring leaves the maps only retired, so that a writer still
-// holding it, from a Load or from the hints, finds it retired and reloads.
+// holding it, from a Load or from the slab, finds it retired and reloads.
 func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringslot.Ring) (r ringslot.Ring, ok bool) {
 	s := t.shardOf(h)
 	s.m.Compute(h, func(cur ringslot.Ring, loaded bool) (ringslot.Ring, bool) {
@@ -72,8 +70,5 @@ func (t *Table) Swap(h uint64, key string, old ringslot.Ring, next func() ringsl
 			return keep(cur, loaded)
 		}
 	})
-	if ok && r != old {
-		s.replace(h, old, r)
-	}
 	return r, ok
 }

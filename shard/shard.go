@@ -61,13 +61,9 @@ type shard struct {
 	// after, must not build the key anew below counts that are still
 	// inside its window (docs/design.md §5).
 	floor atomic.Int64
-	// keys counts the keys present in m and fb; it sizes the hints.
-	keys atomic.Int64
-	m    *xsync.MapOf[uint64, ringslot.Ring]
-	fb   atomic.Pointer[xsync.MapOf[string, ringslot.Ring]] // nil until a collision
-	// hints is the shard's lookup cache (hints.go).
-	hints atomic.Pointer[hintTable]
-	_     [cacheLine - 24 - 3*ptrSize]byte // evicted, floor and keys, then m, fb and hints
+	m     *xsync.MapOf[uint64, ringslot.Ring]
+	fb    atomic.Pointer[xsync.MapOf[string, ringslot.Ring]] // nil until a collision
+	_     [cacheLine - 16 - 2*ptrSize]byte                   // evicted and floor, then m and fb
 }
 
 // ptrSize is the size of a pointer: 8 bytes, or 4 on 32-bit platforms.
@@ -95,8 +91,9 @@ func (s *shard) fallback() *xsync.MapOf[string, ringslot.Ring] {
 
 // Table is a sharded key → ring map. It is safe for concurrent use.
 //
-// Lookups of existing keys are lock-free (xsync's Load). Creating, replacing
-// and deleting a key take the lock of one xsync bucket, inside the map.
+// Lookups of existing keys are lock-free (the slab's probe, then xsync's
+// Load). Creating, replacing and deleting a key take the lock of one xsync
+// bucket, inside the map.
 type Table struct {
 	geo      *ringslot.Geometry
 	seed     keyhash.Seed
@@ -104,13 +101,16 @@ type Table struct {
 	shift    uint   // 64 − log2(len(shards))
 	shards   []shard
 	maxKeys  int64 // 0: unlimited
-	// hintsFrom is the keys a shard holds before it keeps hints
-	// (hints.go); the constant hintsFrom but in tests.
-	hintsFrom int64
-	_         [cacheLine]byte
-	live      atomic.Int64 // keys present, for MaxKeys and Len
-	refused   atomic.Int64 // keys refused by MaxKeys
-	_         [cacheLine - 16]byte
+	// The home slab (slab.go): slotWords is 0 when the geometry's rings
+	// are not placed in slots.
+	gens       atomic.Pointer[slabs]
+	slotWords  int
+	slotKeyMax int
+	_          [cacheLine]byte
+	live       atomic.Int64 // keys present, for MaxKeys and Len
+	refused    atomic.Int64 // keys refused by MaxKeys
+	renewing   atomic.Bool  // a slab is being started (renew, shrink)
+	_          [cacheLine - 20]byte
 }
 
 // New returns a table of nshards shards (a power of two ≥ 1) for rings of
@@ -118,13 +118,15 @@ type Table struct {
 // randomises shard and bucket placement. maxKeys ≤ 0 means unlimited.
 func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 	t := &Table{
-		geo:       geo,
-		seed:      keyhash.NewSeed(),
-		hashMask:  ^uint64(0),
-		shift:     uint(64 - bits.TrailingZeros(uint(nshards))),
-		shards:    make([]shard, nshards),
-		maxKeys:   maxKeys,
-		hintsFrom: hintsFrom,
+		geo:      geo,
+		seed:     keyhash.NewSeed(),
+		hashMask: ^uint64(0),
+		shift:    uint(64 - bits.TrailingZeros(uint(nshards))),
+		shards:   make([]shard, nshards),
+		maxKeys:  maxKeys,
+	}
+	if w := geo.SlotWords(); w > 0 && w*8 <= slabMaxSlotBytes {
+		t.slotWords, t.slotKeyMax = w, geo.SlotKeyMax()
 	}
 	for i := range t.shards {
 		t.shards[i].m = xsync.NewMapOfWithHasher[uint64, ringslot.Ring](hashU64)
@@ -151,11 +153,35 @@ func (t *Table) shardOf(h uint64) *shard {
 }
 
 // Load returns the key's ring, if present. It does not allocate.
+//
+// It looks in the newest slab first (slab.go), inline: both candidate
+// slots' heads are loaded before either is compared, so that their misses
+// overlap, and a hit there is the common case at any number of keys.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
-	s := t.shardOf(h)
-	if c := s.hints.Load(); c != nil { // Config.LookupCache, from hintsFrom keys
-		return t.loadHinted(s, c, h, key)
+	if g := t.gens.Load(); g != nil {
+		if head := t.geo.SlotHead(key, t.slotKeyMax); head != 0 {
+			p, q := t.slots(g.cur, h)
+			r, s := ringslot.RingAt(p), ringslot.RingAt(q)
+			hr, hs := t.geo.LoadHead(r), t.geo.LoadHead(s)
+			if hr == head && t.geo.SlotTailMatches(r, key) && !t.geo.Retired(r) {
+				return r, true
+			}
+			if hs == head && t.geo.SlotTailMatches(s, key) && !t.geo.Retired(s) {
+				return s, true
+			}
+			if g.prev != nil {
+				if r, ok := t.probe(g.prev, h, key, head); ok {
+					return r, true
+				}
+			}
+		}
 	}
+	return t.loadMap(h, key)
+}
+
+// loadMap is Load's look in the maps.
+func (t *Table) loadMap(h uint64, key string) (ringslot.Ring, bool) {
+	s := t.shardOf(h)
 	if r, ok := s.m.Load(h); ok {
 		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
 			return r, true
@@ -163,65 +189,6 @@ func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	}
 	if fb := s.fb.Load(); fb != nil {
 		return fb.Load(key)
-	}
-	return ringslot.Ring{}, false
-}
-
-// loadHinted is Load through the shard's hints c (hints.go): the key's
-// live ring from its set, or else from the maps, remembered.
-func (t *Table) loadHinted(s *shard, c *hintTable, h uint64, key string) (ringslot.Ring, bool) {
-	set, tag := c.set(h), tagOf(h)
-	// Way 0 first, alone: a hot key sits there (the first key of its
-	// set), and pays one cell. Then a mask of the other cells whose tag
-	// is the key's, built without a branch per cell: which cell holds a key
-	// is as random as the key, and a mispredicted exit from a loop over the
-	// cells cost a 1,000-key table more than the whole scan.
-	m, rest := uint(1), true
-	for m != 0 {
-		i := bits.TrailingZeros(m)
-		m &= m - 1
-		if p := atomic.LoadPointer(&set[i]); uintptr(p)&(1<<tagBits-1) == tag { // nil has tag 0, which no key's is
-			r := ringOfCell(p)
-			if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
-				if !t.geo.Retired(r) {
-					return r, true
-				}
-				// Retired, so out of the maps or about to leave them
-				// for good: free the cell, and look on (a racing
-				// remember may have put the key's live ring after it).
-				atomic.CompareAndSwapPointer(&set[i], p, nil)
-			}
-		}
-		if m == 0 && rest {
-			rest = false
-			for k := 1; k < hintWays; k++ {
-				x := uintptr(atomic.LoadPointer(&set[k]))&(1<<tagBits-1) ^ tag // 0 iff the tags match
-				m |= uint((x-1)>>(8*ptrSize-1)) << k                           // x − 1 wraps, setting its top bit, iff x is 0
-			}
-		}
-	}
-	return t.loadMap(s, h, key)
-}
-
-// loadMap is loadHinted's look in the maps, when the hints hold no live
-// ring for the key; it remembers the ring it finds. Load keeps its own
-// copy of these lines, without the remembering, on purpose: one copy with
-// the hints' calls in it cost the default path (no hints) 10 instructions
-// per decision (cachegrind, AllowAt at 1M keys: 579 against 589).
-//
-//go:noinline
-func (t *Table) loadMap(s *shard, h uint64, key string) (ringslot.Ring, bool) {
-	if r, ok := s.m.Load(h); ok {
-		if match, known := t.geo.MatchKey(r, key); match || !known && t.geo.HasKey(r, key) {
-			s.remember(h, r)
-			return r, true
-		}
-	}
-	if fb := s.fb.Load(); fb != nil {
-		if r, ok := fb.Load(key); ok {
-			s.remember(h, r)
-			return r, true
-		}
 	}
 	return ringslot.Ring{}, false
 }
@@ -242,10 +209,18 @@ func (t *Table) LoadLocked(h uint64, key string) (ringslot.Ring, bool) {
 	return got.r, got.present
 }
 
-// Fresh builds a new ring for key: it must start at or after floor, the
-// earliest time at which no count the key's reclaimed or retired state held
-// is inside any window (a caller's fresh starts at max(its time, floor)).
-type Fresh func(floor int64, key string) ringslot.Ring
+// Fresh tells the table how to build a new ring for key: the time it
+// starts at, which must be at or after floor, the earliest time at which no
+// count the key's reclaimed or retired state held is inside any window (a
+// caller's fresh starts at max(its time, floor)), and its limit
+// (ringslot.Geometry.New). The table builds the ring, in its slab or not.
+type Fresh func(floor int64, key string) (start, limit int64)
+
+// build builds key's ring as fresh says, under h's bucket lock.
+func (t *Table) build(h uint64, key string, fresh Fresh, floor int64) ringslot.Ring {
+	start, limit := fresh(floor, key)
+	return t.newRing(h, key, start, limit)
+}
 
 // slot is where one key lives, found under its hash's bucket lock: in m as
 // the resident (cur, when loaded and it is the key's), in fb, or absent.
@@ -311,16 +286,15 @@ func (t *Table) LoadOrCreate(h uint64, key string, fresh Fresh) (ringslot.Ring, 
 			return keep(cur, loaded)
 		}
 		added = true
-		got = fresh(s.floor.Load(), key)
+		got = t.build(h, key, fresh, s.floor.Load())
 		return t.put(s, at, cur, loaded, got)
 	})
 	if full {
 		return ringslot.Ring{}, ErrFull
 	}
 	if added {
-		t.added(s) // first: it may start the hints
+		t.renew()
 	}
-	s.remember(h, got)
 	return got, nil
 }
 

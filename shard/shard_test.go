@@ -17,13 +17,10 @@ const (
 	t0  = 1_700_000_000 * sec
 )
 
-// newTable returns a table of 4 shards whose hints start with the first
-// key, so that the tables of a few keys here exercise them.
+// newTable returns a table of 4 shards; its keys live in its slab.
 func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 	g := ringslot.NewGeometry(sec/10, 10, true, false)
-	tab := New(g, 4, maxKeys)
-	tab.hintsFrom = 1
-	return tab, g
+	return New(g, 4, maxKeys), g
 }
 
 // Two keys whose hashes collide completely still get separate rings: the
@@ -31,7 +28,7 @@ func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 func TestHashCollisionNeverSharesACount(t *testing.T) {
 	tab, g := newTable(0)
 	const h = 0xdeadbeef
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	a, err := tab.LoadOrCreate(h, "alice", fresh)
 	require.NoError(t, err)
 	b, err := tab.LoadOrCreate(h, "bob", fresh)
@@ -49,7 +46,7 @@ func TestHashCollisionNeverSharesACount(t *testing.T) {
 
 func TestMaxKeysAndReplace(t *testing.T) {
 	tab, g := newTable(2)
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	a, err := tab.LoadOrCreate(tab.Hash("a"), "a", fresh)
 	require.NoError(t, err)
 	_, err = tab.LoadOrCreate(tab.Hash("b"), "b", fresh)
@@ -73,7 +70,7 @@ func TestMaxKeysAndReplace(t *testing.T) {
 
 func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, k := range keys {
 		r, err := tab.LoadOrCreate(tab.Hash(k), k, fresh)
@@ -96,7 +93,7 @@ func TestSweepShardReclaimsIdleAndKeepsLive(t *testing.T) {
 // ring is current, without counting an eviction, and never creating a key.
 func TestSwap(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	h := tab.Hash("a")
 	a, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
@@ -125,7 +122,7 @@ func TestSwap(t *testing.T) {
 // then finds the new ring rather than replacing old with an empty one.
 func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	h := tab.Hash("a")
 	old, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
@@ -157,7 +154,7 @@ func TestSwapHoldsTheBucketLockDuringNext(t *testing.T) {
 // on to follow a log that Grow moved).
 func TestLoadLockedWaitsForSwap(t *testing.T) {
 	tab, g := newTable(0)
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	h := tab.Hash("a")
 	old, err := tab.LoadOrCreate(h, "a", fresh)
 	require.NoError(t, err)
@@ -192,8 +189,8 @@ func TestLoadLockedWaitsForSwap(t *testing.T) {
 // keys at the cap (reserve is a CAS loop, not add-then-undo).
 func TestLenNeverAboveMaxKeys(t *testing.T) {
 	const maxKeys = 8
-	tab, g := newTable(maxKeys)
-	fresh := func(floor int64, key string) ringslot.Ring { return g.New(max(t0, floor), 0, key) }
+	tab, _ := newTable(maxKeys)
+	fresh := func(floor int64, _ string) (int64, int64) { return max(t0, floor), 0 }
 	var stop atomic.Bool
 	var over atomic.Int64
 	done := make(chan struct{})
@@ -234,7 +231,7 @@ func collidingTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 }
 
 func freshAt(g *ringslot.Geometry, t int64) Fresh {
-	return func(floor int64, key string) ringslot.Ring { return g.New(max(t, floor), 0, key) }
+	return func(floor int64, _ string) (int64, int64) { return max(t, floor), 0 }
 }
 
 // With every hash equal, each key still gets its own ring, found by Load
@@ -254,7 +251,7 @@ func TestFullCollisionsKeepKeysApart(t *testing.T) {
 		got, ok := tab.Load(0, k)
 		require.True(t, ok, k)
 		require.True(t, got == r, k)
-		again, err := tab.LoadOrCreate(0, k, func(int64, string) ringslot.Ring { panic("created twice") })
+		again, err := tab.LoadOrCreate(0, k, func(int64, string) (int64, int64) { panic("created twice") })
 		require.NoError(t, err)
 		require.True(t, again == r)
 		require.True(t, g.Acquire(r, t0, 5, 5).Allowed, "%s sees another key's count", k)

@@ -16,11 +16,13 @@ import (
 // of them. It returns the number of keys reclaimed.
 func (t *Table) SweepShard(i int, now int64) int {
 	n := t.sweepMaps(i, now)
-	t.scrubHints(&t.shards[i])
+	if n > 0 {
+		t.shrink()
+	}
 	return n
 }
 
-// sweepMaps is SweepShard without its scrub of the hints.
+// sweepMaps is SweepShard without its shrink of the slab.
 func (t *Table) sweepMaps(i int, now int64) int {
 	s := &t.shards[i]
 	n := 0
@@ -63,9 +65,5 @@ func (t *Table) remove(s *shard, h uint64, key string, r ringslot.Ring) bool {
 		s.fb.Load().Delete(key)
 		return keep(cur, loaded)
 	})
-	if removed {
-		s.forget(h, r)
-		t.removed(s)
-	}
 	return removed
 }

@@ -53,10 +53,8 @@ var Peers = []Peer{
 	{"ringlimit-sliding", "sliding window counter, 10 sub-windows, lock-free", ringlimitPeer(engine.SlidingWindow, 0), false},
 	{"ringlimit-sliding-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindow, time.Millisecond), false},
 	{"ringlimit-sliding-at", "same, AllowAt with the caller's time, reading Remaining", ringlimitAtPeer(engine.SlidingWindow), true},
-	{"ringlimit-sliding-cache", "same, default clock, Config.LookupCache", ringlimitCachePeer(engine.SlidingWindow), false},
 	{"ringlimit-strict", "strict sliding window, 10 sub-windows", ringlimitPeer(engine.SlidingWindowStrict, 0), false},
 	{"ringlimit-strict-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindowStrict, time.Millisecond), false},
-	{"ringlimit-strict-cache", "same, default clock, Config.LookupCache", ringlimitCachePeer(engine.SlidingWindowStrict), false},
 	{"ringlimit-fixed", "fixed window", ringlimitPeer(engine.FixedWindow, 0), false},
 	{"ringlimit-fixed-coarse", "same, 1ms cached clock", ringlimitPeer(engine.FixedWindow, time.Millisecond), false},
 	{"ringlimit-token", "token bucket (GCRA), one word per key, lock-free", ringlimitPeer(engine.TokenBucket, 0), false},
@@ -80,15 +78,6 @@ func (l ringlimitLimiter) Close()                { l.e.Close() }
 func ringlimitPeer(alg engine.Algorithm, coarse time.Duration) func(int64, time.Duration) Limiter {
 	return func(limit int64, window time.Duration) Limiter {
 		e, err := engine.New(engine.Config{Limit: limit, Window: window, Algorithm: alg, CoarseClock: coarse})
-		must(err)
-		return ringlimitLimiter{e}
-	}
-}
-
-// ringlimitCachePeer is the default configuration with Config.LookupCache.
-func ringlimitCachePeer(alg engine.Algorithm) func(int64, time.Duration) Limiter {
-	return func(limit int64, window time.Duration) Limiter {
-		e, err := engine.New(engine.Config{Limit: limit, Window: window, Algorithm: alg, LookupCache: true})
 		must(err)
 		return ringlimitLimiter{e}
 	}

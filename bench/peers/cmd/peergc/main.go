@@ -57,13 +57,6 @@ var kinds = []kind{
 		}
 		return ringlimit{e}
 	}},
-	{"ringlimit, LookupCache", func() peers.Limiter {
-		e, err := engine.New(engine.Config{Limit: 100_000_000_000, Window: time.Hour, DisableEviction: true, LookupCache: true})
-		if err != nil {
-			panic(err)
-		}
-		return ringlimit{e}
-	}},
 	{"ringlimit-before-issue-10 (replica)", func() peers.Limiter { return peers.NewOldLayout() }},
 	{"sethvargo", func() peers.Limiter {
 		for _, p := range peers.Peers {
