@@ -83,6 +83,12 @@ func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
 // holds unchanged.
 func (g *Geometry) fast(r Ring, t, n, limit int64, detail bool) Result {
 	if !g.plain || g.testHookClamped != nil { // the stall tests' hook: they drive acquire
+		if g.special { // straight to the log or the bucket: one frame, as before fast
+			if g.log {
+				return g.logAcquire(r, t, n, limit, detail)
+			}
+			return g.bucketAcquire(r, t, n, detail)
+		}
 		return g.acquire(r, t, n, limit, detail)
 	}
 	// From here t is passed on as e·w + off, which it equals, so that the
