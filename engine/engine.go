@@ -106,7 +106,15 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 // It computes neither Remaining nor RetryAfter, so its deny path only reads
 // the key's slots (with SlidingLog, under the key's lock).
 func (e *Engine) Allow(key string) bool {
-	t := e.now()
+	var t int64 // e.now() written out (too costly to inline): saves its call, about 12 instructions
+	switch {
+	case e.mono != nil:
+		t = e.mono.UnixNano()
+	case e.coarse != nil:
+		t = e.coarse.UnixNano()
+	default:
+		t = e.clk.UnixNano()
+	}
 	if res, _, ok := e.fast(key, 1, t, false); ok {
 		return res.Allowed
 	}
@@ -117,7 +125,15 @@ func (e *Engine) Allow(key string) bool {
 // AllowN is shorthand for AllowAt(key, n, now) with now from the engine's
 // clock.
 func (e *Engine) AllowN(key string, n int64) Decision {
-	t := e.now()
+	var t int64 // e.now() written out (too costly to inline): saves its call, about 12 instructions
+	switch {
+	case e.mono != nil:
+		t = e.mono.UnixNano()
+	case e.coarse != nil:
+		t = e.coarse.UnixNano()
+	default:
+		t = e.clk.UnixNano()
+	}
 	if res, limit, ok := e.fast(key, n, t, true); ok {
 		return decision(res, limit)
 	}
@@ -128,12 +144,14 @@ func (e *Engine) AllowN(key string, n int64) Decision {
 // now reads the engine's clock. The engine's own clocks are read through
 // their concrete types, without the interface call: the coarse clock is
 // one atomic load, the default one the runtime's monotonic clock and an add.
+//
+// Allow and AllowN read it written out, in this order.
 func (e *Engine) now() int64 {
-	if e.coarse != nil {
-		return e.coarse.UnixNano()
-	}
 	if e.mono != nil {
 		return e.mono.UnixNano()
+	}
+	if e.coarse != nil {
+		return e.coarse.UnixNano()
 	}
 	return e.clk.UnixNano()
 }

@@ -59,15 +59,93 @@ import (
 // sub-windows of the key's time between two of the writer's instructions
 // (docs/design.md §3, the one stall the protocol does not survive).
 func (g *Geometry) Acquire(r Ring, t, n, limit int64) Result {
-	return g.acquire(r, t, n, limit, true)
+	return g.fast(r, t, n, limit, true)
 }
 
 // Admit is Acquire for callers that only need the verdict: it skips
 // Remaining and RetryAfter (a walk over the slots and a 128-bit division on
 // a denial), which leaves the deny path a read of the slots and nothing more.
 func (g *Geometry) Admit(r Ring, t, n, limit int64) (allowed, dead bool) {
-	res := g.acquire(r, t, n, limit, false)
+	res := g.fast(r, t, n, limit, false)
 	return res.Allowed, res.Dead
+}
+
+// fast is acquire's first attempt in its common case, written apart so
+// that it runs in registers (the general loop's calls make the compiler
+// keep its values on the stack): a counter ring with shared limits, t in
+// the key's newest sub-window (e = l, so no publish, settle or clamp), the
+// cache and the current slot tagged e, and an uncontended CAS. It makes
+// exactly the loads, the CAS and the checks of acquire's first iteration in
+// that case. Wherever acquire would take another branch or loop, it hands
+// the decision to acquire: before its CAS, having written nothing; after
+// it, once it has undone its add as acquire does before it retries. acquire
+// then starts a fresh attempt, as its own loop would, so the argument above
+// holds unchanged.
+func (g *Geometry) fast(r Ring, t, n, limit int64, detail bool) Result {
+	if !g.plain || g.testHookClamped != nil { // the stall tests' hook: they drive acquire
+		if g.special { // straight to the log or the bucket: one frame, as before fast
+			if g.log {
+				return g.logAcquire(r, t, n, limit, detail)
+			}
+			return g.bucketAcquire(r, t, n, detail)
+		}
+		return g.acquire(r, t, n, limit, detail)
+	}
+	// From here t is passed on as e·w + off, which it equals, so that the
+	// compiler need not keep it in a register as well.
+	e, off := g.split(t)
+	last := r.word(wordLast)
+	if last.Load() != e { // retired (< 0), behind t (publish), or ahead (clamp)
+		return g.acquire(r, e*g.width+off, n, limit, detail)
+	}
+	slot := r.word(g.hdr + g.index(e))
+	tag := pack.Word(pack.TagOf(e), 0)
+	full, old := tag, tag
+	if g.cache > 0 {
+		full = r.word(wordFull).Load()
+	}
+	if g.cache > 1 {
+		old = r.word(wordOld).Load()
+	}
+	cur := slot.Load()
+	if uint64((full^tag)|(old^tag)|(cur^tag))>>pack.CountBits != 0 {
+		// The cache is behind (a walk), or the slot holds an older
+		// epoch (a reset).
+		return g.acquire(r, e*g.width+off, n, limit, detail)
+	}
+	v := view{curWord: cur, cur: pack.CountOfWord(cur), full: pack.CountOfWord(full), old: pack.CountOfWord(old)}
+	if !g.fits(v.cur+v.full, v.old, n, limit, off) {
+		if !detail {
+			return Result{}
+		}
+		return g.deny(r, e*g.width+off, e, g.index(e), off, v, n, limit)
+	}
+	// cur+n = pack.Word(tag, v.cur+n): fits bounds v.cur+n by limit < 2^40.
+	if !slot.CompareAndSwap(cur, cur+n) {
+		return g.acquire(r, e*g.width+off, n, limit, detail)
+	}
+	if g.testHookAdded != nil {
+		g.testHookAdded(e)
+	}
+	if last.Load() != e {
+		return g.retry(r, slot, e, off, n, limit, detail)
+	}
+	if !detail {
+		return Result{Verdict: Verdict{Allowed: true}}
+	}
+	return Result{Verdict: Verdict{Allowed: true}, Remaining: g.remaining(v.cur+n+v.full, v.old, limit, off), Epoch: e}
+}
+
+// retry is fast's path when last moved after its add: as acquire's step 4,
+// nothing to undo on a retired ring (acquire then reports Dead), else undo
+// the add and mark the cache words that may have counted it; then decide
+// afresh.
+func (g *Geometry) retry(r Ring, slot *atomic.Int64, e, off, n, limit int64, detail bool) Result {
+	if r.word(wordLast).Load() >= 0 {
+		g.undo(slot, pack.TagOf(e), n)
+		g.invalidate(r, pack.TagOf(e))
+	}
+	return g.acquire(r, e*g.width+off, n, limit, detail)
 }
 
 func (g *Geometry) acquire(r Ring, t, n, limit int64, detail bool) Result {

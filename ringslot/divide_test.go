@@ -8,7 +8,7 @@ import (
 
 func TestDividerIsExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	ds := []int64{1, 2, 3, 7, 10, 11, 1001, 1e8, 1e9, 1<<62 + 1, math.MaxInt64}
+	ds := []int64{1, 2, 3, 4, 7, 10, 11, 1001, 1 << 20, 1e8, 1e9, 1 << 62, 1<<62 + 1, math.MaxInt64}
 	for i := 0; i < 200; i++ {
 		ds = append(ds, 1+rng.Int64N(1<<rng.IntN(63)))
 	}

@@ -72,6 +72,7 @@ type Geometry struct {
 	weighted bool   // weight the oldest slot by (w−r)/w
 	log      bool   // a sliding log (log.go): width is the window W
 	special  bool   // a sliding log or a token bucket (bucket.go): not a counter ring
+	plain    bool   // a counter ring with shared limits: Acquire tries fast first
 	bk       bucket // the token bucket's shape, when special and not log
 	cache    int    // cache words after last: 2 weighted, 1 Strict, 0 Fixed and log
 	limitAt  int    // word index of the per-key limit; 0 when limits are shared
@@ -111,6 +112,7 @@ func NewGeometry(width int64, span int, weighted, perKey bool) *Geometry {
 		g.cache = 1
 	}
 	g.hdr = 1 + g.cache
+	g.plain = !perKey
 	if perKey {
 		g.limitAt = g.hdr
 		g.hdr++
