@@ -63,11 +63,11 @@ func concurrentGrowth(t *testing.T, alg engine.Algorithm) {
 		workers = 8
 		hot     = 0 // key index 0 is the hot key
 	)
-	keys := scaled(110_000, 400_000) // over 100k: several slab generations
+	keys := scaled(104_000, 400_000) // over 100k: several slab generations
 	if alg != engine.SlidingWindow && !longRun() {
 		keys = 25_000 // the same path at a quarter of the time; -long runs them all at 400k
 	}
-	phases := 40
+	phases := 32
 	cfg := engine.Config{Limit: limit, Window: time.Second, SubWindows: 4, Algorithm: alg, SweepInterval: time.Hour}
 	clk := engine.NewManualClock(t0)
 	cfg.Clock = clk
@@ -80,7 +80,7 @@ func concurrentGrowth(t *testing.T, alg engine.Algorithm) {
 	perPhase := int64(keys) / int64(phases)
 	traces := make([][]growthAdmit, workers)
 	for p := range phases {
-		now += w / 2 // two phases per sub-window: keys idle for 6 of them go
+		now += w / 2 // two phases per sub-window: keys idle for 6 sub-windows go
 		clk.Set(time.Unix(0, now))
 		stop := make(chan struct{})
 		var sweeps sync.WaitGroup
