@@ -25,6 +25,12 @@ func TestClockReadingsMatchModel(t *testing.T) {
 		{Algorithm: engine.SlidingWindowStrict, Limit: 4, Window: 300 * time.Millisecond, SubWindows: 3},
 		{Algorithm: engine.FixedWindow, Limit: 2, Window: time.Second},
 		{Algorithm: engine.SlidingWindow, Limit: engine.MaxLimit, Window: engine.MaxWindow, SubWindows: 4},
+		{Algorithm: engine.SlidingWindow, Limit: 7, Window: engine.MaxWindow, SubWindows: 1},
+		{Algorithm: engine.SlidingWindowStrict, Limit: 7, Window: engine.MaxWindow, SubWindows: 1},
+		{Algorithm: engine.FixedWindow, Limit: engine.MaxLimit, Window: engine.MaxWindow},
+		{Algorithm: engine.SlidingWindow, Limit: 3, Window: 10, SubWindows: 10},
+		{Algorithm: engine.SlidingWindowStrict, Limit: 1, Window: 1000, SubWindows: 1000},
+		{Algorithm: engine.FixedWindow, Limit: 1, Window: 1},
 	}
 	for _, g := range geos {
 		for _, coarse := range []bool{false, true} {
