@@ -51,8 +51,8 @@ func TestSharedLimitKeysMatchTheirModelsUnderChurn(t *testing.T) {
 }
 
 // sharedLimitKeys returns keys of lengths 0 … 300 around the slot's sizes
-// (a 7-byte head; 15, 23, 47, 71 and 127 bytes in slots of the geometries
-// above), with twins that differ in one byte at the start, past the head or
+// (a 7-byte head; the longest key a slot holds is 15, 23, 31, 39, 47 or 71
+// bytes in the geometries above, never above 127), with twins that differ in one byte at the start, past the head or
 // at the end, binary bytes (0x00, 0x80, 0xff), and extra numbered keys that
 // take the table through slab generations.
 func sharedLimitKeys(extra int) []string {
@@ -64,7 +64,7 @@ func sharedLimitKeys(extra int) []string {
 			keys = append(keys, k)
 		}
 	}
-	for _, n := range []int{0, 1, 2, 6, 7, 8, 9, 14, 15, 16, 17, 22, 23, 24, 46, 47, 48, 70, 71, 72, 73, 126, 127, 128, 129, 300} {
+	for _, n := range []int{0, 1, 2, 6, 7, 8, 9, 14, 15, 16, 17, 22, 23, 24, 30, 31, 32, 38, 39, 40, 46, 47, 48, 70, 71, 72, 73, 126, 127, 128, 129, 300} {
 		for _, fill := range []string{"\x00", "\xff", "k"} {
 			base := strings.Repeat(fill, n)
 			add(base)
