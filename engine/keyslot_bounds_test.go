@@ -19,8 +19,8 @@ import (
 // Many goroutines decide one hot key and a key set that the table grows to
 // hold from nothing to more than 100k keys (slab generation after slab
 // generation), at fixed instants up to half a sub-window behind the clock,
-// while another goroutine sweeps without pause and keys idle long enough
-// are reclaimed and come back. The keys share the engine's limit, so every
+// while another goroutine sweeps the whole table once per phase beside
+// them, and keys idle long enough are reclaimed and come back. The keys share the engine's limit, so every
 // decision in a key's newest sub-window takes the ring's fast path.
 //
 // Every growthAdmit is recorded with the epoch it was counted in
@@ -82,19 +82,11 @@ func concurrentGrowth(t *testing.T, alg engine.Algorithm) {
 	for p := range phases {
 		now += w / 2 // two phases per sub-window: keys idle for 6 sub-windows go
 		clk.Set(time.Unix(0, now))
-		stop := make(chan struct{})
 		var sweeps sync.WaitGroup
 		sweeps.Add(1)
-		go func() {
+		go func() { // a full pass beside the phase's decisions
 			defer sweeps.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					e.Sweep()
-				}
-			}
+			e.Sweep()
 		}()
 		var wg sync.WaitGroup
 		for wk := range workers {
@@ -103,12 +95,12 @@ func concurrentGrowth(t *testing.T, alg engine.Algorithm) {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(p), uint64(wk)))
 				tr := traces[wk]
-				for range int(perPhase)*10/(3*workers) + 50 { // 3 in 10 make a new key
+				for range int(perPhase)*2/workers + 50 { // half of them make a new key
 					var k int64
 					switch c := rng.IntN(10); {
-					case c < 3:
+					case c < 2:
 						k = hot
-					case c < 6:
+					case c < 7:
 						k = next.Add(1) - 1 // a new key
 					default:
 						k = rng.Int64N(next.Load()) // an existing one, or one swept
@@ -128,7 +120,6 @@ func concurrentGrowth(t *testing.T, alg engine.Algorithm) {
 			}()
 		}
 		wg.Wait()
-		close(stop)
 		sweeps.Wait()
 	}
 	if got := next.Load(); got < int64(keys) {
