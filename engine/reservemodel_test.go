@@ -16,7 +16,10 @@ import (
 // SettleAt, ChargeAt, peeks, Sweep, UpdateLimits and SetLimitAt on one
 // key, with KeyLimit changing under it and far jumps that retire the key's
 // ring, against the model: every Decision, Units, At, Cancel and Settle,
-// and an exact RetryAfter.
+// and an exact RetryAfter. Each script runs again under the engine's shared
+// limit (no per-key limit, so no SetLimitAt, UpdateLimits or KeyLimit),
+// where a reservation in the key's newest sub-window takes the ring's fast
+// path.
 func TestReserveCancelMatchesModel(t *testing.T) {
 	algs := []engine.Algorithm{engine.SlidingWindow, engine.SlidingWindowStrict, engine.FixedWindow, engine.SlidingLog}
 	seeds := scaled(40, 300)
@@ -29,15 +32,17 @@ func TestReserveCancelMatchesModel(t *testing.T) {
 	for _, alg := range algs {
 		for _, N := range []int{1, 2, 3, 10} {
 			for seed := 0; seed < seeds; seed++ {
-				if err := runReserveCancelScript(alg, N, uint64(seed)); err != nil {
-					t.Fatalf("%v N=%d seed=%d: %v", alg, N, seed, err)
+				for _, shared := range []bool{false, true} {
+					if err := runReserveCancelScript(alg, N, uint64(seed), shared); err != nil {
+						t.Fatalf("%v N=%d seed=%d shared=%v: %v", alg, N, seed, shared, err)
+					}
 				}
 			}
 		}
 	}
 }
 
-func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
+func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64, shared bool) error {
 	rng := rand.New(rand.NewPCG(seed, uint64(alg)*1000+uint64(N)))
 	w := int64(1000 + rng.IntN(3)*7)
 	L := int64(1 + rng.IntN(12))
@@ -47,7 +52,8 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 	cfg := engine.Config{Limit: L, Window: time.Duration(w * int64(N)), SubWindows: N, Algorithm: alg, PerKeyLimits: true, MaxLogLimit: 16 + rng.Int64N(49)}
 	huge := alg != engine.SlidingLog && rng.IntN(4) == 0
 	var kl int64
-	useKL := rng.IntN(2) == 0
+	useKL := rng.IntN(2) == 0 && !shared
+	cfg.PerKeyLimits = !shared
 	if useKL {
 		cfg.KeyLimit = func(string) int64 { return kl }
 	}
@@ -244,14 +250,14 @@ func runReserveCancelScript(alg engine.Algorithm, N int, seed uint64) error {
 					now = maxT // no request older than the reclamation
 					floor = maxT
 				}
-			} else if k.live && rng.IntN(2) == 0 {
+			} else if !shared && k.live && rng.IntN(2) == 0 {
 				nl := int64(1 + rng.IntN(16))
 				if err := e.UpdateLimits(func(string, int64) int64 { return nl }); err != nil {
 					return fail("updatelimits: %v", err)
 				}
 				k.limit = nl
 				trace = append(trace, fmt.Sprintf("updatelimits %d", nl))
-			} else if k.live {
+			} else if !shared && k.live {
 				nl := int64(1 + rng.IntN(16))
 				if err := e.SetLimitAt("k", nl, time.Unix(0, now)); err != nil {
 					return fail("setlimit: %v", err)
