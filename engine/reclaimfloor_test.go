@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,22 +46,31 @@ func TestNewKeyJustBehindTheClockIsDecidedAtItsOwnTime(t *testing.T) {
 	if d := e.AllowAt("far", 1, far); d.RetryAfter != engine.Never {
 		t.Fatalf("far, refused by KeyLimit: %+v, want RetryAfter Never", d)
 	}
-	clk.Set(far.Add(w / 4)) // the clock reaches that sub-window; a sweep removes the ring
-	if n := e.Sweep(); n != 1 {
-		t.Fatalf("Sweep reclaimed %d keys, want 1 (the retired far ring)", n)
-	}
-	at := far.Add(-w / 2).Add(-time.Millisecond) // 0.751 sub-windows behind the clock, in the sub-window before
-	r := e.ReserveAt("new", L, at)
-	if !r.Decision().Allowed {
-		t.Fatalf("a new key refused its limit: %+v", r.Decision())
-	}
-	if want := at.Truncate(w); !r.At().Equal(want) {
-		t.Errorf("a new key %v behind the clock was counted at %v, %v after its own sub-window's start %v",
-			time.Unix(0, clk.UnixNano()).Sub(at), r.At().Format(time.RFC3339Nano), r.At().Sub(want), want.Format(time.RFC3339Nano))
-	}
-	// Strict: its units leave the window N+1 sub-windows after their own.
-	next := at.Truncate(w).Add(W + w)
-	if d := e.AllowAt("new", 1, next); !d.Allowed {
-		t.Errorf("one window and a sub-window after its units, the key is refused: %+v", d)
+	// The clock reaches that sub-window: the ring stays until the clock
+	// leaves it, and then a sweep removes it.
+	for i, c := range []struct {
+		clock time.Time
+		swept int
+	}{{far.Add(w / 4), 0}, {far.Add(w + w/4), 1}} {
+		clk.Set(c.clock)
+		if n := e.Sweep(); n != c.swept {
+			t.Fatalf("clock %v after the far ring's sub-window: Sweep reclaimed %d keys, want %d",
+				c.clock.Sub(far.Truncate(w)), n, c.swept)
+		}
+		at := c.clock.Add(-3 * w / 4).Add(-time.Millisecond) // 0.76 sub-windows behind the clock, in the sub-window before
+		key := fmt.Sprint("new", i)
+		r := e.ReserveAt(key, L, at)
+		if !r.Decision().Allowed {
+			t.Fatalf("a new key refused its limit: %+v", r.Decision())
+		}
+		if want := at.Truncate(w); !r.At().Equal(want) {
+			t.Errorf("a new key %v behind the clock was counted at %v, %v after its own sub-window's start %v",
+				c.clock.Sub(at), r.At().Format(time.RFC3339Nano), r.At().Sub(want), want.Format(time.RFC3339Nano))
+		}
+		// Strict: its units leave the window N+1 sub-windows after their own.
+		next := at.Truncate(w).Add(W + w)
+		if d := e.AllowAt(key, 1, next); !d.Allowed {
+			t.Errorf("one window and a sub-window after its units, the key is refused: %+v", d)
+		}
 	}
 }

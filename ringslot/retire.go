@@ -9,10 +9,12 @@ package ringslot
 // a replacement starts no earlier (RetiredAt); that is on the key's own
 // timeline, and before t.
 //
-// It reports whether r is retired at or before t, by this call or by
-// anyone: then a sweeper at t may remove it from the key table. A ring that
-// a far-ahead writer retired (Acquire's revive gap) at a time after t
-// reports false: only that writer's Replace, which starts the new ring
+// It reports whether r is retired, by this call or by anyone, at a time a
+// sweeper at t may remove it from the key table and raise the table's
+// floor to: before t's sub-window (a log or a bucket: at or before t), so
+// that the floor stays at least a sub-window behind the clock. A ring that
+// a far-ahead writer retired (Acquire's revive gap) at t's sub-window or
+// later reports false: only that writer's Replace, which starts the new ring
 // there, may take it out before t reaches it; a sweeper that deleted it
 // would let a writer at the key's present time create a ring at its own
 // time, below counts still inside its window, and would raise the table's
@@ -33,7 +35,10 @@ func (g *Geometry) Retire(r Ring, t int64) bool {
 	for {
 		l := last.Load()
 		if l < 0 {
-			return retiredAt(l) <= e
+			// Before e, not at it: a far writer's ring retired at e and
+			// removed now would lift the floor to e·w, clamping a new
+			// key decided under a sub-window behind t (AllowAt's promise).
+			return retiredAt(l) < e
 		}
 		// Epoch l ends at (l+1)·w; idle for more than W + w needs
 		// t ≥ (l+1)·w + W + w, that is e ≥ l + W/w + 2.
