@@ -15,8 +15,11 @@ import (
 // bytes per key of every slab still alive (slab-B/key; with no key
 // reclaimed, none is freed). The figures depend on the hash seed only.
 func BenchmarkSlabCover(b *testing.B) {
-	for _, n := range []int{1_000, 100_000, 1_000_000} {
+	for _, n := range []int{1_000, 100_000, 1_000_000, 10_000_000} {
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+			if n > 1_000_000 && testing.Short() {
+				b.Skip("10M keys need several GB; skipped with -short")
+			}
 			keys := make([]string, n)
 			for i := range keys {
 				keys[i] = "user:" + strconv.Itoa(i)
