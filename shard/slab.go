@@ -110,26 +110,30 @@ func (t *Table) slots(a *slab, h uint64) (unsafe.Pointer, unsafe.Pointer) {
 }
 
 // probe returns the live ring of the key whose slot head is head (not 0)
-// from a or b (either may be nil), if one of h's slots in them holds it:
+// from a or b (b may be nil), if one of h's slots in them holds it:
 // Load's look in the slabs before the newest (it inlines its own look in
 // the newest). The heads of all four slots are loaded before any is
 // compared, so that their cache misses overlap.
 func (t *Table) probe(a, b *slab, h uint64, key string, head uint64) (ringslot.Ring, bool) {
-	var rs [4]ringslot.Ring
-	var hs [4]uint64
-	n := 0
-	for _, c := range [2]*slab{a, b} {
-		if c != nil {
-			p, q := t.slots(c, h)
-			rs[n], rs[n+1] = ringslot.RingAt(p), ringslot.RingAt(q)
-			hs[n], hs[n+1] = t.geo.LoadHead(rs[n]), t.geo.LoadHead(rs[n+1])
-			n += 2
-		}
+	p, q := t.slots(a, h)
+	r, s := ringslot.RingAt(p), ringslot.RingAt(q)
+	hr, hs := t.geo.LoadHead(r), t.geo.LoadHead(s)
+	var u, v ringslot.Ring
+	var hu, hv uint64 // 0: no key's head
+	if b != nil {
+		p, q = t.slots(b, h)
+		u, v = ringslot.RingAt(p), ringslot.RingAt(q)
+		hu, hv = t.geo.LoadHead(u), t.geo.LoadHead(v)
 	}
-	for i := range n {
-		if hs[i] == head && t.geo.SlotTailMatches(rs[i], key) && !t.geo.Retired(rs[i]) {
-			return rs[i], true
-		}
+	switch {
+	case hr == head && t.geo.SlotTailMatches(r, key) && !t.geo.Retired(r):
+		return r, true
+	case hs == head && t.geo.SlotTailMatches(s, key) && !t.geo.Retired(s):
+		return s, true
+	case hu == head && t.geo.SlotTailMatches(u, key) && !t.geo.Retired(u):
+		return u, true
+	case hv == head && t.geo.SlotTailMatches(v, key) && !t.geo.Retired(v):
+		return v, true
 	}
 	return ringslot.Ring{}, false
 }
