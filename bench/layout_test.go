@@ -17,9 +17,9 @@ import (
 // string would be charged for it), heap objects and GC-scannable bytes per
 // key, and the time of one forced GC with the keys live. N = 10, with
 // DisableEviction. Cases: the algorithms at 1M keys "user:0" … (6 to 11
-// bytes); the sliding window at 1M keys of fixed lengths, across the
-// 64-byte steps of the state's size (15 bytes fit 128, 16 … 79 take 192);
-// and 10M keys. cmd/peergc in bench/peers compares the same figures with
+// bytes), and the sliding window at 100k; the sliding window at 1M keys
+// of fixed lengths, across the 64-byte steps of the state's size (15
+// bytes fit 128, 16 … 79 take 192); and 10M keys. cmd/peergc in bench/peers compares the same figures with
 // the layout before issue 10 and with sethvargo/go-limiter in one process.
 func BenchmarkLayout(b *testing.B) {
 	type layoutCase struct {
@@ -30,6 +30,7 @@ func BenchmarkLayout(b *testing.B) {
 		keyLen int // 0: "user:N"
 	}
 	cases := []layoutCase{
+		{"alg=sliding/keys=1e5", engine.SlidingWindow, false, 100_000, 0},
 		{"alg=sliding/keys=1e6", engine.SlidingWindow, false, 1_000_000, 0},
 		{"alg=sliding/per-key-limits/keys=1e6", engine.SlidingWindow, true, 1_000_000, 0},
 		{"alg=strict/keys=1e6", engine.SlidingWindowStrict, false, 1_000_000, 0},

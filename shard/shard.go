@@ -170,7 +170,7 @@ func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 				return s, true
 			}
 			if g.prev != nil {
-				if r, ok := t.probe(g.prev, h, key, head); ok {
+				if r, ok := t.probe(g.prev, g.old, h, key, head); ok {
 					return r, true
 				}
 			}

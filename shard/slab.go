@@ -25,7 +25,9 @@ import (
 // ring, live and then retired, for as long as the slab exists. When a
 // slab's claimed slots reach slabFill of it, the table starts a new one,
 // sized from the keys present, and new rings (created, revived, replaced)
-// go there; Load probes the newest slab and the one before it. An older
+// go there, or, when both of the key's slots there are taken, to one of
+// its slots in the slab before; Load probes the newest slab, then the two
+// before it together. An older
 // slab is referenced only by the rings in it, through the map and through
 // writers that still hold one: the collector frees it when the last of
 // them is gone, as it frees a state of its own today. A sweep that leaves
@@ -55,9 +57,23 @@ type slab struct {
 	claim atomic.Int64 // slots claimed
 }
 
-// slabs are the two slabs Load probes: the newest, where new rings go,
-// and the one before (nil when none). It is replaced as a whole.
-type slabs struct{ cur, prev *slab }
+// slabs are the three slabs Load probes: the newest, where new rings go
+// (or to prev, when both of their slots in the newest are taken), and the
+// two before it (nil when none). It is replaced as a whole.
+type slabs struct{ cur, prev, old *slab }
+
+// probedSlabs returns g's slabs that Load probes, newest first.
+func probedSlabs(g *slabs) []*slab {
+	var out []*slab
+	if g != nil {
+		for _, a := range [3]*slab{g.cur, g.prev, g.old} {
+			if a != nil {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
 
 const (
 	// slabMaxSlotBytes is the largest slot a slab holds: geometries with
@@ -94,34 +110,51 @@ func (t *Table) slots(a *slab, h uint64) (unsafe.Pointer, unsafe.Pointer) {
 }
 
 // probe returns the live ring of the key whose slot head is head (not 0)
-// from a, if one of h's slots holds it: Load's look in the previous slab
-// (it inlines its own copy for the newest).
-func (t *Table) probe(a *slab, h uint64, key string, head uint64) (ringslot.Ring, bool) {
+// from a or b (b may be nil), if one of h's slots in them holds it:
+// Load's look in the slabs before the newest (it inlines its own look in
+// the newest). The heads of all four slots are loaded before any is
+// compared, so that their cache misses overlap.
+func (t *Table) probe(a, b *slab, h uint64, key string, head uint64) (ringslot.Ring, bool) {
 	p, q := t.slots(a, h)
 	r, s := ringslot.RingAt(p), ringslot.RingAt(q)
-	// Both heads are loaded before either is compared, so that their
-	// cache misses overlap.
 	hr, hs := t.geo.LoadHead(r), t.geo.LoadHead(s)
-	if hr == head && t.geo.SlotTailMatches(r, key) && !t.geo.Retired(r) {
-		return r, true
+	var u, v ringslot.Ring
+	var hu, hv uint64 // 0: no key's head
+	if b != nil {
+		p, q = t.slots(b, h)
+		u, v = ringslot.RingAt(p), ringslot.RingAt(q)
+		hu, hv = t.geo.LoadHead(u), t.geo.LoadHead(v)
 	}
-	if hs == head && t.geo.SlotTailMatches(s, key) && !t.geo.Retired(s) {
+	switch {
+	case hr == head && t.geo.SlotTailMatches(r, key) && !t.geo.Retired(r):
+		return r, true
+	case hs == head && t.geo.SlotTailMatches(s, key) && !t.geo.Retired(s):
 		return s, true
+	case hu == head && t.geo.SlotTailMatches(u, key) && !t.geo.Retired(u):
+		return u, true
+	case hv == head && t.geo.SlotTailMatches(v, key) && !t.geo.Retired(v):
+		return v, true
 	}
 	return ringslot.Ring{}, false
 }
 
 // newRing builds key's ring, starting at start with limit, in one of its
-// slots of the newest slab when one is free, else in a state of its own.
+// slots of the newest slab when one is free, else in one of its slots of
+// the slab before (which Load still probes, and whose free slots would
+// otherwise go unused), else in a state of its own.
 // Callers hold the bucket lock of h, and store the ring in the map before
 // they release it.
 func (t *Table) newRing(h uint64, key string, start, limit int64) ringslot.Ring {
 	if g := t.gens.Load(); g != nil && t.geo.SlotHead(key, t.slotKeyMax) != 0 {
-		a := g.cur
-		for _, i := range [2]uint64{h & a.mask, bits.RotateLeft64(h, 32) & a.mask} {
-			if a.taken[i/64].Or(1<<(i%64))&(1<<(i%64)) == 0 {
-				a.claim.Add(1)
-				return t.geo.NewInSlot(unsafe.Add(a.base, uintptr(i)*uintptr(t.slotWords)*8), start, limit, key)
+		for _, a := range [2]*slab{g.cur, g.prev} {
+			if a == nil {
+				break
+			}
+			for _, i := range [2]uint64{h & a.mask, bits.RotateLeft64(h, 32) & a.mask} {
+				if a.taken[i/64].Or(1<<(i%64))&(1<<(i%64)) == 0 {
+					a.claim.Add(1)
+					return t.geo.NewInSlot(unsafe.Add(a.base, uintptr(i)*uintptr(t.slotWords)*8), start, limit, key)
+				}
 			}
 		}
 	}
@@ -146,7 +179,7 @@ func (t *Table) renew() {
 	}
 	n := &slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)}
 	if g != nil {
-		n.prev = g.cur
+		n.prev, n.old = g.cur, g.prev
 	}
 	t.gens.Store(n)
 }

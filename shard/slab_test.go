@@ -16,14 +16,12 @@ import (
 
 // inSlab reports whether r's state is in one of tab's slabs Load probes.
 func inSlab(tab *Table, r ringslot.Ring) bool {
-	g := tab.gens.Load()
-	if g == nil {
-		return false
-	}
-	for _, a := range []*slab{g.cur, g.prev} {
-		if a == nil {
-			continue
-		}
+	return inSlabs(probedSlabs(tab.gens.Load()), r)
+}
+
+// inSlabs reports whether r's state is in one of slabs.
+func inSlabs(slabs []*slab, r ringslot.Ring) bool {
+	for _, a := range slabs {
 		p, lo := uintptr(r.Pointer()), uintptr(a.base)
 		if p >= lo && p < lo+uintptr(len(a.mem))*8 {
 			return true
