@@ -43,7 +43,7 @@ func TestRunOnce(t *testing.T) {
 	}
 	defer stop()
 	p := params{callers: 4, dur: 200 * time.Millisecond, window: time.Minute, tenants: 1000, skew: 1.1, hot: 2, hotLimit: 50, limit: 1_000_000,
-		hotShare: 0.5, interval: 5 * time.Millisecond, maxLocal: 5, addr: addr}
+		hotShare: 0.5, interval: 5 * time.Millisecond, maxLocal: 5, nodes: []string{addr}}
 	for i, mode := range []string{"plain", "hybrid"} {
 		res, err := runOnce(p, mode, 2, "t"+mode+":")
 		if err != nil {
