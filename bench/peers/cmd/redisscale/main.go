@@ -31,6 +31,7 @@ import (
 
 type params struct {
 	callers         int
+	rate            float64 // decisions/s offered in total (0: each caller calls again at once)
 	dur, window     time.Duration
 	tenants         uint64
 	skew            float64
@@ -49,6 +50,7 @@ type params struct {
 func main() {
 	var p params
 	flag.IntVar(&p.callers, "callers", 64, "callers in total, split over the replicas")
+	flag.Float64Var(&p.rate, "rate", 0, "decisions/s offered in total, paced over the callers (0: as fast as they go, a closed loop)")
 	flag.DurationVar(&p.dur, "dur", 3*time.Second, "duration of each run")
 	flag.DurationVar(&p.window, "window", time.Minute, "the limiters' window")
 	flag.Uint64Var(&p.tenants, "tenants", 10000, "tenants (keys) of the Zipf load")
@@ -65,8 +67,14 @@ func main() {
 	flag.BoolVar(&p.cluster, "cluster", false, "run against a Redis Cluster (ClusterClient)")
 	flag.StringVar(&p.modes, "modes", "plain,hybrid", "modes to run")
 	flag.StringVar(&p.rs, "r", "1,2,4,8,16", "replica counts")
+	var prof profiles
+	prof.flags()
 	flag.Parse()
 	redis.SetLogger(quiet{})
+	stopProf, err := prof.start()
+	if err != nil {
+		log.Fatal(err)
+	}
 	switch {
 	case p.addr != "":
 		p.nodes = strings.Split(p.addr, ",")
@@ -90,6 +98,9 @@ func main() {
 		where = fmt.Sprintf("a Cluster of %d masters", len(p.nodes))
 	}
 	fmt.Printf("%s; ", where)
+	if p.rate > 0 {
+		fmt.Printf("%.0f decisions/s offered, ", p.rate)
+	}
 	fmt.Printf("%d callers in total, %d tenants (Zipf s=%.2f, limit %d), %d hot keys (limit %d, %.0f%% of calls), window %v, %v per run; hybrid %v/%d, WithReplicas(R)\n\n",
 		p.callers, p.tenants, p.skew, p.limit, p.hot, p.hotLimit, 100*p.hotShare, p.window, p.dur, p.interval, p.maxLocal)
 	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
@@ -108,6 +119,9 @@ func main() {
 			run++
 			fmt.Println(res.row(p, mode, r))
 		}
+	}
+	if err := stopProf(); err != nil {
+		log.Fatal(err)
 	}
 }
 

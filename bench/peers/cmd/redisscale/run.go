@@ -117,6 +117,10 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 	}
 	trips.Store(0)
 	per := max(1, p.callers/r)
+	var period time.Duration // -rate: each caller's time between calls
+	if p.rate > 0 {
+		period = time.Duration(float64(r*per) / p.rate * float64(time.Second))
+	}
 	hot := make([]atomic.Int64, p.hot)
 	var lat [][]time.Duration
 	var mu sync.Mutex
@@ -130,7 +134,16 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 				z := rand.NewZipf(rng, p.skew, 1, p.tenants-1)
 				var mine []time.Duration
 				var n, adm, errs, tn, tok int64
+				next := start.Add(time.Duration(rng.Int64N(int64(max(1, period))))) // callers out of step
 				for time.Now().Before(end) {
+					if period > 0 {
+						// Paced: the call starts at its slot, or at once
+						// when behind (the latency is the call's own).
+						if wait := time.Until(next); wait > 0 {
+							time.Sleep(wait)
+						}
+						next = next.Add(period)
+					}
 					key, h := "", -1
 					if p.hot > 0 && rng.Float64() < p.hotShare {
 						h = rng.IntN(p.hot)
