@@ -99,6 +99,9 @@ func (h *hybrid) flush(start time.Time) {
 	}
 }
 
+// takeChunk is how many keys take handles per hold of h.mu.
+const takeChunk = 64
+
 // keyError reports whether err fails one key only, Redis being up: the
 // key holds another type (another client wrote there). Such a key's units
 // are given up, and the limiter does not enter its failure state for it.
@@ -135,13 +138,30 @@ func (h *hybrid) probe(abort <-chan struct{}) error {
 // count back already, so a key used once costs one script call, as in
 // the plain mode, and no flush pulls it. A probe takes only the unconfirmed batches. A batch
 // unconfirmed for longer than the horizon is given up.
+//
+// take lets go of h.mu after every takeChunk keys, so that a decision
+// waits for one chunk's bookkeeping at most, however many keys the
+// replica holds. Each key is taken whole under the lock; a key a decision
+// adds or uses meanwhile is taken now or by the next flush (docs/design.md
+// §13, "The take").
 func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	items := make([]flushItem, 0, len(h.keys))
+	items := make([]flushItem, 0, min(len(h.keys), maxPipeline))
 	h.seq++
 	seq := h.seq
+	visited := 0
 	for key, k := range h.keys {
+		if visited++; visited%takeChunk == 0 {
+			// Ranging on over a map changed meanwhile is defined (a key
+			// added may be produced or not; one deleted before it is
+			// reached is not), and h.mu orders every access to it.
+			h.mu.Unlock()
+			if h.takePause != nil {
+				h.takePause()
+			}
+			h.mu.Lock()
+		}
 		if k.pulling || h.nodeErr(k, key) != nil {
 			continue // a node in its failure state: its probe, then a flush, sends the batch
 		}
