@@ -139,7 +139,7 @@ func (h *hybrid) probe(abort <-chan struct{}) error {
 // the plain mode, and no flush pulls it. A probe takes only the unconfirmed batches. A batch
 // unconfirmed for longer than the horizon is given up.
 //
-// take lets go of h.mu after every takeChunk keys, so that a decision
+// take lets go of h.mu after every takeChunk keys (h.chunk), so that a decision
 // waits for one chunk's bookkeeping at most, however many keys the
 // replica holds. Each key is taken whole under the lock; a key a decision
 // adds or uses meanwhile is taken now or by the next flush (docs/design.md
@@ -152,13 +152,14 @@ func (h *hybrid) take(now time.Time, probe bool) []flushItem {
 	seq := h.seq
 	visited := 0
 	for key, k := range h.keys {
-		if visited++; visited%takeChunk == 0 {
+		if visited++; visited%h.chunk == 0 {
 			// Ranging on over a map changed meanwhile is defined (a key
 			// added may be produced or not; one deleted before it is
 			// reached is not), and h.mu orders every access to it.
+			pause := h.takePause
 			h.mu.Unlock()
-			if h.takePause != nil {
-				h.takePause()
+			if pause != nil {
+				pause()
 			}
 			h.mu.Lock()
 		}

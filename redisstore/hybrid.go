@@ -221,7 +221,9 @@ type hybrid struct {
 	rid      string        // this replica's id, in the batches' deduplication keys
 	br       *breaker
 	trace    func(traceEvent) // tests only: called with mu held
-	// takePause, tests only: called by take between two chunks, mu not held
+	chunk    int              // keys per hold of mu in take: takeChunk (tests set it lower, under mu)
+	// takePause, tests only (set under mu): called by take between two
+	// chunks, mu not held
 	takePause func()
 
 	mu     sync.Mutex // guards keys, every hkey, seq, trips and closed
@@ -286,6 +288,7 @@ func (l *Limiter) startHybrid() error {
 		timeout: max(10*o.interval, 500*time.Millisecond),
 		horizon: l.cfg.Window,
 		rid:     hex.EncodeToString(id[:]),
+		chunk:   takeChunk,
 		keys:    map[string]*hkey{},
 		token:   make(chan struct{}, 1),
 		stop:    make(chan struct{}),
