@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,8 @@ import (
 // (hammer: without pause, which starves the flushers on 2 cores and makes
 // flushes slow; smooth: a 50 µs pause after a refusal; bursty: bursts of 20
 // then 1 ms; mixed: smooth with every 25th request above maxLocal, decided
-// exactly) whose window
+// exactly; crowd: smooth, beside a caller per replica on 200 other keys,
+// and each take letting go of the lock after every key) whose window
 // (a minute) outlasts the run, so Q is the running total of admitted units.
 // Every replica traces its flush replies and admissions (under its lock),
 // and the test checks WithHybrid's bound at every local admission x of a
@@ -43,13 +45,13 @@ func TestHybridBoundScale(t *testing.T) {
 	replicas := []int{2, 8}
 	intervals := []time.Duration{time.Millisecond, 5 * time.Millisecond}
 	maxLocals := []int64{5, 50}
-	traffics := []string{"hammer", "smooth", "mixed"}
+	traffics := []string{"hammer", "smooth", "mixed", "crowd"}
 	runs, dur := 1, 200*time.Millisecond
 	if *long || os.Getenv("REDISSTORE_LONG_BOUND") != "" {
 		replicas = []int{2, 4, 8, 16}
 		intervals = []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}
 		maxLocals = []int64{1, 10, 50}
-		traffics = []string{"hammer", "smooth", "bursty", "mixed"}
+		traffics = []string{"hammer", "smooth", "bursty", "mixed", "crowd"}
 		runs, dur = 3, time.Second
 	}
 	cases, worst2, worst3 := 0, 0.0, 0.0
@@ -96,6 +98,7 @@ func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, in
 	}
 	ls := make([]*Limiter, replicas)
 	evs := make([][]traceEvent, replicas)
+	var pauses atomic.Int64 // takes that let go of the lock mid-walk
 	for i := range ls {
 		// Longer client timeouts than the other tests': up to 32 callers
 		// and Redis share 2 cores here, and a decision's read may wait
@@ -108,15 +111,39 @@ func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, in
 			t.Fatal(err)
 		}
 		l.hyb.mu.Lock()
-		l.hyb.trace = func(ev traceEvent) { evs[i] = append(evs[i], ev) } // under l.hyb.mu
+		l.hyb.trace = func(ev traceEvent) { // under l.hyb.mu
+			if ev.key == "hot" { // the crowd's keys are not the bound's
+				evs[i] = append(evs[i], ev)
+			}
+		}
+		if traffic == "crowd" {
+			l.hyb.chunk = 1 // a pause after every key: the hot key is taken between pauses
+			l.hyb.takePause = func() { pauses.Add(1); runtime.Gosched() }
+		}
 		l.hyb.mu.Unlock()
 		ls[i] = l
 	}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*replicas)
+	errs := make(chan error, 3*replicas)
 	end := time.Now().Add(dur)
 	for i, l := range ls {
+		if traffic == "crowd" {
+			wg.Go(func() {
+				for k := 0; time.Now().Before(end); k++ {
+					key := fmt.Sprintf("crowd%d", k%200)
+					for range 2 { // exact if the key was dropped, then local: kept by the next take
+						if _, err := l.AllowN(ctx, key, 0); err != nil {
+							errs <- err
+							return
+						}
+					}
+					if k%200 == 199 {
+						time.Sleep(time.Millisecond) // traffic shape: the crowd leaves the flushers CPU
+					}
+				}
+			})
+		}
 		for g := range 2 {
 			wg.Go(func() {
 				for k := 0; time.Now().Before(end); k++ {
@@ -133,7 +160,7 @@ func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, in
 						admitted.Add(n)
 					}
 					switch {
-					case (traffic == "smooth" || traffic == "mixed") && !d.Allowed:
+					case (traffic == "smooth" || traffic == "mixed" || traffic == "crowd") && !d.Allowed:
 						time.Sleep(50 * time.Microsecond) // traffic shape: back off a little when refused
 					case traffic == "bursty" && k%20 == 19:
 						time.Sleep(time.Millisecond) // traffic shape: bursts of 20
@@ -164,6 +191,9 @@ func runBound(t *testing.T, s *redistest.Server, prefix string, replicas int, in
 	case err := <-errs:
 		t.Fatal(err)
 	default:
+	}
+	if traffic == "crowd" && pauses.Load() == 0 {
+		t.Fatalf("no take of %d replicas let go of the lock mid-walk", replicas)
 	}
 	res.total = admitted.Load()
 	if got := storedUnits(t, ls[0].client, ls[0], "hot"); got != res.total {

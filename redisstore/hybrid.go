@@ -196,8 +196,13 @@ const maxPipeline = 1000
 // Limit / replicas), which with c_i ≤ 2 (Timing, below) gives the simple
 // forms at WithHybrid.
 //
-// Timing. Let every flush take at most F ≤ I/2 from its take to its last
-// reply, so that each starts I after the previous one. j's observation s
+// Timing. Let every flush take at most F ≤ I/2 from the start of its take
+// to its last reply, so that each starts I after the previous one. A take
+// lets go of mu between chunks of keys, but takes each key whole at one
+// instant in [t, t + F], t the flush's start, which is all that follows
+// uses: a key decided on after its take passed it is carried by the next
+// flush, or dropped there if it was not decided on locally since (its
+// next decision is then exact, a new hkey). j's observation s
 // came from a pull in a flush that started at some t ≤ s, or from an exact
 // decision at s. j's next flush starts by s + I and replies by s + I + F; it
 // carries the key if it was decided on locally, pending or in a batch since
@@ -216,6 +221,10 @@ type hybrid struct {
 	rid      string        // this replica's id, in the batches' deduplication keys
 	br       *breaker
 	trace    func(traceEvent) // tests only: called with mu held
+	chunk    int              // keys per hold of mu in take: takeChunk (tests set it lower, under mu)
+	// takePause, tests only (set under mu): called by take between two
+	// chunks, mu not held
+	takePause func()
 
 	mu     sync.Mutex // guards keys, every hkey, seq, trips and closed
 	keys   map[string]*hkey
@@ -279,6 +288,7 @@ func (l *Limiter) startHybrid() error {
 		timeout: max(10*o.interval, 500*time.Millisecond),
 		horizon: l.cfg.Window,
 		rid:     hex.EncodeToString(id[:]),
+		chunk:   takeChunk,
 		keys:    map[string]*hkey{},
 		token:   make(chan struct{}, 1),
 		stop:    make(chan struct{}),

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What Redis says a run cost: its CPU time and script calls, and the round
+// trips the replicas' clients made.
+
+var (
+	cpuRe  = regexp.MustCompile(`(?m)^used_cpu_(?:sys|user):([0-9.]+)`)
+	callRe = regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+)`)
+)
+
+// admins has a client per server (a Cluster's masters).
+type admins []*redis.Client
+
+func (a admins) resetStat(ctx context.Context) error {
+	for _, c := range a {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a admins) cpu(ctx context.Context) (time.Duration, error) {
+	var sum time.Duration
+	for _, c := range a {
+		d, err := redisCPU(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+func (a admins) scriptCalls(ctx context.Context) (int64, error) {
+	var sum int64
+	for _, c := range a {
+		n, err := scriptCalls(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+// redisCPU is the server's CPU time so far (INFO cpu: used_cpu_sys +
+// used_cpu_user).
+func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var s float64
+	for _, m := range cpuRe.FindAllStringSubmatch(info, -1) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		s += v
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}
+
+// scriptCalls is EVALSHA + EVAL calls since CONFIG RESETSTAT.
+func scriptCalls(ctx context.Context, c *redis.Client) (int64, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, m := range callRe.FindAllStringSubmatch(info, -1) {
+		v, _ := strconv.ParseInt(m[1], 10, 64)
+		n += v
+	}
+	return n, nil
+}
+
+// tripHook counts round trips: one per command sent alone, one per
+// pipeline.
+type tripHook struct{ n *atomic.Int64 }
+
+func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// startServer starts redis-server on a free loopback port, without
