@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -129,5 +130,35 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 				t.Errorf("Redis answered throughout (its client table full), yet: %d admitted past the limit, BreakerOpens %d, FallbackDecisions %d", ft.admitted.Load(), st.BreakerOpens, st.FallbackDecisions)
 			}
 		})
+	}
+}
+
+// The same Redis at maxclients, once the traffic has stopped: a round trip
+// lost (one suspicion) and no other round trip to show that Redis
+// answers. The checker cannot keep a connection (Redis resets each new
+// one), but the client's pool holds one that Redis answers on: the
+// confirmation must find Redis answering, through it. Before, it found "no
+// reply from Redis for 5s" and opened the breaker, and FailOpen admitted
+// the callers waiting for the verdict (TestMaxClientsIsNoOutage's 16
+// admitted past the limit on a loaded machine, where its callers with
+// deadlines had all gone).
+func TestMaxClientsConfirmationUsesOpenConnections(t *testing.T) {
+	s := redistest.Start(t, "--maxclients", "16")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
+	defer c.Close()
+	l := fullLimiter(t, c, WithFailurePolicy(FailOpen)) // its pool keeps the connection it filled the key on
+	fillClients(t, s)
+	if err := l.checkerFor("", c).c.Ping(ctx).Err(); !lostConn(err) {
+		t.Fatalf("precondition: the checker's connection at maxclients: %v, want it reset", err)
+	}
+	down, ok := l.judge(ctx, "k", io.EOF).wait(nil)
+	if !ok || down != nil {
+		t.Fatalf("the confirmation of a lost round trip, Redis answering on the pool's connection: %v", down)
+	}
+	if d, err := l.AllowN(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("the next decision: %+v %v, want Redis's refusal (the key is full)", d, err)
+	}
+	if st := l.Stats(); st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
