@@ -29,17 +29,21 @@ import (
 // the tenant, one after the tenant idled), at most the exact decisions its
 // Stats count. WithHybrid states that form for every admission while
 // flushes are quick (Stats().SlowFlushes 0), which a loaded machine does
-// not give. For the total at the end of a run of two replicas it holds
-// whatever the flushes' timing: take the replica j whose last admission
-// used the later observation s; Redis ran none of the other's pulls that
-// the other had confirmed by its own last admission after s (that reply
-// would be a later observation), so F5 at the hybrid type counts it at
-// most its allowance A_i past s (c_i = 0), and j's check leaves at most
-// A_j more; 2 × max(maxLocal, ⌊Limit / (3 × replicas)⌋) is within
-// max(3 × maxLocal, Limit / replicas). So the verdict does not depend on
-// the machine's speed. The window (an hour) outlasts the test; the
-// SlidingWindow estimate still lets go of Limit × elapsed / Window units
-// meanwhile, added to both sides.
+// not give (every run here has slow flushes under -race). For the total
+// at the end of a run of two replicas, the timing does not enter, in this
+// sketch (redisstore's proof at the hybrid type gives the facts): take the
+// replica j whose last admission used the later observation s. Redis ran
+// none of the other's pulls that the other had confirmed by its own last
+// admission after s (that reply would be a later observation), so F5
+// counts the other's units unrecorded at s or admitted after it at most
+// its allowance (c_i = 0), plus its exact units; j's own check, or an
+// exact decision's, leaves at most one allowance more. 2 × max(maxLocal,
+// ⌊Limit / (3 × replicas)⌋) is within max(3 × maxLocal, Limit / replicas).
+// The sketch assumes that a replica's observation only moves forward,
+// which an exact decision's can break (F4: an older pull's reply may
+// replace it) only while that pull is in flight. The window (an hour)
+// outlasts the test; the SlidingWindow estimate still lets go of Limit ×
+// elapsed / Window units meanwhile, added to both sides.
 func TestTiersAcrossTwoReplicasHybrid(t *testing.T) {
 	const (
 		R        = 2
