@@ -329,6 +329,9 @@ func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, erro
 			}
 			return replies, fmt.Errorf("redisstore: loading the script after NOSCRIPT: %w", err)
 		}
+		if h.afterLoad != nil {
+			h.afterLoad()
+		}
 		pipe := l.client.Pipeline()
 		for _, i := range missing {
 			cmds[i] = h.flushCmd(ctx, pipe, &items[i])

@@ -207,15 +207,16 @@ const maxPipeline = 1000
 // e_{m+2} − e_m ≥ 2I − F ≥ I + F: at most two of them fall in (s, x), and
 // c_i ≤ 2.
 type hybrid struct {
-	l        *Limiter
-	interval time.Duration
-	maxLocal int64
-	replicas int64         // WithReplicas: the allowance is a 1/(3 × replicas) share of the headroom
-	timeout  time.Duration // one round trip's deadline
-	horizon  time.Duration // an unconfirmed batch is given up this long after its take
-	rid      string        // this replica's id, in the batches' deduplication keys
-	br       *breaker
-	trace    func(traceEvent) // tests only: called with mu held
+	l         *Limiter
+	interval  time.Duration
+	maxLocal  int64
+	replicas  int64         // WithReplicas: the allowance is a 1/(3 × replicas) share of the headroom
+	timeout   time.Duration // one round trip's deadline
+	horizon   time.Duration // an unconfirmed batch is given up this long after its take
+	rid       string        // this replica's id, in the batches' deduplication keys
+	br        *breaker
+	trace     func(traceEvent) // tests only: called with mu held
+	afterLoad func()           // tests only: called between a flush's load of the script and its resend (pipeline)
 
 	mu     sync.Mutex // guards keys, every hkey, seq, trips and closed
 	keys   map[string]*hkey
