@@ -57,7 +57,8 @@ import (
 // 500ms), enforced by the limiter whatever the client's timeouts. The next
 // flush starts one interval after the previous one started, or at once if it
 // took longer. A flush that finds the script missing (NOSCRIPT) loads it
-// once and resends those keys in one pipeline.
+// once and resends those keys in one pipeline (as EVAL if they meet it
+// again: a SCRIPT FLUSH in between).
 //
 // Failures. A flush or exact decision that shows Redis down puts the
 // limiter in its failure state, as the plain mode's breaker opens (see
