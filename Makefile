@@ -117,8 +117,11 @@ bench:
 	$(BENCHSTAT) $(OUT)/memory.txt
 
 # The peer comparison (bench/peers, its own module): writes bench/peers/RESULTS.md.
+# run.sh's knobs pass through from the command line, e.g.
+# `make peers ROUNDS=9 CELL=50ms RUNS=1` (ROUNDS, CELL, RUNS, SHORT, GC, CPU,
+# RENDER: see run.sh); COUNT is make bench's, which run.sh has no use for.
 peers:
-	cd bench/peers && COUNT=$(COUNT) ./run.sh
+	cd bench/peers && ./run.sh
 
 # The CPU profile of the hot path, read as a top list.
 profile:

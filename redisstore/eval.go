@@ -70,3 +70,13 @@ func parse(res any, limit int64) (engine.Decision, time.Time, error) {
 	}
 	return d, time.UnixMicro(v[3]), nil
 }
+
+// noscripts appends to dst the indexes of the calls that met NOSCRIPT.
+func noscripts(cmds []*redis.Cmd, dst []int) []int {
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}

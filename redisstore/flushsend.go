@@ -78,21 +78,18 @@ func (e errFlushDeadline) Error() string {
 }
 
 // pipeline sends items as one pipeline. The items that met NOSCRIPT did not
-// run: the script is loaded once and they go again as one pipeline.
+// run: the script is loaded once and they go again as one pipeline; those
+// that meet it again (a SCRIPT FLUSH in between) go once more as EVAL,
+// which cannot meet it.
 func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, error) {
 	l := h.l
 	cmds := make([]*redis.Cmd, len(items))
 	pipe := l.client.Pipeline()
 	for i := range items {
-		cmds[i] = h.flushCmd(ctx, pipe, &items[i])
+		cmds[i] = h.flushCmd(ctx, pipe, &items[i], false)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
-	var missing []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			missing = append(missing, i)
-		}
-	}
+	missing := noscripts(cmds, nil)
 	replies := make([]reply, len(items))
 	if len(missing) > 0 {
 		l.noscript.Add(1)
@@ -102,11 +99,20 @@ func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, erro
 			}
 			return replies, fmt.Errorf("redisstore: loading the script after NOSCRIPT: %w", err)
 		}
-		pipe := l.client.Pipeline()
-		for _, i := range missing {
-			cmds[i] = h.flushCmd(ctx, pipe, &items[i])
+		if h.afterLoad != nil {
+			h.afterLoad()
 		}
-		_, _ = pipe.Exec(ctx)
+		for round := 0; len(missing) > 0 && round < 2; round++ {
+			if round == 1 {
+				l.noscript.Add(1)
+			}
+			pipe := l.client.Pipeline()
+			for _, i := range missing {
+				cmds[i] = h.flushCmd(ctx, pipe, &items[i], round == 1)
+			}
+			_, _ = pipe.Exec(ctx)
+			missing = noscripts(cmds, missing[:0])
+		}
 	}
 	var first error
 	ok := false
@@ -124,9 +130,10 @@ func (h *hybrid) pipeline(ctx context.Context, items []flushItem) ([]reply, erro
 	return replies, first
 }
 
-// flushCmd queues one item's script call: add n unchecked, at most once per
-// sequence number, and reply with the key's count.
-func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushItem) *redis.Cmd {
+// flushCmd queues one item's script call (EVALSHA, or EVAL if eval): add n
+// unchecked, at most once per sequence number, and reply with the key's
+// count.
+func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushItem, eval bool) *redis.Cmd {
 	l := h.l
 	rk := l.Key(it.key)
 	keys := []string{rk}
@@ -137,5 +144,8 @@ func (h *hybrid) flushCmd(ctx context.Context, pipe redis.Pipeliner, it *flushIt
 	args = append(args, it.n, it.limit)
 	args = append(args, l.args...)
 	args = append(args, "1", 0, it.seq)
+	if eval {
+		return script.Eval(ctx, pipe, keys, args...)
+	}
 	return script.EvalSha(ctx, pipe, keys, args...)
 }

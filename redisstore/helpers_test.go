@@ -448,6 +448,6 @@ func mixedContext(r *rand.Rand, cancelWithin, minDeadline, spread time.Duration)
 // keys, cases and seeds. The default is the short form that
 // `go test ./...` and `make test` run; CI's long run sets it:
 //
-//	go test -race -run TestHybrid -long ./
+//	go test -race -run TestHybrid ./ -long
 //	REDISSTORE_LONG=1 go test -race ./...
 var long = flag.Bool("long", os.Getenv("REDISSTORE_LONG") != "", "run the long forms of the randomized and load tests (also REDISSTORE_LONG=1)")

@@ -57,7 +57,8 @@ import (
 // 500ms), enforced by the limiter whatever the client's timeouts. The next
 // flush starts one interval after the previous one started, or at once if it
 // took longer. A flush that finds the script missing (NOSCRIPT) loads it
-// once and resends those keys in one pipeline.
+// once and resends those keys in one pipeline (as EVAL if they meet it
+// again: a SCRIPT FLUSH in between).
 //
 // Failures. A flush or exact decision that shows Redis down puts the
 // limiter in its failure state, as the plain mode's breaker opens (see
@@ -225,6 +226,7 @@ type hybrid struct {
 	// takePause, tests only (set under mu): called by take between two
 	// chunks, mu not held
 	takePause func()
+	afterLoad func() // tests only: called between a flush's load of the script and its resend (pipeline)
 
 	mu     sync.Mutex // guards keys, every hkey, seq, trips and closed
 	keys   map[string]*hkey

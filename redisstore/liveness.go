@@ -30,8 +30,9 @@ import (
 //
 // A confirmation, one per node (a ClusterClient's master, a Ring's shard,
 // or the one server), sends the script (check) on the node's checker, a
-// connection of the limiter's own (client.go), never in the client's
-// pool. Any reply of the node ends it: Redis answers. That is the
+// connection of the limiter's own (client.go), not in the client's pool
+// (unless that connection is lost as it is made: Redis at maxclients;
+// see check). Any reply of the node ends it: Redis answers. That is the
 // check's, or with a client of one server any round trip's (another
 // node's says nothing of this one); a handshake is none (HELLO is no
 // write: CLIENT PAUSE WRITE answers it). An error reply or a refused

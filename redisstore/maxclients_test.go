@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -59,6 +60,21 @@ func fillClients(t *testing.T, s *redistest.Server) (conns []net.Conn) {
 // no way to reach Redis, which is arguably an outage for it.
 var minOpen = 2
 
+// warmPool makes c's pool hold n connections, each used once.
+func warmPool(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	conns := make([]*redis.Conn, n)
+	for i := range conns {
+		conns[i] = c.Conn()
+		if err := conns[i].Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cn := range conns {
+		_ = cn.Close() // back to the pool
+	}
+}
+
 func TestMaxClientsIsNoOutage(t *testing.T) {
 	for _, hybrid := range []bool{false, true} {
 		t.Run(fmt.Sprint("hybrid=", hybrid), func(t *testing.T) {
@@ -79,10 +95,39 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The limiter's pool holds a few connections before the
+			// flood (a starved flood may never open two), and the first
+			// is killed before it: the test does not rest on the
+			// killer's goroutine getting the CPU in time.
+			warmPool(t, c, minOpen+2)
 			fillClients(t, s)
+			var kills atomic.Int64
+			killOne := func() {
+				list, err := admin.ClientList(ctx).Result()
+				if err != nil {
+					return
+				}
+				var ids []int64
+				for _, line := range strings.Split(list, "\n") {
+					var id int64
+					_, _ = fmt.Sscanf(line, "id=%d", &id)
+					if strings.Contains(line, "resp=3") && id != 0 && id != adminID {
+						ids = append(ids, id)
+					}
+				}
+				if len(ids) < minOpen { // leave the limiter one open connection at least
+					return
+				}
+				if admin.Do(ctx, "CLIENT", "KILL", "ID", ids[len(ids)-1]).Err() == nil {
+					kills.Add(1)
+					fillClients(t, s)
+				}
+			}
+			if killOne(); kills.Load() == 0 {
+				t.Fatal("precondition: no connection of the limiter's to kill before the flood")
+			}
 			stop := make(chan struct{})
 			done := make(chan struct{})
-			var kills atomic.Int64
 			go func() {
 				defer close(done)
 				for {
@@ -91,25 +136,7 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 						return
 					case <-time.After(20 * time.Millisecond):
 					}
-					list, err := admin.ClientList(ctx).Result()
-					if err != nil {
-						continue
-					}
-					var ids []int64
-					for _, line := range strings.Split(list, "\n") {
-						var id int64
-						_, _ = fmt.Sscanf(line, "id=%d", &id)
-						if strings.Contains(line, "resp=3") && id != 0 && id != adminID {
-							ids = append(ids, id)
-						}
-					}
-					if len(ids) < minOpen { // leave the limiter one open connection at least
-						continue
-					}
-					if admin.Do(ctx, "CLIENT", "KILL", "ID", ids[len(ids)-1]).Err() == nil {
-						kills.Add(1)
-						fillClients(t, s)
-					}
+					killOne()
 				}
 			}()
 			ft := flood(l, "k", false, 2*time.Second)
@@ -122,12 +149,39 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 					t.Logf("OnError: %v", err)
 				}
 			}
-			if kills.Load() == 0 {
-				t.Fatal("no connection killed")
-			}
 			if ft.admitted.Load() != 0 || st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
 				t.Errorf("Redis answered throughout (its client table full), yet: %d admitted past the limit, BreakerOpens %d, FallbackDecisions %d", ft.admitted.Load(), st.BreakerOpens, st.FallbackDecisions)
 			}
 		})
+	}
+}
+
+// The same Redis at maxclients, once the traffic has stopped: a round trip
+// lost (one suspicion) and no other round trip to show that Redis
+// answers. The checker cannot keep a connection (Redis resets each new
+// one), but the client's pool holds one that Redis answers on: the
+// confirmation must find Redis answering, through it. Before, it found "no
+// reply from Redis for 5s" and opened the breaker, and FailOpen admitted
+// the callers waiting for the verdict (TestMaxClientsIsNoOutage's 16
+// admitted past the limit on a loaded machine, where its callers with
+// deadlines had all gone).
+func TestMaxClientsConfirmationUsesOpenConnections(t *testing.T) {
+	s := redistest.Start(t, "--maxclients", "16")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()}) // go-redis's defaults
+	defer c.Close()
+	l := fullLimiter(t, c, WithFailurePolicy(FailOpen)) // its pool keeps the connection it filled the key on
+	fillClients(t, s)
+	if err := l.checkerFor("", c).c.Ping(ctx).Err(); !lostConn(err) {
+		t.Fatalf("precondition: the checker's connection at maxclients: %v, want it reset", err)
+	}
+	down, ok := l.judge(ctx, "k", io.EOF).wait(nil)
+	if !ok || down != nil {
+		t.Fatalf("the confirmation of a lost round trip, Redis answering on the pool's connection: %v", down)
+	}
+	if d, err := l.AllowN(ctx, "k", 1); err != nil || d.Allowed {
+		t.Fatalf("the next decision: %+v %v, want Redis's refusal (the key is full)", d, err)
+	}
+	if st := l.Stats(); st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }

@@ -300,12 +300,13 @@ func (pb *plainBreaker) probe(abort <-chan struct{}) error {
 
 // check is one round trip that shows whether Redis can decide: the probe
 // script on key's probe key (see probeCall), on the checker of the node
-// at addr (client.go), never in the client's pool (through l.client only
-// when the client's type has no checker). A reply counts as any reply
-// does (answered).
+// at addr (client.go), not in the client's pool (through l.client only
+// when the client's type has no checker), unless the checker cannot keep
+// a connection. A reply counts as any reply does (answered).
 func (l *Limiter) check(ctx context.Context, addr string, node *redis.Client, key string) error {
 	var c redis.Scripter = l.client
-	if ck := l.checkerFor(addr, node); ck != nil {
+	ck := l.checkerFor(addr, node)
+	if ck != nil {
 		c = ck.c
 	} else if l.closed.Load() {
 		return errAborted
@@ -315,6 +316,16 @@ func (l *Limiter) check(ctx context.Context, addr string, node *redis.Client, ke
 		// A pooled connection that the server closed (killed, or the
 		// server restarted): once more, on a new one.
 		err = l.probeCall(ctx, c, key)
+	}
+	if ck != nil && lostConn(err) && ctx.Err() == nil {
+		// The new one was lost too: Redis at maxclients resets every
+		// connection it cannot take, or connections are killed as they
+		// are made. The node's pool may hold connections Redis still
+		// answers on, and with no other round trip (the traffic
+		// stopped) nothing else would show it: once through the pool.
+		// If the application holds the pool, this waits there as a
+		// decision would, and the confirmation's ticks judge meanwhile.
+		err = l.probeCall(ctx, node, key)
 	}
 	if err == nil {
 		l.answered()

@@ -119,7 +119,12 @@ func TestSettleAtTheWeightedBound(t *testing.T) {
 // or more after it; FixedWindow: a later window)"; Settle to fewer follows
 // Cancel's rule. Once Redis's grid has moved past it, a cancel and a
 // settle of the old units must leave a fresh reservation's count alone, on
-// every algorithm.
+// every algorithm. The window is 20 ms, so that Redis's grid moves past it
+// soon; the key's state then expires 30 ms after its last write, which a
+// process short of CPU can outlast between two calls. So the state and
+// its mark lose their TTL (PERSIST) before the count is read, and a setup
+// in which the state expired anyway (another incarnation: the cancel would
+// change nothing for that reason instead) starts again.
 func TestCancelAfterWindowLeavesFreshCount(t *testing.T) {
 	s := redistest.Start(t)
 	c := client(t, s)
@@ -130,12 +135,32 @@ func TestCancelAfterWindowLeavesFreshCount(t *testing.T) {
 			cfg.SubWindows, span = 0, 20*time.Millisecond
 		}
 		l := mustNew(t, c, cfg, WithPrefix("aw:"+alg.String()+":"))
-		old, _ := l.Reserve(ctx, "k", 7)
-		old2, _ := l.Reserve(ctx, "k", 5)
+		old, old2 := setupOutOfWindow(t, c, l, span)
+		before := storedUnits(t, c, l, "k")
+		ok, err := old.Cancel(ctx)
+		_, serr := old2.Settle(ctx, 0)
+		if ok || err != nil || serr != nil {
+			t.Fatalf("%v: Cancel of a sub-window out of the window: %v %v; Settle(0): %v", alg, ok, err, serr)
+		}
+		if after := storedUnits(t, c, l, "k"); after != before {
+			t.Fatalf("%v: a cancel of units out of the window changed Redis's count from %d to %d", alg, before, after)
+		}
+	}
+}
+
+// setupOutOfWindow reserves 7 and 5 units of "k", then single units until
+// Redis's grid is span past the second, and makes the key's state and
+// mark permanent, all in one incarnation of the state; it starts again
+// when the state expired meanwhile.
+func setupOutOfWindow(t *testing.T, c redis.UniversalClient, l *Limiter, span time.Duration) (old, old2 Reservation) {
+	t.Helper()
+	for attempt := 0; attempt < 100; attempt++ {
+		old, _ = l.Reserve(ctx, "k", 7)
+		old2, _ = l.Reserve(ctx, "k", 5)
 		if old.Units() != 7 || old2.Units() != 5 {
 			t.Fatal(old.Decision(), old2.Decision())
 		}
-		for { // setup: reserve until Redis's grid is past the old sub-window's window
+		for {
 			r, err := l.Reserve(ctx, "k", 1)
 			if err != nil {
 				t.Fatal(err)
@@ -149,16 +174,22 @@ func TestCancelAfterWindowLeavesFreshCount(t *testing.T) {
 				_, _ = r.Cancel(ctx)
 			}
 		}
-		before := storedUnits(t, c, l, "k")
-		ok, err := old.Cancel(ctx)
-		_, serr := old2.Settle(ctx, 0)
-		if ok || err != nil || serr != nil {
-			t.Fatalf("%v: Cancel of a sub-window out of the window: %v %v; Settle(0): %v", alg, ok, err, serr)
+		pipe := c.Pipeline()
+		p1, p2 := pipe.Persist(ctx, l.Key("k")), pipe.Persist(ctx, l.Key("k")+resetSuffix)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
 		}
-		if after := storedUnits(t, c, l, "k"); after != before {
-			t.Fatalf("%v: a cancel of units out of the window changed Redis's count from %d to %d", alg, before, after)
+		mark, err := c.Get(ctx, l.Key("k")+resetSuffix).Int64()
+		if err != nil {
+			t.Fatal(err)
 		}
+		if p1.Val() && p2.Val() && old.mark == mark && old2.mark == mark {
+			return old, old2
+		}
+		t.Logf("attempt %d: the state expired during the setup (a process short of CPU); again", attempt)
 	}
+	t.Fatal("the state expired during every setup")
+	return old, old2
 }
 
 // Limiter.Reset "Cluster-safe", a reservation from before it gives nothing

@@ -181,3 +181,47 @@ func TestScriptRefusesCostsAtTheInt64Edges(t *testing.T) {
 		})
 	}
 }
+
+// A SCRIPT FLUSH between a hybrid flush's load of the script (after
+// NOSCRIPT) and its resend: the resend meets NOSCRIPT again, and must not
+// fail the flush (a failure state, the policy answering) for a Redis that
+// answers; the keys go once more as EVAL, which cannot meet it, as the
+// plain mode's batches do. TestHybridScriptFlushUnderLoad met this on a
+// loaded machine, its SCRIPT FLUSHes 20 ms apart.
+func TestHybridScriptFlushBeforeResend(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	l := mustNew(t, c, engine.Config{Limit: 1000, Window: time.Minute}, WithHybrid(5*time.Millisecond, 10), withManual())
+	keys := []string{"a", "b", "c"}
+	for _, k := range keys {
+		for range 3 { // the first exact, then local
+			if d, err := l.AllowN(ctx, k, 1); err != nil || !d.Allowed {
+				t.Fatal(d, err)
+			}
+		}
+	}
+	flushes := 0
+	l.hyb.afterLoad = func() {
+		flushes++
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Stats().NoScript
+	l.flushNow()
+	if flushes != 1 {
+		t.Fatalf("the flush loaded the script %d times, want 1 (did it meet NOSCRIPT?)", flushes)
+	}
+	if st := l.Stats(); st.Failures != 0 || st.LostUnits != 0 || st.BreakerOpens != 0 || st.NoScript != before+2 {
+		t.Fatalf("stats %+v: want no failure, and the two NOSCRIPTs counted", st)
+	}
+	if got := storedUnits(t, c, l, keys...); got != 9 {
+		t.Fatalf("Redis holds %d units, want the 9 admitted", got)
+	}
+	if d, err := l.AllowN(ctx, "a", 1); err != nil || !d.Allowed {
+		t.Fatalf("the next decision: %+v %v", d, err)
+	}
+}

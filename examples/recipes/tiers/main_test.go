@@ -20,11 +20,11 @@ func TestTiersAcrossTwoReplicas(t *testing.T) {
 	for range 2 {
 		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 		t.Cleanup(func() { _ = rdb.Close() })
-		h, closeLimiter, err := newHandler(rdb, limits{Free: 3, Pro: 5, Window: time.Minute})
+		h, rl, err := newHandler(rdb, limits{Free: 3, Pro: 5, Window: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = closeLimiter() })
+		t.Cleanup(func() { _ = rl.Close() })
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
 		replicas = append(replicas, srv)

@@ -107,7 +107,13 @@ func run(breaker bool, think time.Duration, callers, nkeys int, healthy, outage,
 				st := since()
 				_, err := l.AllowN(context.Background(), keys[i%nkeys], 1)
 				s = append(s, sample{start: st, dur: since() - st, redis: err == nil})
-				if err != nil && !errors.Is(err, redisstore.ErrUnavailable) {
+				switch {
+				case err == nil, errors.Is(err, redisstore.ErrUnavailable):
+				case errors.Is(err, redisstore.ErrNoReply):
+					// A round trip lost at the kill (EOF) whose
+					// confirmation then found Redis answering: the
+					// restart came within the budget (Stats().NoReply).
+				default:
 					fmt.Fprintln(os.Stderr, "outage: unexpected error:", err)
 				}
 				if think > 0 {
@@ -185,19 +191,32 @@ func run(breaker bool, think time.Duration, callers, nkeys int, healthy, outage,
 	end := since()
 	phase("healthy: the last second before the kill", killAt-int64(time.Second), killAt, func(s sample) bool { return s.start+s.dur < killAt })
 	phase("in flight at the kill", 0, killAt, func(s sample) bool { return s.start+s.dur >= killAt })
-	phase("outage: started before the first failure", killAt, firstFail, nil)
-	phase("outage: started after the first failure", firstFail, restartAt, nil)
-	phase("after the recovery", recovered, end, nil)
-	fmt.Printf("first failure returned %v after the kill\n", round(time.Duration(firstFail-killAt)))
-	if recovered > 0 {
-		fmt.Printf("recovery: the first decision answered by Redis %v after the server answered PING (%v after its restart began)\n",
-			round(time.Duration(recovered-upAt)), round(time.Duration(recovered-restartAt)))
+	if firstFail >= 0 {
+		phase("outage: started before the first failure", killAt, firstFail, nil)
+		phase("outage: started after the first failure", firstFail, restartAt, nil)
+	} else {
+		phase("outage: started during it (none failed)", killAt, restartAt, nil)
+	}
+	if recovered >= 0 {
+		phase("after the recovery", recovered, end, nil)
+	}
+	if firstFail >= 0 {
+		fmt.Printf("first failure returned %v after the kill\n", round(time.Duration(firstFail-killAt)))
+	} else {
+		fmt.Println("first failure: none; the decisions in flight waited for the restart (go-redis's retries)")
+	}
+	// The server's PING is polled every millisecond on a connection of
+	// its own, so a decision may be answered before it: both are given
+	// from the restart's beginning.
+	if recovered >= 0 {
+		fmt.Printf("recovery: the first decision answered by Redis %v after its restart began (the server answered this tool's PING after %v)\n",
+			round(time.Duration(recovered-restartAt)), round(time.Duration(upAt-restartAt)))
 	} else {
 		fmt.Println("recovery: none within the run")
 	}
 	st := l.Stats()
-	fmt.Printf("stats: %d Redis decisions, %d policy answers, %d failed round trips (OnError calls), %d breaker opens\n",
-		st.RedisDecisions, st.FallbackDecisions, st.Failures, st.BreakerOpens)
+	fmt.Printf("stats: %d Redis decisions, %d policy answers, %d no replies (ErrNoReply: lost at the kill, and Redis answered again within the confirmation's budget), %d failed round trips (OnError calls), %d breaker opens\n",
+		st.RedisDecisions, st.FallbackDecisions, st.NoReply, st.Failures, st.BreakerOpens)
 	return nil
 }
 
