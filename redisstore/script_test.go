@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
@@ -223,5 +224,101 @@ func TestHybridScriptFlushBeforeResend(t *testing.T) {
 	}
 	if d, err := l.AllowN(ctx, "a", 1); err != nil || !d.Allowed {
 		t.Fatalf("the next decision: %+v %v", d, err)
+	}
+}
+
+// Issue 15, item 2: after SCRIPT FLUSH, a flush of 5,000 keys (20,000
+// with -long) behind 1 ms of latency per reply loads the script once,
+// sends those keys again as pipelines of 1,000, loses nothing, and counts
+// one NOSCRIPT and no failure.
+func TestHybridNoScriptManyKeys(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	p := startProxy(t, s.Addr())
+	pc := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 16, ContextTimeoutEnabled: true})
+	defer pc.Close()
+	var hook atomic.Int64
+	// The interval sets each round trip's deadline (10 × interval): 10 s,
+	// a hang bound, since a loaded machine takes more than the 500 ms of a
+	// shorter interval for 1,000 keys. The test runs every flush itself.
+	l := mustNew(t, pc, engine.Config{Limit: 100, Window: time.Minute}, WithHybrid(time.Second, 10), withManual(), WithOnError(func(error) { hook.Add(1) }))
+	keys := 5000
+	if *long {
+		keys = 20000
+	}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprint("k", i)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < keys; i += 8 {
+				if _, err := l.AllowN(ctx, names[i], 1); err != nil { // exact
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// No flush here: it would drop the keys, decided only exactly so far
+	// (issue 32: no pull for them), and the next decisions would be
+	// exact again.
+	for _, k := range names {
+		if d, err := l.AllowN(ctx, k, 1); err != nil || !d.Allowed { // local
+			t.Fatal(d, err)
+		}
+	}
+	before := l.Stats()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.delay.Store(int64(time.Millisecond))
+	l.flushNow()
+	st := l.Stats()
+	if st.NoScript != before.NoScript+1 || st.Failures != 0 || hook.Load() != 0 || st.Flushes != before.Flushes+1 {
+		t.Fatalf("stats %+v (before %+v), OnError called %d times", st, before, hook.Load())
+	}
+	if got := storedUnits(t, c, l, names...); got != 2*int64(keys) {
+		t.Fatalf("Redis holds %d units, want %d", got, 2*keys)
+	}
+}
+
+// SCRIPT FLUSH again and again under load, with the background flushers:
+// nothing fails, nothing is lost or counted twice.
+func TestHybridScriptFlushUnderLoad(t *testing.T) {
+	s := redistest.Start(t)
+	c := client(t, s)
+	var ls []*Limiter
+	for range 3 {
+		ls = append(ls, mustNew(t, client(t, s), engine.Config{Limit: 100_000, Window: time.Minute}, WithHybrid(2*time.Millisecond, 10)))
+	}
+	keys := []string{"a", "b", "c", "d", "e"}
+	stop := make(chan struct{})
+	admitted := hybridLoad(t, ls, keys, stop, new(atomic.Bool))
+	for range 10 {
+		time.Sleep(20 * time.Millisecond) // let load run between the flushes of the script cache
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	var noscript uint64
+	for _, l := range ls {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		st := l.Stats()
+		if st.Failures != 0 || st.LostUnits != 0 || st.FallbackDecisions != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		noscript += st.NoScript
+	}
+	if noscript < 10 {
+		t.Fatalf("%d NOSCRIPTs met across 10 SCRIPT FLUSHes", noscript)
+	}
+	if got := storedUnits(t, c, ls[0], keys...); got != admitted.Load() {
+		t.Fatalf("admitted %d units, Redis holds %d", admitted.Load(), got)
 	}
 }
