@@ -186,64 +186,6 @@ func testDeadlineStalled(t *testing.T, opt redis.Options) {
 	}
 }
 
-// Callers with mixed deadlines behind a slow network: those whose deadline
-// passes get the policy's answer; a call whose caller gave up before it
-// was sent is never sent, so Redis holds at most the units of the real
-// admissions plus those of calls given up after they were sent.
-func TestMixedDeadlines(t *testing.T) {
-	s := redistest.Start(t)
-	p := startProxy(t, s.Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
-	defer c.Close()
-	l := mustNew(t, c, engine.Config{Limit: 1_000_000, Window: time.Minute, Algorithm: engine.SlidingWindowStrict})
-	if _, err := l.AllowN(ctx, "k", 0); err != nil {
-		t.Fatal(err)
-	}
-	p.delay.Store(int64(15 * time.Millisecond))
-	var real, abandonedSent, notSent atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 32 {
-		wg.Go(func() {
-			for j := range 6 {
-				cctx, cancel := ctx, context.CancelFunc(func() {})
-				if (i+j)%2 == 0 {
-					cctx, cancel = context.WithTimeout(ctx, time.Duration(1+(i+j)%7)*time.Millisecond)
-				}
-				d, err := l.AllowN(cctx, "k", 1)
-				cancel()
-				switch {
-				case err == nil && d.Allowed:
-					real.Add(1)
-				case errors.Is(err, errAbandoned):
-					notSent.Add(1)
-				case errors.Is(err, errNotAnswered):
-					abandonedSent.Add(1)
-				case errors.Is(err, context.DeadlineExceeded):
-					// the deadline passed before the call: nothing asked
-				default:
-					errs <- fmt.Errorf("caller %d: %+v %v", i, d, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	p.delay.Store(0)
-	l.batch.wait() // every round trip is back
-	got := storedUnits(t, c, l, "k")
-	t.Logf("admitted %d, given up before sending %d, after %d; Redis holds %d", real.Load(), notSent.Load(), abandonedSent.Load(), got)
-	if got < real.Load() || got > real.Load()+abandonedSent.Load() {
-		t.Fatalf("Redis holds %d units: want between %d (admitted) and %d (+ calls given up after they were sent)", got, real.Load(), real.Load()+abandonedSent.Load())
-	}
-	if notSent.Load() == 0 || real.Load() == 0 {
-		t.Fatalf("the test did not exercise both: %d admitted, %d given up before sending", real.Load(), notSent.Load())
-	}
-}
-
 // A deadline that passes during the call: nothing is admitted, even under
 // FailOpen (the caller left; the policy answers for Redis, not for it),
 // and the error wraps the context's error, not ErrUnavailable. The proxy
