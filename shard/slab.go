@@ -194,20 +194,23 @@ func (t *Table) renew() {
 // rings in them are reclaimed or replaced (the map still finds them).
 func (t *Table) shrink() {
 	g := t.gens.Load()
-	if g == nil || t.live.Load()*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots {
+	if g == nil {
+		return
+	}
+	drop := t.live.Load() < t.slabFrom/2
+	if !drop && (t.live.Load()*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots) {
 		return
 	}
 	if !t.renewing.CompareAndSwap(false, true) {
 		return
 	}
 	defer t.renewing.Store(false)
-	if t.gens.Load() != g {
-		return
-	}
-	if n := t.live.Load(); n < t.slabFrom/2 {
-		t.gens.Store(nil) // back to the map alone, until renew sees slabFrom keys again
-	} else {
-		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(n), t.slotWords)})
+	switch {
+	case t.gens.Load() != g:
+	case drop:
+		t.gens.Store(nil) // the map alone, until renew sees slabFrom keys again
+	default:
+		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)})
 	}
 }
 
