@@ -26,8 +26,9 @@ const (
 	// as many drops the slabs. Below it the map and the states stay in
 	// cache, and the slab's probes only add lines: at 1k keys and on a
 	// Zipf draw of 100k, whose hot keys are the oldest (created before
-	// the slabs Load probes), a decision took 7–21% longer with the slab
-	// from the first key (docs/benchmarks.md, "The home slab's cost").
+	// the slabs Load probes), a decision took 2–12% and 14–26% longer
+	// with the slab from the first key (docs/benchmarks.md, "The home
+	// slab's cost"), and a uniform draw of 100k keys gained nothing.
 	slabFromKeys = 1<<17 - 1
 	// slabChurn is true under the build tag ringlimit_slabchurn.
 	slabChurn = false
