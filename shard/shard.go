@@ -164,7 +164,7 @@ func (t *Table) shardOf(h uint64) *shard {
 //
 // It looks in the newest slab first (slab.go), inline: both candidate
 // slots' heads are loaded before either is compared, so that their misses
-// overlap, and a hit there is the common case at any number of keys.
+// overlap, and a hit there is the common case once the table has a slab.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	if g := t.gens.Load(); g != nil {
 		if head := t.geo.SlotHead(key, t.slotKeyMax); head != 0 {
