@@ -129,8 +129,9 @@ type Config struct {
 	// request for a new key is refused (ReasonKeysFull); existing keys
 	// are never evicted early to make room.
 	MaxKeys int64
-	// LookupCache is ignored: the key table's home slab, always on, finds
-	// most keys without the map, with no pointer for the collector to scan
+	// LookupCache is ignored: the key table's home slab, which a table
+	// starts by itself once it holds about 131k keys, finds most keys
+	// without the map, with no pointer for the collector to scan
 	// (docs/design.md, "The home slab").
 	//
 	// Deprecated: it has no effect since the home slab; leave it unset.

@@ -42,6 +42,11 @@ type Engine struct {
 	closeOnce sync.Once
 }
 
+// testHookNewTable, when a test sets it, runs on each engine's key table
+// as New builds it (engine's export_test.go starts every test engine's
+// home slab at its first key).
+var testHookNewTable func(*shard.Table)
+
 // New validates cfg and returns a running Engine. Close it to stop the
 // goroutines it owns: the sweeper, and the coarse clock if configured.
 func New(cfg Config) (*Engine, error) { return newEngine(cfg, nil) }
@@ -76,6 +81,9 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 		claims:   newClaims(nc.shards),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
+	}
+	if testHookNewTable != nil {
+		testHookNewTable(e.tab)
 	}
 	if nc.Audit > 0 {
 		e.auditBelow = nc.auditBelow

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ringlimit/ringlimit/internal/clock"
+	"github.com/ringlimit/ringlimit/shard"
 )
 
 // AllowAtTrace is AllowAt that also returns the decision's effective epoch
@@ -49,4 +50,13 @@ func NewDrivenCoarse(cfg Config, src Clock) (e *Engine, refresh func(), err erro
 func SetAuditCancelHook(f func()) func() {
 	testHookAuditCancel = f
 	return func() { testHookAuditCancel = nil }
+}
+
+// Every engine a test of this package builds starts its home slab at its
+// first key, as every table did before the slab waited for
+// shard.slabFromKeys keys: most of the tests of the slab's races and
+// generations use a few keys, and must keep running on the slab.
+// TestSlabStartsAtItsThreshold clears this for its own engines.
+func init() {
+	testHookNewTable = func(t *shard.Table) { t.SlabFrom(0) }
 }

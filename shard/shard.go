@@ -106,6 +106,7 @@ type Table struct {
 	gens       atomic.Pointer[slabs]
 	slotWords  int
 	slotKeyMax int
+	slabFrom   int64 // keys present at which renew starts the first slab
 	_          [cacheLine]byte
 	live       atomic.Int64 // keys present, for MaxKeys and Len
 	refused    atomic.Int64 // keys refused by MaxKeys
@@ -124,6 +125,7 @@ func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 		shift:    uint(64 - bits.TrailingZeros(uint(nshards))),
 		shards:   make([]shard, nshards),
 		maxKeys:  maxKeys,
+		slabFrom: slabFromKeys,
 	}
 	if w := geo.SlotWords(); w > 0 && w*8 <= slabMaxSlotBytes {
 		t.slotWords, t.slotKeyMax = w, geo.SlotKeyMax()
@@ -139,6 +141,12 @@ func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 // tests of the collision path, and must be called before the first key is
 // stored.
 func (t *Table) ForceHashMask(mask uint64) { t.hashMask = mask }
+
+// SlabFrom makes the table start its first slab when n keys are present
+// (0: at the first key) rather than at slabFromKeys. It is for tests that
+// exercise the slab with few keys, and must be called before the first key
+// is stored.
+func (t *Table) SlabFrom(n int64) { t.slabFrom = n }
 
 // Hash returns the hash that every other method takes with key.
 func (t *Table) Hash(key string) uint64 {
@@ -156,7 +164,7 @@ func (t *Table) shardOf(h uint64) *shard {
 //
 // It looks in the newest slab first (slab.go), inline: both candidate
 // slots' heads are loaded before either is compared, so that their misses
-// overlap, and a hit there is the common case at any number of keys.
+// overlap, and a hit there is the common case once the table has a slab.
 func (t *Table) Load(h uint64, key string) (ringslot.Ring, bool) {
 	if g := t.gens.Load(); g != nil {
 		if head := t.geo.SlotHead(key, t.slotKeyMax); head != 0 {

@@ -17,10 +17,13 @@ const (
 	t0  = 1_700_000_000 * sec
 )
 
-// newTable returns a table of 4 shards; its keys live in its slab.
+// newTable returns a table of 4 shards; its keys live in its slab, which
+// it starts at its first key.
 func newTable(maxKeys int64) (*Table, *ringslot.Geometry) {
 	g := ringslot.NewGeometry(sec/10, 10, true, false)
-	return New(g, 4, maxKeys), g
+	tab := New(g, 4, maxKeys)
+	tab.SlabFrom(0)
+	return tab, g
 }
 
 // Two keys whose hashes collide completely still get separate rings: the

@@ -19,7 +19,10 @@ import (
 //
 // A key whose two slots are both taken, a key longer than the slot holds,
 // a log or a token bucket, and every key of a geometry whose slot would
-// exceed slabMaxSlotBytes get a state of their own (ringslot.Geometry.New).
+// exceed slabMaxSlotBytes get a state of their own (ringslot.Geometry.New),
+// and so does every key while the table has no slab: it starts the first
+// when slabFromKeys keys are present, and drops its slabs when a sweep
+// leaves fewer than half as many (slabtune.go has why).
 //
 // Generations. A slot is never reused: once claimed it holds its key's
 // ring, live and then retired, for as long as the slab exists. When a
@@ -162,12 +165,13 @@ func (t *Table) newRing(h uint64, key string, start, limit int64) ringslot.Ring 
 }
 
 // renew starts the next slab when the newest is filled to its share (or
-// there is none yet), sized from the keys present. It runs after the
+// there is none yet and slabFrom keys are present), sized from the keys
+// present. It runs after the
 // Compute that created a ring, outside any lock: a slab of a million slots
 // takes milliseconds to allocate. Concurrent callers start one slab.
 func (t *Table) renew() {
 	g := t.gens.Load()
-	if t.slotWords == 0 || g != nil && g.cur.claim.Load() < g.cur.fill {
+	if t.slotWords == 0 || g == nil && t.live.Load() < t.slabFrom || g != nil && g.cur.claim.Load() < g.cur.fill {
 		return
 	}
 	if !t.renewing.CompareAndSwap(false, true) {
@@ -185,18 +189,27 @@ func (t *Table) renew() {
 }
 
 // shrink starts a smaller slab, with no previous one, when the keys
-// present have fallen below 1/slabShrink of the newest slab's slots: the
-// old slab goes once the rings in it are reclaimed or replaced.
+// present have fallen below 1/slabShrink of the newest slab's slots, or
+// none when they have fallen below slabFrom/2: the old slabs go once the
+// rings in them are reclaimed or replaced (the map still finds them).
 func (t *Table) shrink() {
 	g := t.gens.Load()
-	if g == nil || t.live.Load()*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots {
+	if g == nil {
+		return
+	}
+	drop := t.live.Load() < t.slabFrom/2
+	if !drop && (t.live.Load()*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots) {
 		return
 	}
 	if !t.renewing.CompareAndSwap(false, true) {
 		return
 	}
 	defer t.renewing.Store(false)
-	if t.gens.Load() == g {
+	switch {
+	case t.gens.Load() != g:
+	case drop:
+		t.gens.Store(nil) // the map alone, until renew sees slabFrom keys again
+	default:
 		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)})
 	}
 }

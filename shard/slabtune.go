@@ -21,6 +21,15 @@ const (
 	// two at or above it is taken): the next slab absorbs at least as many
 	// new keys as the table holds before it fills.
 	slabPerKey = 2
+	// slabFromKeys is the number of keys present at which a table starts
+	// its first slab (of 2^18 slots); a sweep that leaves fewer than half
+	// as many drops the slabs. Below it the map and the states stay in
+	// cache, and the slab's probes only add lines: at 1k keys and on a
+	// Zipf draw of 100k, whose hot keys are the oldest (created before
+	// the slabs Load probes), a decision took 2–12% and 14–26% longer
+	// with the slab from the first key (docs/benchmarks.md, "The home
+	// slab's cost"), and a uniform draw of 100k keys gained nothing.
+	slabFromKeys = 1<<17 - 1
 	// slabChurn is true under the build tag ringlimit_slabchurn.
 	slabChurn = false
 )

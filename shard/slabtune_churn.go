@@ -8,6 +8,7 @@ const (
 	slabMinSlots  = 2
 	slabFillShift = 62 // fill = slots − 0: the last slot
 	slabPerKey    = 1
+	slabFromKeys  = 0
 	// slabChurn is true under the build tag ringlimit_slabchurn.
 	slabChurn = true
 )
