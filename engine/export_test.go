@@ -2,7 +2,10 @@ package engine
 
 import (
 	"os"
+	"reflect"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ringlimit/ringlimit/internal/clock"
 	"github.com/ringlimit/ringlimit/shard"
@@ -65,4 +68,27 @@ func init() {
 	if os.Getenv("RINGLIMIT_SLAB") != "default" {
 		testHookNewTable = func(t *shard.Table) { t.SlabFrom(0) }
 	}
+}
+
+// KeepSlabThreshold makes the engines New builds, until restore is called,
+// keep their table's default slab threshold (shard.slabFromKeys) instead
+// of the slab from the first key. Tests that call it must not run in
+// parallel with others that build engines.
+func KeepSlabThreshold() (restore func()) {
+	old := testHookNewTable
+	testHookNewTable = nil
+	return func() { testHookNewTable = old }
+}
+
+// SlabGen identifies the key table's newest home slab: 0 while the table
+// has none (below the threshold, or after a sweep dropped them), and
+// another value for each slab started. It reads the table's unexported
+// generations through reflection, for the tests of the threshold only.
+func (e *Engine) SlabGen() uintptr {
+	f := reflect.ValueOf(e.tab).Elem().FieldByName("gens")
+	g := (*atomic.Pointer[unsafe.Pointer])(unsafe.Pointer(f.UnsafeAddr())).Load()
+	if g == nil {
+		return 0
+	}
+	return uintptr(*g) // slabs.cur, the first field; a published slabs never changes
 }
