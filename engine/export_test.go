@@ -80,15 +80,18 @@ func KeepSlabThreshold() (restore func()) {
 	return func() { testHookNewTable = old }
 }
 
-// SlabGen identifies the key table's newest home slab: 0 while the table
-// has none (below the threshold, or after a sweep dropped them), and
-// another value for each slab started. It reads the table's unexported
-// generations through reflection, for the tests of the threshold only.
+// SlabGen identifies the key table's newest home slab by the address of
+// its memory: 0 while the table has none (below the threshold, or after a
+// sweep dropped them). Two slabs alive at once never share it. It reads
+// the table's unexported generations through reflection, for the tests of
+// the threshold only.
 func (e *Engine) SlabGen() uintptr {
 	f := reflect.ValueOf(e.tab).Elem().FieldByName("gens")
 	g := (*atomic.Pointer[unsafe.Pointer])(unsafe.Pointer(f.UnsafeAddr())).Load()
 	if g == nil {
 		return 0
 	}
-	return uintptr(*g) // slabs.cur, the first field; a published slabs never changes
+	// slabs.cur, the first field (a published slabs never changes), and
+	// its mem's data pointer, the first word of a slab.
+	return *(*uintptr)(*g)
 }

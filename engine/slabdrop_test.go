@@ -1,0 +1,176 @@
+package engine_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlimit/ringlimit/engine"
+)
+
+// newTallies returns n empty tallies.
+func newTallies(n int) []*tally {
+	ts := make([]*tally, n)
+	for i := range ts {
+		ts[i] = new(tally)
+	}
+	return ts
+}
+
+// A sweep that drops the slabs (fewer than half the threshold left) while
+// goroutines decide on the keys left, hold reservations across the drop
+// and cancel them after, Reset keys and set their limits; then the table
+// grows past the threshold again (a new slab), and a second sweep drops
+// that one. At each instant every key admits exactly its limit, a Cancel
+// gives back its units once, an override survives, and a key whose ring is
+// in a dropped slab and is built anew after a Reset has one ring, in the
+// new slab or not, never confused with the old.
+func TestSlabDropAndRestartUnderUse(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	keyLimit := func(k string) int64 { return 20 + int64(len(k)%7) }
+	e, clk := newThresholdEngine(t, engine.Config{Limit: 30, KeyLimit: keyLimit}, t0)
+	const override = 9
+	limKeys := []string{"lim0", "lim1-a-key-longer-than-any-slot"}
+	limit := func(k string) int64 {
+		for _, l := range limKeys {
+			if k == l {
+				return override
+			}
+		}
+		return keyLimit(k)
+	}
+
+	before := hotKeys("a", 8) // states of their own: created below the threshold
+	for _, k := range before {
+		e.AllowAt(k, 1, t0)
+	}
+	createKeys(t, e, "f", 0, slabThreshold, t0)
+	gen1 := e.SlabGen()
+	if gen1 == 0 {
+		t.Fatalf("no slab at %d keys", e.Len())
+	}
+	after := hotKeys("b", 8) // the short ones in the slab
+	for _, k := range after {
+		e.AllowAt(k, 1, t0)
+	}
+	for _, k := range limKeys {
+		if err := e.SetLimitAt(k, override, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resetKeys := hotKeys("r", 4)
+	for _, k := range resetKeys {
+		e.AllowAt(k, 1, t0)
+	}
+	hot := append(append(append([]string{}, before...), after...), limKeys...)
+
+	// phase runs a sweep at at, with the hot keys active there, while
+	// goroutines decide on them, Reset resetKeys and set limKeys' limit,
+	// and reservations admitted before the sweep are cancelled after it.
+	// grow, if positive, creates that many keys prefix… at at after the
+	// sweep, still beside the deciders. It checks the hot keys' counts at
+	// the end and returns the keys the sweep reclaimed.
+	phase := func(at time.Time, grow int, prefix string) int {
+		t.Helper()
+		clk.Set(at)
+		for _, k := range hot {
+			e.AllowAt(k, 0, at) // activity at at: the sweep keeps them
+		}
+		for _, k := range limKeys {
+			if err := e.SetLimitAt(k, override, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tallies := newTallies(len(hot))
+		var held []engine.Reservation
+		var heldAt []int
+		for i, k := range hot {
+			if r := e.ReserveAt(k, 1, at); r.Decision().Allowed {
+				tallies[i].admitted.Add(1)
+				held, heldAt = append(held, r), append(heldAt, i)
+			}
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 2 {
+			wg.Add(1)
+			go func() { defer wg.Done(); decideHot(t, e, hot, tallies, limit, at, w, stop) }()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, k := range resetKeys {
+					e.Reset(k)
+					if d := e.AllowAt(k, 1, at); !d.Allowed && d.RetryAfter <= 0 {
+						t.Errorf("%s: %+v", k, d)
+					}
+				}
+				for _, k := range limKeys {
+					if err := e.SetLimitAt(k, override, at); err != nil {
+						t.Errorf("SetLimitAt(%s): %v", k, err)
+					}
+				}
+			}
+		}()
+		swept := e.Sweep()
+		for j := range held {
+			if !held[j].Cancel() {
+				t.Errorf("%s: Cancel after the sweep gave nothing back", held[j].Key())
+			} else {
+				tallies[heldAt[j]].cancelled.Add(1)
+			}
+		}
+		if g := e.SlabGen(); g != 0 {
+			t.Errorf("the sweep left %d keys, but the slabs were kept", e.Len())
+		}
+		if grow > 0 {
+			createKeys(t, e, prefix, 0, grow, at)
+		}
+		close(stop)
+		wg.Wait()
+		settleHot(t, e, hot, tallies, limit, at)
+		return swept
+	}
+
+	t1 := t0.Add(10 * time.Second)
+	if n := phase(t1, slabThreshold, "g"); n < slabThreshold {
+		t.Fatalf("the sweep reclaimed %d keys, want at least %d", n, slabThreshold)
+	}
+	gen2 := e.SlabGen()
+	if gen2 == 0 || gen2 == gen1 {
+		t.Fatalf("after growing past the threshold again: slab %#x, the dropped one %#x", gen2, gen1)
+	}
+
+	// The keys whose rings were in the dropped slab: Reset and built anew
+	// at t1 (now in the new slab, or on the heap), each admits exactly
+	// its limit once more, and Len counts it once.
+	n := e.Len()
+	for _, k := range after {
+		if !e.Reset(k) {
+			t.Fatalf("Reset(%s) found no state", k)
+		}
+		if d := e.AllowAt(k, limit(k), t1); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s built anew: its limit %d refused: %+v", k, limit(k), d)
+		}
+		if d := e.AllowAt(k, 1, t1); d.Allowed {
+			t.Fatalf("%s built anew: admitted over its limit: %+v", k, d)
+		}
+	}
+	if got := e.Len(); got != n {
+		t.Fatalf("Len %d after Reset and rebuilding keys, want %d", got, n)
+	}
+
+	t2 := t1.Add(10 * time.Second)
+	if n := phase(t2, 0, ""); n < slabThreshold {
+		t.Fatalf("the second sweep reclaimed %d keys, want at least %d", n, slabThreshold)
+	}
+	if got, want := e.Len(), int64(len(hot)+len(resetKeys)); got > want || got < int64(len(hot)) {
+		t.Fatalf("Len %d after the second sweep, want %d hot keys and at most %d reset ones", got, len(hot), len(resetKeys))
+	}
+}
