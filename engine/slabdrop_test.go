@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,7 @@ func TestSlabDropAndRestartUnderUse(t *testing.T) {
 					return
 				default:
 				}
+				runtime.Gosched()
 				for _, k := range resetKeys {
 					e.Reset(k)
 					if d := e.AllowAt(k, 1, at); !d.Allowed && d.RetryAfter <= 0 {
@@ -126,7 +128,7 @@ func TestSlabDropAndRestartUnderUse(t *testing.T) {
 				tallies[heldAt[j]].cancelled.Add(1)
 			}
 		}
-		if g := e.SlabGen(); g != 0 {
+		if g := e.SlabGen(); slabDrops && g != 0 {
 			t.Errorf("the sweep left %d keys, but the slabs were kept", e.Len())
 		}
 		if grow > 0 {
@@ -147,9 +149,9 @@ func TestSlabDropAndRestartUnderUse(t *testing.T) {
 		t.Fatalf("after growing past the threshold again: slab %#x, the dropped one %#x", gen2, gen1)
 	}
 
-	// The keys whose rings were in the dropped slab: Reset and built anew
-	// at t1 (now in the new slab, or on the heap), each admits exactly
-	// its limit once more, and Len counts it once.
+	// The keys whose rings were in the dropped slab: Reset gives each a
+	// fresh state at t1, which admits exactly its limit once more, and
+	// Len counts it once.
 	n := e.Len()
 	for _, k := range after {
 		if !e.Reset(k) {
