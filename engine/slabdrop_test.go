@@ -74,8 +74,10 @@ func TestSlabDropAndRestartUnderUse(t *testing.T) {
 	phase := func(at time.Time, grow int, prefix string) int {
 		t.Helper()
 		clk.Set(at)
+		// A peek records nothing, so the sweep below also reclaims the
+		// hot keys the deciders have not used at at yet, beside them.
 		for _, k := range hot {
-			e.AllowAt(k, 0, at) // activity at at: the sweep keeps them
+			e.AllowAt(k, 0, at)
 		}
 		for _, k := range limKeys {
 			if err := e.SetLimitAt(k, override, at); err != nil {
