@@ -16,16 +16,22 @@ import (
 // starts its home slab; a sweep that leaves fewer than half drops it.
 const slabThreshold = 1<<17 - 1
 
-// hotKeys returns n keys, half of them short (in a slot of the slab) and
-// half longer than a slot's key (a state of their own on the heap).
+// hotKeys returns n keys of lengths around a slot's: a quarter short, a
+// quarter of exactly 15 and 16 bytes (the most a default slot holds, and
+// one more), a quarter longer than any slot (states of their own).
 func hotKeys(prefix string, n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
-		if i%2 == 0 {
-			keys[i] = prefix + strconv.Itoa(i)
-		} else {
-			keys[i] = fmt.Sprintf("%s-a-key-longer-than-any-slot-%03d", prefix, i)
+		k := prefix + strconv.Itoa(i)
+		switch i % 4 {
+		case 1:
+			k = fmt.Sprintf("%s-a-key-longer-than-any-slot-%03d", prefix, i)
+		case 2:
+			k = fmt.Sprintf("%-15s", k)
+		case 3:
+			k = fmt.Sprintf("%-16s", k)
 		}
+		keys[i] = k
 	}
 	return keys
 }
@@ -163,11 +169,8 @@ func TestSlabStartWhileDeciding(t *testing.T) {
 	const lim = 50
 	e, _ := newThresholdEngine(t, engine.Config{Limit: lim}, now)
 	limit := func(string) int64 { return lim }
-	keys := hotKeys("hot", 16)
-	tallies := make([]*tally, len(keys))
-	for i := range tallies {
-		tallies[i] = new(tally)
-	}
+	keys := append(hotKeys("hot", 16), "") // the empty key has no slot head
+	tallies := newTallies(len(keys))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 3 {
