@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -177,4 +178,66 @@ func TestSlabDropAndRestartUnderUse(t *testing.T) {
 	if got, want := e.Len(), int64(len(hot)+len(resetKeys)); got > want || got < int64(len(hot)) {
 		t.Fatalf("Len %d after the second sweep, want %d hot keys and at most %d reset ones", got, len(hot), len(resetKeys))
 	}
+}
+
+// The slab starts, is dropped and starts again while a table grows past
+// the threshold with new keys as sweeps reclaim the idle old ones, beside
+// deciders on hot keys: renew and the drop race. Every new key keeps the
+// unit it was created with, the hot keys admit exactly their limit, and
+// Len counts each key left once.
+func TestSlabStartRacesDrop(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	const lim = 25
+	e, clk := newThresholdEngine(t, engine.Config{Limit: lim}, t0)
+	limit := func(string) int64 { return lim }
+	createKeys(t, e, "old", 0, slabThreshold-100, t0)
+	if e.SlabGen() != 0 {
+		t.Fatalf("a slab below the threshold, at %d keys", e.Len())
+	}
+	t1 := t0.Add(10 * time.Second)
+	clk.Set(t1)
+	hot := hotKeys("hot", 8)
+	tallies := newTallies(len(hot))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); decideHot(t, e, hot, tallies, limit, t1, 0, stop) }()
+	var gens sync.Map // the slabs seen by the sweeper
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.Sweep()
+			gens.Store(e.SlabGen(), true)
+			runtime.Gosched()
+		}
+	}()
+	const fresh = slabThreshold + 100
+	createKeys(t, e, "new", 0, fresh, t1)
+	close(stop)
+	wg.Wait()
+	e.Sweep()
+	settleHot(t, e, hot, tallies, limit, t1)
+	if got, want := e.Len(), int64(fresh+len(hot)); got != want {
+		t.Fatalf("Len %d, want %d", got, want)
+	}
+	if slabDrops && e.SlabGen() == 0 {
+		t.Fatalf("no slab at %d keys", e.Len())
+	}
+	for i := 0; i < fresh; i += 7 {
+		k := "new" + strconv.Itoa(i)
+		if d := e.AllowAt(k, lim-1, t1); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: its last %d units refused: %+v", k, lim-1, d)
+		}
+		if d := e.AllowAt(k, 1, t1); d.Allowed {
+			t.Fatalf("%s: admitted over its limit: %+v", k, d)
+		}
+	}
+	n := 0
+	gens.Range(func(any, any) bool { n++; return true })
+	t.Logf("slabs seen by the sweeper (0: none): %d", n)
 }
