@@ -60,7 +60,8 @@ func SetAuditCancelHook(f func()) func() {
 // first key, as every table did before the slab waited for
 // shard.slabFromKeys keys: most of the tests of the slab's races and
 // generations use a few keys, and must keep running on the slab.
-// TestSlabStartsAtItsThreshold clears this for its own engines. With
+// The tests of the threshold (slabthreshold_test.go and others) clear it
+// for their own engines with KeepSlabThreshold. With
 // RINGLIMIT_SLAB=default the engines keep the default threshold, so that
 // the reference-model tests also run on the map alone, as a table below
 // the threshold decides (make test runs them so: Makefile, maponly).
