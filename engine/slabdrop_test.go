@@ -21,12 +21,12 @@ func newTallies(n int) []*tally {
 
 // A sweep that drops the slabs (fewer than half the threshold left) while
 // goroutines decide on the keys left, hold reservations across the drop
-// and cancel them after, Reset keys and set their limits; then the table
-// grows past the threshold again (a new slab), and a second sweep drops
-// that one. At each instant every key admits exactly its limit, a Cancel
-// gives back its units once, an override survives, and a key whose ring is
-// in a dropped slab and is built anew after a Reset has one ring, in the
-// new slab or not, never confused with the old.
+// and cancel or settle them after, Reset keys and set their limits; then
+// the table grows past the threshold again (a new slab), and a second
+// sweep drops that one. At each instant every key admits exactly its
+// limit, a Cancel or Settle gives back its units once, an override
+// survives, and a key whose ring is in a dropped slab has one ring after a
+// Reset gives it a fresh state, never confused with the old.
 func TestSlabDropAndRestartUnderUse(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	keyLimit := func(k string) int64 { return 20 + int64(len(k)%7) }
@@ -125,6 +125,17 @@ func TestSlabDropAndRestartUnderUse(t *testing.T) {
 		}()
 		swept := e.Sweep()
 		for j := range held {
+			if j%2 == 1 { // Settle(0) is Cancel, and then Cancel changes nothing
+				if _, err := held[j].SettleAt(0, at); err != nil {
+					t.Errorf("%s: SettleAt(0) after the sweep: %v", held[j].Key(), err)
+				} else {
+					tallies[heldAt[j]].cancelled.Add(1)
+				}
+				if held[j].Cancel() {
+					t.Errorf("%s: Cancel after Settle gave units back again", held[j].Key())
+				}
+				continue
+			}
 			if !held[j].Cancel() {
 				t.Errorf("%s: Cancel after the sweep gave nothing back", held[j].Key())
 			} else {
