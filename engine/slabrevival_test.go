@@ -13,11 +13,17 @@ import (
 // ring in a slab that a sweep then drops moves onto the heap. Goroutines
 // reviving the same keys at one far instant admit exactly each key's
 // limit, and a Reservation held from before the move, cancelled after it,
-// gives nothing back to the new ring.
+// gives nothing back to the new ring. Each counter algorithm with a slab.
 func TestSlabRevivalMovesRingsAcrossTheThreshold(t *testing.T) {
+	for _, alg := range []engine.Algorithm{engine.SlidingWindowStrict, engine.SlidingWindow, engine.FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) { testRevivalAcrossThreshold(t, alg) })
+	}
+}
+
+func testRevivalAcrossThreshold(t *testing.T, alg engine.Algorithm) {
 	t0 := time.Unix(1_700_000_000, 0)
 	const lim = 40
-	e, clk := newThresholdEngine(t, engine.Config{Limit: lim}, t0)
+	e, clk := newThresholdEngineOf(t, engine.Config{Limit: lim, Algorithm: alg}, t0)
 	limit := func(string) int64 { return lim }
 	heap := hotKeys("h", 8)
 	for _, k := range heap {

@@ -134,10 +134,17 @@ func settleHot(t *testing.T, e *engine.Engine, keys []string, tallies []*tally, 
 // the default slab threshold, on a manual clock at now.
 func newThresholdEngine(t *testing.T, cfg engine.Config, now time.Time) (*engine.Engine, *engine.ManualClock) {
 	t.Helper()
+	cfg.Algorithm = engine.SlidingWindowStrict
+	return newThresholdEngineOf(t, cfg, now)
+}
+
+// newThresholdEngineOf is newThresholdEngine with cfg's Algorithm.
+func newThresholdEngineOf(t *testing.T, cfg engine.Config, now time.Time) (*engine.Engine, *engine.ManualClock) {
+	t.Helper()
 	restore := engine.KeepSlabThreshold()
 	defer restore()
 	clk := engine.NewManualClock(now)
-	cfg.Algorithm, cfg.Window, cfg.Clock, cfg.SweepInterval = engine.SlidingWindowStrict, time.Second, clk, time.Hour
+	cfg.Window, cfg.Clock, cfg.SweepInterval = time.Second, clk, time.Hour
 	e, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
