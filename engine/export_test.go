@@ -2,10 +2,7 @@ package engine
 
 import (
 	"os"
-	"reflect"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/ringlimit/ringlimit/internal/clock"
 	"github.com/ringlimit/ringlimit/shard"
@@ -81,18 +78,7 @@ func KeepSlabThreshold() (restore func()) {
 	return func() { testHookNewTable = old }
 }
 
-// SlabGen identifies the key table's newest home slab by the address of
-// its memory: 0 while the table has none (below the threshold, or after a
-// sweep dropped them). Two slabs alive at once never share it. It reads
-// the table's unexported generations through reflection, for the tests of
-// the threshold only.
-func (e *Engine) SlabGen() uintptr {
-	f := reflect.ValueOf(e.tab).Elem().FieldByName("gens")
-	g := (*atomic.Pointer[unsafe.Pointer])(unsafe.Pointer(f.UnsafeAddr())).Load()
-	if g == nil {
-		return 0
-	}
-	// slabs.cur, the first field (a published slabs never changes), and
-	// its mem's data pointer, the first word of a slab.
-	return *(*uintptr)(*g)
-}
+// SlabGen identifies the key table's newest home slab (shard's SlabID): 0
+// while the table has none (below the threshold, or after a sweep dropped
+// them). Two slabs alive at once never share it.
+func (e *Engine) SlabGen() uintptr { return e.tab.SlabID() }

@@ -223,3 +223,13 @@ func (t *Table) slabSlots(keys int64) int {
 	}
 	return n
 }
+
+// SlabID identifies the table's newest home slab by the address of its
+// memory, 0 while the table has none; two slabs alive at once never share
+// it. It is for tests and diagnostics (is there a slab, is it a new one).
+func (t *Table) SlabID() uintptr {
+	if g := t.gens.Load(); g != nil {
+		return uintptr(g.cur.base)
+	}
+	return 0
+}
