@@ -197,8 +197,9 @@ func (t *Table) shrink() {
 	if g == nil {
 		return
 	}
-	drop := t.live.Load() < t.slabFrom/2
-	if !drop && (t.live.Load()*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots) {
+	live := t.live.Load()
+	drop := live < t.slabFrom/2
+	if !drop && (live*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots) {
 		return
 	}
 	if !t.renewing.CompareAndSwap(false, true) {
