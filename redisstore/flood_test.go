@@ -279,16 +279,20 @@ func fullLimiter(t *testing.T, c redis.UniversalClient, opts ...Option) *Limiter
 	t.Helper()
 	l := mustNew(t, c, fullKey, opts...)
 	// A round trip may get no reply (ErrNoReply, a tiny ReadTimeout) and
-	// still be counted: fill until Redis answers, admitted or denied.
-	for range 100 {
-		if d, err := l.AllowN(ctx, "k", fullKey.Limit); err == nil {
+	// still be counted: fill until Redis answers, admitted or denied. How
+	// many tries that takes depends on the machine's speed (a 1 ms
+	// ReadTimeout on a loaded machine), so only a hang bound limits them.
+	var err error
+	for start := time.Now(); time.Since(start) < hangBound; {
+		var d engine.Decision
+		if d, err = l.AllowN(ctx, "k", fullKey.Limit); err == nil {
 			if d.Remaining != 0 {
 				t.Fatalf("filling the key: %+v", d)
 			}
 			return l
 		}
 	}
-	t.Fatal("filling the key: no reply in 100 tries")
+	t.Fatalf("filling the key: no reply within %v; last: %v", hangBound, err)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,14 @@ func TestStarvedProcessTinyReadTimeoutIsNoOutage(t *testing.T) {
 				if st.BreakerOpens != 0 || st.FallbackDecisions != 0 || ft.unavailable.Load() != 0 || pol == FailOpen && ft.admitted.Load() != 0 {
 					t.Errorf("Redis answered throughout, yet BreakerOpens %d, FallbackDecisions %d, policy answers %d, admitted %d (past the limit if FailOpen)",
 						st.BreakerOpens, st.FallbackDecisions, ft.unavailable.Load(), ft.admitted.Load())
+					// The verdicts' causes say which judge found the silence:
+					// the check's connection (checkconn.go) or the ticks
+					// (liveness.go: a dial in progress, connections lost).
+					for _, err := range h.all() {
+						if strings.Contains(err.Error(), "confirmation:") {
+							t.Logf("verdict: %v", err)
+						}
+					}
 				}
 			})
 		}
