@@ -3,12 +3,15 @@
 // with a Zipf load over many tenants and a few hot keys at a low limit, in
 // the plain and the hybrid mode, and prints one Markdown row per mode and
 // R: decisions/s, p50 and p99 latency, script calls and round trips per
-// decision, Redis CPU per decision (INFO cpu and commandstats), and the
-// most admitted on a hot key in its window against the limit and the
-// hybrid bound.
+// decision, Redis CPU per decision (INFO cpu) and the part of it spent
+// running the scripts (INFO commandstats), the replicas' own CPU per
+// decision (the process's), and the most admitted on a hot key in its
+// window against the limit and the hybrid bound. With -rounds n it runs
+// every row n times, in turn, and prints each figure's median.
 //
 //	go run ./cmd/redisscale                                 # starts its own redis-server
 //	go run ./cmd/redisscale -redis 127.0.0.1:6379 -r 1,4,16 # an existing one (CONFIG RESETSTAT is run on it)
+//	go run ./cmd/redisscale -rounds 5 -modes plain -r 1,16  # medians of 5 rounds
 //
 // The total number of callers is fixed (-callers), split over the
 // replicas, so the rows compare the same offered load. The window
@@ -44,6 +47,7 @@ type params struct {
 	linger          time.Duration
 	addr, modes, rs string
 	cluster         bool
+	rounds          int
 	nodes           []string // the servers: one, or a Cluster's masters
 }
 
@@ -67,6 +71,7 @@ func main() {
 	flag.BoolVar(&p.cluster, "cluster", false, "run against a Redis Cluster (ClusterClient)")
 	flag.StringVar(&p.modes, "modes", "plain,hybrid", "modes to run")
 	flag.StringVar(&p.rs, "r", "1,2,4,8,16", "replica counts")
+	flag.IntVar(&p.rounds, "rounds", 1, "rounds: each runs every mode and R once, in turn; a row gives each figure's median over the rounds")
 	var prof profiles
 	prof.flags()
 	flag.Parse()
@@ -103,22 +108,45 @@ func main() {
 	}
 	fmt.Printf("%d callers in total, %d tenants (Zipf s=%.2f, limit %d), %d hot keys (limit %d, %.0f%% of calls), window %v, %v per run; hybrid %v/%d, WithReplicas(R)\n\n",
 		p.callers, p.tenants, p.skew, p.limit, p.hot, p.hotLimit, 100*p.hotShare, p.window, p.dur, p.interval, p.maxLocal)
-	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
-	run := 0
+	type cell struct {
+		mode string
+		r    int
+	}
+	var cells []cell
 	for _, mode := range strings.Split(p.modes, ",") {
 		for _, f := range strings.Split(p.rs, ",") {
 			r, err := strconv.Atoi(f)
 			if err != nil || r < 1 {
 				log.Fatalf("-r: %q is not a replica count", f)
 			}
-			res, err := runOnce(p, mode, r, fmt.Sprintf("scale%d-%d:", os.Getpid(), run))
+			cells = append(cells, cell{mode, r})
+		}
+	}
+	if p.rounds < 1 {
+		log.Fatalf("-rounds: %d, want at least 1", p.rounds)
+	}
+	got := make([][]metrics, len(cells))
+	run := 0
+	for round := range p.rounds {
+		for i, c := range cells {
+			res, err := runOnce(p, c.mode, c.r, fmt.Sprintf("scale%d-%d:", os.Getpid(), run))
 			if err != nil {
 				log.Fatal(err)
 			}
 			run++
-			fmt.Println(res.row(p, mode, r))
+			got[i] = append(got[i], res.metrics())
+			if p.rounds > 1 {
+				fmt.Fprintf(os.Stderr, "round %d: %s\n", round+1, res.metrics().row(p, c.mode, c.r))
+			}
 		}
+	}
+	if p.rounds > 1 {
+		fmt.Printf("Medians of %d rounds, figure by figure (the hot key: the most of any round).\n\n", p.rounds)
+	}
+	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | of which in scripts | client CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for i, c := range cells {
+		fmt.Println(median(got[i]).row(p, c.mode, c.r))
 	}
 	if err := stopProf(); err != nil {
 		log.Fatal(err)

@@ -15,7 +15,7 @@ import (
 
 var (
 	cpuRe  = regexp.MustCompile(`(?m)^used_cpu_(?:sys|user):([0-9.]+)`)
-	callRe = regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+)`)
+	callRe = regexp.MustCompile(`cmdstat_(?:evalsha|eval):calls=(\d+),usec=(\d+)`)
 )
 
 // admins has a client per server (a Cluster's masters).
@@ -42,16 +42,16 @@ func (a admins) cpu(ctx context.Context) (time.Duration, error) {
 	return sum, nil
 }
 
-func (a admins) scriptCalls(ctx context.Context) (int64, error) {
-	var sum int64
+func (a admins) scriptCalls(ctx context.Context) (calls int64, inScripts time.Duration, err error) {
 	for _, c := range a {
-		n, err := scriptCalls(ctx, c)
+		n, d, err := scriptCalls(ctx, c)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		sum += n
+		calls += n
+		inScripts += d
 	}
-	return sum, nil
+	return calls, inScripts, nil
 }
 
 // redisCPU is the server's CPU time so far (INFO cpu: used_cpu_sys +
@@ -69,18 +69,22 @@ func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
 	return time.Duration(s * float64(time.Second)), nil
 }
 
-// scriptCalls is EVALSHA + EVAL calls since CONFIG RESETSTAT.
-func scriptCalls(ctx context.Context, c *redis.Client) (int64, error) {
+// scriptCalls is EVALSHA + EVAL calls since CONFIG RESETSTAT, and the time
+// the server spent running them (commandstats' usec): the rest of its CPU
+// time is reading, parsing and answering the round trips.
+func scriptCalls(ctx context.Context, c *redis.Client) (int64, time.Duration, error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n int64
+	var n, us int64
 	for _, m := range callRe.FindAllStringSubmatch(info, -1) {
 		v, _ := strconv.ParseInt(m[1], 10, 64)
+		u, _ := strconv.ParseInt(m[2], 10, 64)
 		n += v
+		us += u
 	}
-	return n, nil
+	return n, time.Duration(us) * time.Microsecond, nil
 }
 
 // tripHook counts round trips: one per command sent alone, one per

@@ -25,25 +25,74 @@ type result struct {
 	elapsed             time.Duration
 	p50, p99            time.Duration
 	scriptCalls, trips  int64
-	cpu                 time.Duration
+	cpu                 time.Duration // the servers' CPU time (INFO cpu)
+	inScripts           time.Duration // of which running the scripts (INFO commandstats)
+	clientCPU           time.Duration // this process's CPU time: the replicas, their clients and the callers
 	hotMax              int64
 	errors              int64
 }
 
-func (res result) row(p params, mode string, r int) string {
+// metrics are a run's figures per decision, as its row gives them.
+type metrics struct {
+	rate, p50, p99, calls, trips, cpu, scripts, client, tenantsOK float64 // p50, p99 and the CPU times in µs
+	hotMax, errors                                                int64
+}
+
+func (res result) metrics() metrics {
 	d := float64(res.decisions)
+	us := func(x time.Duration) float64 { return float64(x) / float64(time.Microsecond) }
+	return metrics{
+		rate: d / res.elapsed.Seconds(), p50: us(res.p50), p99: us(res.p99),
+		calls: float64(res.scriptCalls) / d, trips: float64(res.trips) / d,
+		cpu: us(res.cpu) / d, scripts: us(res.inScripts) / d, client: us(res.clientCPU) / d,
+		tenantsOK: 100 * float64(res.tenantsOK) / float64(max(1, res.tenants)),
+		hotMax:    res.hotMax, errors: res.errors,
+	}
+}
+
+// median is each figure's median over runs (taken figure by figure, so
+// one row's figures may come from different runs), except the hot key's
+// most admitted and the errors, which are the largest of the runs.
+func median(ms []metrics) metrics {
+	med := func(f func(metrics) float64) float64 {
+		v := make([]float64, len(ms))
+		for i, m := range ms {
+			v[i] = f(m)
+		}
+		slices.Sort(v)
+		if n := len(v); n%2 == 0 {
+			return (v[n/2-1] + v[n/2]) / 2
+		}
+		return v[len(v)/2]
+	}
+	out := metrics{
+		rate: med(func(m metrics) float64 { return m.rate }), p50: med(func(m metrics) float64 { return m.p50 }),
+		p99: med(func(m metrics) float64 { return m.p99 }), calls: med(func(m metrics) float64 { return m.calls }),
+		trips: med(func(m metrics) float64 { return m.trips }), cpu: med(func(m metrics) float64 { return m.cpu }),
+		scripts: med(func(m metrics) float64 { return m.scripts }), client: med(func(m metrics) float64 { return m.client }),
+		tenantsOK: med(func(m metrics) float64 { return m.tenantsOK }),
+	}
+	for _, m := range ms {
+		out.hotMax, out.errors = max(out.hotMax, m.hotMax), max(out.errors, m.errors)
+	}
+	return out
+}
+
+func (m metrics) row(p params, mode string, r int) string {
 	bound := "—"
 	if mode == "hybrid" {
 		bound = strconv.FormatInt(hybridBound(p.hotLimit, p.maxLocal, r), 10)
 	}
 	errs := ""
-	if res.errors > 0 {
-		errs = fmt.Sprintf(" (%d errors)", res.errors)
+	if m.errors > 0 {
+		errs = fmt.Sprintf(" (%d errors)", m.errors)
 	}
-	return fmt.Sprintf("| %s | %d | %.0f%s | %v | %v | %.3f | %.3f | %.1f µs | %.1f | %d (%d, %s) |",
-		mode, r, d/res.elapsed.Seconds(), errs, res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond),
-		float64(res.scriptCalls)/d, float64(res.trips)/d, float64(res.cpu.Microseconds())/d,
-		100*float64(res.tenantsOK)/float64(max(1, res.tenants)), res.hotMax, p.hotLimit, bound)
+	lat := func(us float64) time.Duration {
+		return time.Duration(us * float64(time.Microsecond)).Round(time.Microsecond)
+	}
+	return fmt.Sprintf("| %s | %d | %.0f%s | %v | %v | %.3f | %.3f | %.1f µs | %.1f µs | %.1f µs | %.1f | %d (%d, %s) |",
+		mode, r, m.rate, errs, lat(m.p50), lat(m.p99), m.calls, m.trips, m.cpu, m.scripts, m.client,
+		m.tenantsOK, m.hotMax, p.hotLimit, bound)
 }
 
 // hybridBound is the bound over R replicas with WithReplicas(R) and
@@ -116,6 +165,7 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 		return res, err
 	}
 	trips.Store(0)
+	client0 := cpuTime()
 	per := max(1, p.callers/r)
 	var period time.Duration // -rate: each caller's time between calls
 	if p.rate > 0 {
@@ -186,13 +236,14 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 	for _, l := range ls {
 		_ = l.Close() // the last flush: its calls are counted too
 	}
+	res.clientCPU = cpuTime() - client0
 	cpu1, err := admin.cpu(ctx)
 	if err != nil {
 		return res, err
 	}
 	res.cpu = cpu1 - cpu0
 	res.trips = trips.Load()
-	if res.scriptCalls, err = admin.scriptCalls(ctx); err != nil {
+	if res.scriptCalls, res.inScripts, err = admin.scriptCalls(ctx); err != nil {
 		return res, err
 	}
 	for _, c := range clients {

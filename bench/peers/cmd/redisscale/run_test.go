@@ -30,6 +30,17 @@ func TestHybridBound(t *testing.T) {
 	}
 }
 
+func TestMedian(t *testing.T) {
+	ms := []metrics{{rate: 3, p99: 10, hotMax: 5}, {rate: 1, p99: 30, hotMax: 9, errors: 1}, {rate: 2, p99: 20, hotMax: 7}}
+	got := median(ms)
+	if got.rate != 2 || got.p99 != 20 || got.hotMax != 9 || got.errors != 1 {
+		t.Errorf("median = %+v, want rate 2, p99 20, and the largest hotMax (9) and errors (1)", got)
+	}
+	if got := median(ms[:2]); got.rate != 2 || got.p99 != 20 {
+		t.Errorf("median of two = %+v, want their means (rate 2, p99 20)", got)
+	}
+}
+
 // A short run of each mode against a server of its own: decisions made,
 // none failed, the plain mode exact on the hot keys, and each decision
 // costing at most one script call in the plain mode.
@@ -49,12 +60,15 @@ func TestRunOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Log(res.row(p, mode, 2))
+		t.Log(res.metrics().row(p, mode, 2))
 		if res.decisions == 0 || res.errors != 0 {
 			t.Fatalf("%s: %+v", mode, res)
 		}
 		if i == 0 && (res.hotMax > p.hotLimit || res.scriptCalls > res.decisions) {
 			t.Fatalf("plain: %+v: the hot keys are exact, and each decision is one script call", res)
+		}
+		if res.inScripts <= 0 || res.inScripts > res.cpu || res.clientCPU <= 0 {
+			t.Fatalf("%s: %+v: the scripts' time is part of the server's CPU time, and the client's is counted", mode, res)
 		}
 	}
 }
