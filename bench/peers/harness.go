@@ -54,23 +54,36 @@ func (sc Scenario) Workers() int {
 
 // KeySet returns n distinct keys, "tenant-0" …, each its own allocation,
 // built once per n.
-func KeySet(n int) []string {
+func KeySet(n int) []string { return PrefixedKeySet(DefaultKeyPrefix, n) }
+
+// DefaultKeyPrefix is the keys' prefix: "tenant-N" is 8 to 14 bytes.
+const DefaultKeyPrefix = "tenant-"
+
+// PrefixedKeySet returns n distinct keys, prefix+"0" …, each its own
+// allocation, built once per prefix and n.
+func PrefixedKeySet(prefix string, n int) []string {
 	keysMu.Lock()
 	defer keysMu.Unlock()
-	if ks, ok := keySets[n]; ok {
+	id := keySetID{prefix, n}
+	if ks, ok := keySets[id]; ok {
 		return ks
 	}
 	ks := make([]string, n)
 	for i := range ks {
-		ks[i] = "tenant-" + strconv.Itoa(i)
+		ks[i] = prefix + strconv.Itoa(i)
 	}
-	keySets[n] = ks
+	keySets[id] = ks
 	return ks
+}
+
+type keySetID struct {
+	prefix string
+	n      int
 }
 
 var (
 	keysMu  sync.Mutex
-	keySets = map[int][]string{}
+	keySets = map[keySetID][]string{}
 )
 
 // KeyCopies returns copies of KeySet(n), each its own allocation, made

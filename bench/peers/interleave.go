@@ -41,6 +41,9 @@ type InterleaveConfig struct {
 	// and a limiter whose waiters sleep on a mutex is charged less than
 	// one whose waiters spin, so read hot-parallel by the wall clock too.
 	CPUTime bool
+	// KeyPrefix is the keys' prefix ("": DefaultKeyPrefix, "tenant-"):
+	// a longer one measures longer keys (an API key, a UUID).
+	KeyPrefix string
 	// Logf, if set, receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -98,7 +101,11 @@ func Interleave(cfg InterleaveConfig) (*Samples, error) {
 }
 
 func interleaveScenario(cfg InterleaveConfig, sc Scenario, s *Samples, logf func(string, ...any)) {
-	keys := KeySet(sc.Keys)
+	prefix := cfg.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	keys := PrefixedKeySet(prefix, sc.Keys)
 	workers := sc.Workers()
 	lims := make([]Limiter, len(cfg.Peers))
 	start := time.Now()

@@ -121,3 +121,20 @@ func TestRNG(t *testing.T) {
 		}
 	}
 }
+
+// PrefixedKeySet builds the keys from its prefix, distinct, and keeps the
+// sets of different prefixes apart; KeySet is the default prefix's.
+func TestPrefixedKeySet(t *testing.T) {
+	long := PrefixedKeySet("tenant-3f2a9c1e-7b4d-4e8a-9c0f-", 1000)
+	short := KeySet(1000)
+	seen := map[string]bool{}
+	for i, k := range long {
+		if want := "tenant-3f2a9c1e-7b4d-4e8a-9c0f-" + strconv.Itoa(i); k != want || seen[k] {
+			t.Fatalf("key %d = %q, want %q, distinct", i, k, want)
+		}
+		seen[k] = true
+		if short[i] != DefaultKeyPrefix+strconv.Itoa(i) {
+			t.Fatalf("KeySet's key %d = %q", i, short[i])
+		}
+	}
+}

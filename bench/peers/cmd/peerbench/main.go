@@ -46,6 +46,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "", "write the samples as JSON to this file (default: stdout)")
 	report := fs.String("report", "", "render RESULTS.md sections from these sample files (comma-separated, one or two) instead of measuring")
 	ref := fs.String("ref", "sethvargo", "the reference peer of the ratio tables")
+	prefix := fs.String("keyprefix", peers.DefaultKeyPrefix, "the keys' prefix (keys are prefix+N): a longer one measures longer keys")
 	cpu := fs.Bool("cpu", false, "time cells by the process's CPU time instead of the wall clock (a loaded machine; see peers.InterleaveConfig.CPUTime)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,12 +58,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-rounds must be ≥ 1 and -cell > 0")
 	}
 	cfg := peers.InterleaveConfig{
-		Rounds:   *rounds,
-		CellTime: *cell,
-		Limit:    100_000_000_000, // per hour: everything is admitted (see bench_test.go)
-		Window:   time.Hour,
-		CPUTime:  *cpu,
-		Logf:     func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) },
+		Rounds:    *rounds,
+		CellTime:  *cell,
+		Limit:     100_000_000_000, // per hour: everything is admitted (see bench_test.go)
+		Window:    time.Hour,
+		CPUTime:   *cpu,
+		KeyPrefix: *prefix,
+		Logf:      func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) },
 	}
 	pre, err := regexp.Compile(*only)
 	if err != nil {
