@@ -3,8 +3,9 @@
 // with a Zipf load over many tenants and a few hot keys at a low limit, in
 // the plain and the hybrid mode, and prints one Markdown row per mode and
 // R: decisions/s, p50 and p99 latency, script calls and round trips per
-// decision, Redis CPU per decision (INFO cpu) and the part of it spent
-// running the scripts (INFO commandstats), the replicas' own CPU per
+// decision, Redis CPU per decision (INFO cpu) and the scripts' run time
+// (INFO commandstats: wall time, which includes the server's waits for a
+// core on a loaded machine), the replicas' own CPU per
 // decision (the process's), and the most admitted on a hot key in its
 // window against the limit and the hybrid bound. With -rounds n it runs
 // every row n times, in turn, and prints each figure's median.
@@ -143,7 +144,7 @@ func main() {
 	if p.rounds > 1 {
 		fmt.Printf("Medians of %d rounds, figure by figure (the hot key: the most of any round).\n\n", p.rounds)
 	}
-	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | of which in scripts | client CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
+	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | scripts' run time / decision | client CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for i, c := range cells {
 		fmt.Println(median(got[i]).row(p, c.mode, c.r))

@@ -26,7 +26,7 @@ type result struct {
 	p50, p99            time.Duration
 	scriptCalls, trips  int64
 	cpu                 time.Duration // the servers' CPU time (INFO cpu)
-	inScripts           time.Duration // of which running the scripts (INFO commandstats)
+	inScripts           time.Duration // the scripts' run time (INFO commandstats' usec: wall time)
 	clientCPU           time.Duration // this process's CPU time: the replicas, their clients and the callers
 	hotMax              int64
 	errors              int64

@@ -67,8 +67,10 @@ func TestRunOnce(t *testing.T) {
 		if i == 0 && (res.hotMax > p.hotLimit || res.scriptCalls > res.decisions) {
 			t.Fatalf("plain: %+v: the hot keys are exact, and each decision is one script call", res)
 		}
-		if res.inScripts <= 0 || res.inScripts > res.cpu || res.clientCPU <= 0 {
-			t.Fatalf("%s: %+v: the scripts' time is part of the server's CPU time, and the client's is counted", mode, res)
+		// The scripts' time is wall time (commandstats' usec), which on a
+		// machine whose cores are shared can exceed the server's CPU time.
+		if res.inScripts <= 0 || res.clientCPU <= 0 {
+			t.Fatalf("%s: %+v: the scripts' time and the client's CPU time are counted", mode, res)
 		}
 	}
 }
