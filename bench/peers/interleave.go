@@ -171,9 +171,9 @@ func interleaveScenario(cfg InterleaveConfig, sc Scenario, s *Samples, logf func
 // measureCPU is measureWall timed by the process's CPU time (see
 // InterleaveConfig.CPUTime).
 func measureCPU(lim Limiter, keys []string, workers int, n int64) (time.Duration, int64) {
-	c0 := cpuTime()
+	c0 := CPUTime()
 	_, a := measureWall(lim, keys, workers, n)
-	return cpuTime() - c0, a
+	return CPUTime() - c0, a
 }
 
 // measureWall sends n requests to lim from workers goroutines (keys drawn

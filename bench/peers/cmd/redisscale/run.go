@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ringlimit/ringlimit/bench/peers"
 	"github.com/ringlimit/ringlimit/engine"
 	"github.com/ringlimit/ringlimit/redisstore"
 )
@@ -165,7 +166,7 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 		return res, err
 	}
 	trips.Store(0)
-	client0 := cpuTime()
+	client0 := peers.CPUTime()
 	per := max(1, p.callers/r)
 	var period time.Duration // -rate: each caller's time between calls
 	if p.rate > 0 {
@@ -236,7 +237,7 @@ func runOnce(p params, mode string, r int, prefix string) (result, error) {
 	for _, l := range ls {
 		_ = l.Close() // the last flush: its calls are counted too
 	}
-	res.clientCPU = cpuTime() - client0
+	res.clientCPU = peers.CPUTime() - client0
 	cpu1, err := admin.cpu(ctx)
 	if err != nil {
 		return res, err
