@@ -56,6 +56,7 @@ type breaker struct {
 	off     bool                    // WithBreaker(0, 0): verdicts for the callers waiting, but never open
 	wrap    func(cause error) error // the cause as an open breaker's answer says it, if set
 	onOpen  func()                  // called by the trip that opened the breaker, if set; must not block
+	opens   *atomic.Uint64          // counts the openings, if set: before the open breaker is visible, so a caller that meets it finds it counted
 
 	mu      sync.Mutex // guards the fields below, and orders trips against a probe's verdict
 	gen     uint64     // trips so far: a probe closes the breaker only if no trip came during it
@@ -126,6 +127,9 @@ func (b *breaker) trip(cause error) bool {
 		return false
 	}
 	opened := b.open.Load() == nil
+	if opened && b.opens != nil {
+		b.opens.Add(1)
+	}
 	b.open.Store(&e)
 	b.gen++
 	if !b.probing && !b.stopped && !b.manual {

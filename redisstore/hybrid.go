@@ -298,6 +298,7 @@ func (l *Limiter) startHybrid() error {
 	h.br = newBreaker(h.probe, o.interval, max(time.Second, o.interval), o.manual)
 	h.br.onClose = l.startCheck // the outage may have been a restart or a failover: another server
 	h.br.onOpen = h.opened
+	h.br.opens = &l.breakerOpens
 	h.br.bg = l.bg
 	addr, node := l.node(l.bg, "")
 	h.br.budget = l.live
@@ -408,7 +409,6 @@ func (l *Limiter) exactAfterClose(ctx context.Context, key string, n, limit, res
 // opened is called when the failure state begins (h.br opened): every key
 // needs a new observation, since its est is as old as the outage will be.
 func (h *hybrid) opened() {
-	h.l.breakerOpens.Add(1)
 	h.mu.Lock()
 	h.trips++
 	for _, k := range h.keys {

@@ -80,8 +80,8 @@ func (l *Limiter) newPlainBreaker(addr string, node *redis.Client) *plainBreaker
 	pb := &plainBreaker{l: l, addr: addr, node: node}
 	b := newBreaker(pb.probe, l.opts.brMin, l.opts.brMax, l.opts.manual)
 	b.onClose = l.startCheck // the outage may have been a restart or a failover: another server
+	b.opens = &l.breakerOpens
 	b.onOpen = func() {
-		l.breakerOpens.Add(1)
 		if l.hyb != nil {
 			l.hyb.openedNode(addr)
 		}
