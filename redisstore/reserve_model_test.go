@@ -178,6 +178,11 @@ func TestReserveMatchesEngine(t *testing.T) {
 			for i := range 500 {
 				key := keys[rng.IntN(len(keys))]
 				switch op := rng.IntN(10); {
+				case i%100 == 99:
+					// a Reset every 100 steps: which branch a random op
+					// takes depends on what is held, so on the machine's
+					// speed, and the rare random Reset may never come
+					m.reset(i, key)
 				case op < 4 || len(m.held) == 0:
 					m.reserve(i, key, int64(rng.IntN(5)))
 				case op < 6:
@@ -185,7 +190,7 @@ func TestReserveMatchesEngine(t *testing.T) {
 				case op < 9:
 					k := rng.IntN(len(m.held))
 					actual := int64(rng.IntN(int(2*m.held[k].r.Units() + 2)))
-					if rng.IntN(8) == 0 {
+					if rng.IntN(8) == 0 || m.debts == 0 && i >= 250 {
 						actual = m.held[k].r.Units() + cfg.Limit*3 // a debt past the limit
 					}
 					m.settle(i, k, actual)
