@@ -307,7 +307,10 @@ func TestFullCollisionsRemoveReplaceSwap(t *testing.T) {
 	got, _ = tab.Load(0, "b")
 	require.True(t, got == b2)
 	b3 := g.New(t0+5*sec, 0, "b")
-	got, ok = tab.Swap(0, "b", b2, func() ringslot.Ring { return b3 })
+	got, ok = tab.Swap(0, "b", b2, func() ringslot.Ring {
+		require.True(t, g.Retire(b2, t0+8*sec)) // Swap's contract: next retires old (idle since t0+5s)
+		return b3
+	})
 	require.True(t, ok)
 	require.True(t, got == b3)
 	got, _ = tab.Load(0, "b")
