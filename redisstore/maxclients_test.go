@@ -157,7 +157,7 @@ func TestMaxClientsIsNoOutage(t *testing.T) {
 				// deadline), and at maxclients none can be made: the
 				// limiter has no connection left to reach Redis, which is
 				// minOpen = 1's case, an outage for it (seen beside two
-				// CPU hogs in about 1 run of 50).
+				// CPU hogs in 2 of about 145 runs).
 				t.Skipf("the client's pool lost every connection (premise broken, not a verdict): %+v", *ps)
 			}
 			if ft.admitted.Load() != 0 || st.BreakerOpens != 0 || st.FallbackDecisions != 0 {
