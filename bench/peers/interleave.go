@@ -234,6 +234,10 @@ func drive(lim Limiter, keys []string, n int64, r rng) int64 {
 // Spread is the median of per-round values with their min and max.
 type Spread struct{ Median, Min, Max float64 }
 
+// Median is the median of v (the mean of the middle two for an even
+// count; NaN for none).
+func Median(v []float64) float64 { return spread(v).Median }
+
 func spread(v []float64) Spread {
 	if len(v) == 0 {
 		return Spread{math.NaN(), math.NaN(), math.NaN()}

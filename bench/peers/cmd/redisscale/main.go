@@ -144,7 +144,7 @@ func main() {
 	if p.rounds > 1 {
 		fmt.Printf("Medians of %d rounds, figure by figure (the hot key: the most of any round).\n\n", p.rounds)
 	}
-	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | scripts' run time / decision | client CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
+	fmt.Println("| mode | R | decisions/s | p50 | p99 | script calls / decision | round trips / decision | Redis CPU / decision | scripts' run time / decision | replicas' CPU / decision | tenants admitted % | hot key: most admitted (limit, bound) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for i, c := range cells {
 		fmt.Println(median(got[i]).row(p, c.mode, c.r))

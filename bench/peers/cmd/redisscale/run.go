@@ -60,11 +60,7 @@ func median(ms []metrics) metrics {
 		for i, m := range ms {
 			v[i] = f(m)
 		}
-		slices.Sort(v)
-		if n := len(v); n%2 == 0 {
-			return (v[n/2-1] + v[n/2]) / 2
-		}
-		return v[len(v)/2]
+		return peers.Median(v)
 	}
 	out := metrics{
 		rate: med(func(m metrics) float64 { return m.rate }), p50: med(func(m metrics) float64 { return m.p50 }),
