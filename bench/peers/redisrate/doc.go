@@ -3,5 +3,5 @@
 // that redisstore's module does not require redis_rate; the benchmark starts
 // its own redis-server on a loopback port and skips, saying so, where
 // redis-server is not installed. The figures and how to read them are in
-// redisstore/README.md.
+// docs/redisstore-measurements.md.
 package redisrate
