@@ -82,11 +82,12 @@ type Limiter struct {
 	// under nodeMu. The hybrid mode's is hyb.br, or with a ClusterClient
 	// or a Ring the nodes' breakers, as in the plain mode.
 	br        *plainBreaker
-	multi     bool          // the client spreads keys over nodes (ClusterClient, Ring): breakers per node
-	nodes     sync.Map      // string → *plainBreaker
-	checkers  sync.Map      // string (a node's address) → *checker (client.go)
-	live      time.Duration // liveBudget: the longest silence of a node that answers
-	nodeCount atomic.Int32  // breakers in nodes
+	multi     bool           // the client spreads keys over nodes (ClusterClient, Ring): breakers per node
+	nodes     sync.Map       // string → *plainBreaker
+	checkers  sync.Map       // string (a node's address) → *checker (client.go)
+	dials     sync.WaitGroup // the checkers' dials in progress (checkdial.go)
+	live      time.Duration  // liveBudget: the longest silence of a node that answers
+	nodeCount atomic.Int32   // breakers in nodes
 	nodeMu    sync.Mutex
 	bg        context.Context // a probe's or a confirmation's parent, cancelled by Close
 	bgCancel  context.CancelFunc
