@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -300,75 +297,5 @@ func TestCloseIgnoresLaterRoundTrips(t *testing.T) {
 	t.Logf("Close returned %v after the first round trip started", took)
 	if took < 0 {
 		t.Errorf("Close did not return within 10 s while later decisions kept starting round trips; the one in flight at Close ended by ~300 ms")
-	}
-}
-
-// Close while the dial of a checker's connection gets no answer (a host
-// that drops SYNs): Close returns when every goroutine the Limiter
-// started has ended, so no dial of the limiter's is in progress when it
-// returns, none starts after it (go-redis's retries of the dial), and it
-// does not wait out the DialTimeout. go-redis dials in a goroutine of its
-// own, with a context detached from the check's, so cancelling the check
-// left the dial running after Close.
-func TestCloseEndsTheCheckersDial(t *testing.T) {
-	s := redistest.Start(t)
-	var drop atomic.Bool           // dials get no answer: only their context ends them
-	var inDial, dials atomic.Int64 // the test dialer's dials in progress, and begun
-	gone := make(chan struct{})    // the test's end: a dial left running ends then
-	t.Cleanup(func() { close(gone) })
-	var nd net.Dialer
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !drop.Load() {
-			return nd.DialContext(ctx, network, addr)
-		}
-		dials.Add(1)
-		inDial.Add(1)
-		defer inDial.Add(-1)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-gone:
-			return nil, errors.New("the test is over")
-		}
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: dial, DialTimeout: time.Minute, MaxRetries: -1})
-	defer c.Close()
-	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.AllowN(ctx, "k", 1); err != nil { // the client's pool keeps its connection
-		t.Fatal(err)
-	}
-	l.waitChecks()
-	drop.Store(true)
-	if l.judge(ctx, "k", io.EOF) == nil { // a lost round trip: a suspicion, whose check dials the checker's connection
-		t.Fatal("a lost round trip started no confirmation")
-	}
-	var ck *checker
-	waitUntil(t, "dial of the checker's connection", func() bool {
-		if v, ok := l.checkers.Load(""); ok {
-			ck = v.(*checker)
-		}
-		return ck != nil && ck.dialing.Load() > 0 && inDial.Load() > 0
-	}, func() any { return fmt.Sprintf("checker %v, test dials %d", ck != nil, inDial.Load()) })
-	done := make(chan struct{})
-	go func() { _ = l.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(hangBound):
-		t.Fatalf("Close did not return within %v: it waits out the dial's DialTimeout (%v)", hangBound, time.Minute)
-	}
-	if n, m := ck.dialing.Load(), inDial.Load(); n != 0 || m != 0 {
-		t.Fatalf("after Close, %d dial(s) of the checker's connection still in progress (%d in the client's Dialer)", n, m)
-	}
-	begun := dials.Load()
-	for start := time.Now(); strings.Contains(stacks(), "pool.(*ConnPool).dialConn"); time.Sleep(time.Millisecond) {
-		if time.Since(start) > hangBound {
-			t.Fatalf("go-redis still dials for the checker %v after Close:\n%s", hangBound, stacks())
-		}
-	}
-	if n := dials.Load() - begun; n != 0 {
-		t.Fatalf("%d dial(s) of the checker's connection began after Close (go-redis's retries)", n)
 	}
 }

@@ -1,0 +1,207 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// silentDials is a test client's Dialer under which the dials of the
+// limiter's checkers get no answer (a host that drops SYNs): they end only
+// with their context, or, with connect, connect once it has ended (an
+// answer that arrives as the dial is given up). The client's own dials
+// connect.
+type silentDials struct {
+	t       testing.TB
+	connect bool
+	nd      net.Dialer
+	gone    chan struct{} // the test's end: a dial left running ends then
+	in      atomic.Int64  // checkers' dials in the Dialer
+	begun   atomic.Int64  // checkers' dials begun
+	open    atomic.Int64  // connections made by checkers' dials, not closed
+}
+
+func newSilentDials(t testing.TB, connect bool) *silentDials {
+	sd := &silentDials{t: t, connect: connect, gone: make(chan struct{})}
+	t.Cleanup(func() { close(sd.gone) })
+	return sd
+}
+
+// checkers reports whether the calling goroutine dials for a checker: a
+// frame of redisstore's own code (not a test's) is on its stack, which is
+// never so for the client's own dials, made in go-redis's goroutines.
+func checkers() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/ringlimit/ringlimit/redisstore.") && !strings.HasSuffix(f.File, "_test.go") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+func (sd *silentDials) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if !checkers() {
+		return sd.nd.DialContext(ctx, network, addr)
+	}
+	sd.begun.Add(1)
+	sd.in.Add(1)
+	defer sd.in.Add(-1)
+	select {
+	case <-ctx.Done():
+	case <-sd.gone:
+		return nil, errors.New("the test is over")
+	}
+	if !sd.connect {
+		return nil, ctx.Err()
+	}
+	cn, err := sd.nd.DialContext(context.Background(), network, addr)
+	if err != nil {
+		return nil, err
+	}
+	sd.open.Add(1)
+	return &countedConn{Conn: cn, open: &sd.open}, nil
+}
+
+// countedConn decrements *open when it is first closed.
+type countedConn struct {
+	net.Conn
+	open *atomic.Int64
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// closeWhileDialing waits until the checker of the node at addr dials, then
+// closes l: when Close returns, no dial of the checker's is in progress,
+// none began after it, and no connection a dial made is open. Close must
+// not wait out the DialTimeout (a minute, past hangBound).
+func closeWhileDialing(t *testing.T, l *Limiter, sd *silentDials, addr string) {
+	t.Helper()
+	var ck *checker
+	waitUntil(t, "dial of the checker's connection", func() bool {
+		if v, ok := l.checkers.Load(addr); ok {
+			ck = v.(*checker)
+		}
+		return ck != nil && ck.dialing.Load() > 0 && sd.in.Load() > 0
+	}, func() any { return fmt.Sprintf("checker %v, dials %d", ck != nil, sd.in.Load()) })
+	done := make(chan struct{})
+	go func() { _ = l.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangBound):
+		t.Fatalf("Close did not return within %v: it waits out the dial's DialTimeout", hangBound)
+	}
+	if n, m := ck.dialing.Load(), sd.in.Load(); n != 0 || m != 0 {
+		t.Fatalf("after Close, %d dial(s) of the checker's connection still in progress (%d in the client's Dialer)", n, m)
+	}
+	if n := sd.open.Load(); n != 0 {
+		t.Fatalf("after Close, %d connection(s) made by the checker's dial still open", n)
+	}
+	begun := sd.begun.Load()
+	for start := time.Now(); strings.Contains(stacks(), "pool.(*ConnPool).dialConn"); time.Sleep(time.Millisecond) {
+		if time.Since(start) > hangBound {
+			t.Fatalf("go-redis still dials %v after Close:\n%s", hangBound, stacks())
+		}
+	}
+	if n := sd.begun.Load() - begun; n != 0 {
+		t.Fatalf("%d dial(s) of the checker's connection began after Close (go-redis's retries)", n)
+	}
+}
+
+// Close while the dial of a checker's connection gets no answer: Close
+// returns when every goroutine the Limiter started has ended, so no dial
+// of the limiter's is in progress when it returns, none starts after it
+// (go-redis's retries of the dial), and it does not wait out the
+// DialTimeout. go-redis dials in a goroutine of its own, with a context
+// detached from the check's, so cancelling the check left the dial
+// running after Close. A dial that connects as Close comes leaves no
+// connection open.
+func TestCloseEndsTheCheckersDial(t *testing.T) {
+	for _, connect := range []bool{false, true} {
+		t.Run(fmt.Sprintf("connects=%v", connect), func(t *testing.T) {
+			s := redistest.Start(t)
+			sd := newSilentDials(t, connect)
+			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
+			defer c.Close()
+			l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.AllowN(ctx, "k", 1); err != nil { // the client's pool keeps its connection
+				t.Fatal(err)
+			}
+			if l.judge(ctx, "k", io.EOF) == nil { // a lost round trip: a suspicion, whose check dials the checker's connection
+				t.Fatal("a lost round trip started no confirmation")
+			}
+			closeWhileDialing(t, l, sd, "")
+		})
+	}
+}
+
+// The same with a Cluster master's checker.
+func TestCloseEndsAClusterCheckersDial(t *testing.T) {
+	servers := redistest.StartCluster(t, 3)
+	sd := newSilentDials(t, false)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(servers), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
+	defer cc.Close()
+	l, err := New(cc, engine.Config{Limit: 10, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AllowN(ctx, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	addr, node := l.node(ctx, "k")
+	if node == nil {
+		t.Fatal("no master for k")
+	}
+	if l.judge(ctx, "k", io.EOF) == nil {
+		t.Fatal("a lost round trip started no confirmation")
+	}
+	closeWhileDialing(t, l, sd, addr)
+}
+
+// Checks that keep beginning while Close runs (a confirmation's, a
+// probe's): their dials too have ended when Close returns, and none
+// begins after it.
+func TestCloseEndsTheDialsOfChecksBegunAsItRuns(t *testing.T) {
+	s := redistest.Start(t)
+	sd := newSilentDials(t, false)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for cctx.Err() == nil {
+				_ = l.check(cctx, "", c, "k") // ends when its dial does, or at stop
+			}
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+	closeWhileDialing(t, l, sd, "")
+}
