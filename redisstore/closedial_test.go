@@ -21,11 +21,12 @@ import (
 // silentDials is a test client's Dialer under which the dials of the
 // limiter's checkers get no answer (a host that drops SYNs): they end only
 // with their context, or, with connect, connect once it has ended (an
-// answer that arrives as the dial is given up). The client's own dials
-// connect.
+// answer that arrives as the dial is given up), or, with deaf (a Dialer
+// that ignores its context, as go-redis's own with TLS), end with it
+// unheeded. The client's own dials connect.
 type silentDials struct {
-	t       testing.TB
 	connect bool
+	deaf    chan struct{} // if set, a dial ends when it is closed, not with its context
 	nd      net.Dialer
 	gone    chan struct{} // the test's end: a dial left running ends then
 	in      atomic.Int64  // checkers' dials in the Dialer
@@ -34,7 +35,7 @@ type silentDials struct {
 }
 
 func newSilentDials(t testing.TB, connect bool) *silentDials {
-	sd := &silentDials{t: t, connect: connect, gone: make(chan struct{})}
+	sd := &silentDials{connect: connect, gone: make(chan struct{})}
 	t.Cleanup(func() { close(sd.gone) })
 	return sd
 }
@@ -63,13 +64,17 @@ func (sd *silentDials) dial(ctx context.Context, network, addr string) (net.Conn
 	sd.begun.Add(1)
 	sd.in.Add(1)
 	defer sd.in.Add(-1)
+	done := ctx.Done()
+	if sd.deaf != nil {
+		done = sd.deaf
+	}
 	select {
-	case <-ctx.Done():
+	case <-done:
 	case <-sd.gone:
 		return nil, errors.New("the test is over")
 	}
 	if !sd.connect {
-		return nil, ctx.Err()
+		return nil, errors.New("no answer")
 	}
 	cn, err := sd.nd.DialContext(context.Background(), network, addr)
 	if err != nil {
@@ -155,6 +160,30 @@ func TestCloseEndsTheCheckersDial(t *testing.T) {
 			}
 			closeWhileDialing(t, l, sd, "")
 		})
+	}
+}
+
+// A Dialer that ignores its context (go-redis's own with TLSConfig:
+// tls.DialWithDialer) cannot be ended by Close: Close waits for it (at
+// most DialTimeout with go-redis's), and no dial is left when it returns.
+func TestCloseWaitsForADialerDeafToItsContext(t *testing.T) {
+	s := redistest.Start(t)
+	sd := newSilentDials(t, false)
+	sd.deaf = make(chan struct{})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.judge(ctx, "k", io.EOF) == nil {
+		t.Fatal("a lost round trip started no confirmation")
+	}
+	waitUntil(t, "dial of the checker's connection", func() bool { return sd.in.Load() > 0 }, func() any { return sd.in.Load() })
+	time.AfterFunc(50*time.Millisecond, func() { close(sd.deaf) }) // the dial's own timeout; a Close that does not wait returns before it
+	_ = l.Close()
+	if n := sd.in.Load(); n != 0 {
+		t.Fatalf("Close returned while %d dial(s) of the checker's connection, deaf to their context, were in progress", n)
 	}
 }
 
