@@ -2,8 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
+	"reflect"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -55,7 +59,7 @@ func (l *Limiter) beginDial() bool {
 // with go-redis's backoff between (DialerRetryBackoff, or
 // DialerRetryTimeout), as go-redis would, but within l.bg.
 func (l *Limiter) checkDialer(ck *checker, o *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	dial, budget := o.Dialer, l.live
+	dial, budget := heedfulDialer(o), l.live
 	attempts, timeout := max(o.DialerRetries, 1), o.DialTimeout
 	backoff := o.DialerRetryBackoff
 	if backoff == nil {
@@ -110,4 +114,29 @@ func (l *Limiter) checkDialer(ck *checker, o *redis.Options) func(ctx context.Co
 		}
 		return nil, err
 	}
+}
+
+// heedfulDialer returns o.Dialer, or, when that is go-redis's own dialer
+// with TLS (redis.NewDialer, which dials with tls.DialWithDialer and so
+// ignores its context: Close would wait out DialTimeout), the same dial
+// made with tls.Dialer, which heeds it. go-redis's own is told by its
+// function's name, which inlining may prefix with its caller's
+// ("(*Options).init.NewDialer.func1"); a dialer of any other name is
+// kept, and Close waits for it as it is.
+func heedfulDialer(o *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if o.TLSConfig == nil || o.Dialer == nil {
+		return o.Dialer
+	}
+	f := runtime.FuncForPC(reflect.ValueOf(o.Dialer).Pointer())
+	if f == nil || !strings.HasPrefix(f.Name(), "github.com/redis/go-redis/v9.") || !strings.Contains(f.Name(), "NewDialer.func") {
+		return o.Dialer
+	}
+	d := &tls.Dialer{
+		NetDialer: &net.Dialer{
+			Timeout:         o.DialTimeout,
+			KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}, // go-redis's
+		},
+		Config: o.TLSConfig,
+	}
+	return d.DialContext
 }

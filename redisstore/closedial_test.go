@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -184,6 +185,65 @@ func TestCloseWaitsForADialerDeafToItsContext(t *testing.T) {
 	_ = l.Close()
 	if n := sd.in.Load(); n != 0 {
 		t.Fatalf("Close returned while %d dial(s) of the checker's connection, deaf to their context, were in progress", n)
+	}
+}
+
+// go-redis's own dialer with TLS ignores its context (tls.DialWithDialer):
+// the checker dials with one that heeds it, so Close ends a handshake
+// that gets no answer (a server that accepts and never speaks) rather
+// than wait out the DialTimeout.
+func TestCloseEndsTheCheckersTLSDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn // accepted, never answered
+	var mu sync.Mutex
+	go func() {
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, cn)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, cn := range held {
+			cn.Close()
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), TLSConfig: &tls.Config{InsecureSkipVerify: true},
+		DialTimeout: time.Minute, MaxRetries: -1})
+	defer c.Close()
+	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.judge(ctx, "k", io.EOF) == nil {
+		t.Fatal("a lost round trip started no confirmation")
+	}
+	var ck *checker
+	waitUntil(t, "dial of the checker's connection", func() bool {
+		if v, ok := l.checkers.Load(""); ok {
+			ck = v.(*checker)
+		}
+		return ck != nil && ck.dialing.Load() > 0
+	}, func() any { return ck != nil })
+	done := make(chan struct{})
+	go func() { _ = l.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangBound):
+		t.Fatalf("Close did not return within %v: it waits out the TLS dial's DialTimeout", hangBound)
+	}
+	if n := ck.dialing.Load(); n != 0 {
+		t.Fatalf("after Close, %d dial(s) of the checker's connection still in progress", n)
 	}
 }
 
