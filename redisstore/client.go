@@ -55,8 +55,8 @@ func unboundedReads(client redis.UniversalClient) bool {
 // client of its own, made from the node's options (address, dialer, TLS,
 // credentials, database, OnConnect), with one connection, no retries, and
 // context deadlines enforced. It is made at the node's first suspicion and
-// closed by Close. A client of any other type has none: its checks share
-// its pool.
+// closed by Close, which ends its dials first (checkdial.go). A client of
+// any other type has none: its checks share its pool.
 
 // defaultLive is the longest reply treated as alive when the client sets
 // no read deadline: go-redis's default ReadTimeout.

@@ -258,8 +258,10 @@ func (l *Limiter) checkBounds() error {
 //
 // A plain limiter has nothing to flush: Close cancels a maxmemory-policy
 // check in flight, turns the breaker off (every later decision tries
-// Redis), stops the prober and the fallback engine's sweeper, and waits for
-// the round trips in flight when it is called. On a stalled server a round
+// Redis), stops the prober and the fallback engine's sweeper, ends the
+// dials of the confirmations' connections (waiting for one whose Dialer
+// ignores its context), and waits for the round trips in flight when it
+// is called. On a stalled server a round
 // trip lasts up to (1 + MaxRetries) × ReadTimeout plus go-redis's backoff,
 // or, with ContextTimeoutEnabled, until its context's deadline (see
 // ErrUnboundedRoundTrip; README, "Deadlines and batching").
