@@ -29,13 +29,19 @@ import (
 //     sync.WaitGroup requires, and a dial asked for after it makes no
 //     attempt (errDialClosed).
 //   - Close cancels l.bg before that Wait: an attempt or a backoff in
-//     progress then ends at once (with a Dialer that honours its
-//     context), and no attempt begins after.
+//     progress then ends at once (with a Dialer that heeds its context;
+//     one that does not is waited for), and no attempt begins after.
 //   - A dial that connects after l.bg was cancelled closes its
 //     connection and returns an error: no connection is made for a
 //     closed checker. One that returned before is the checker's client's,
 //     whose Close (after the Wait) closes it, or go-redis closes it when
 //     it finds its pool closed.
+//
+// What go-redis's goroutine does once the dialer has returned (file the
+// result, close a connection for a closed pool) waits for nothing. Left:
+// after PoolSize failed dials go-redis starts a goroutine (tryDial) that
+// dials once a second until one connects; after Close its dial is
+// refused and it ends at its next wake, up to a second after Close.
 
 // errDialClosed is a checker's dial asked for after Close.
 var errDialClosed = errors.New("redisstore: the limiter is closed: the checker dials no more")
@@ -85,6 +91,9 @@ func (l *Limiter) checkDialer(ck *checker, o *redis.Options) func(ctx context.Co
 		defer context.AfterFunc(l.bg, cancel)()
 		var err error
 		for i := range attempts {
+			if l.bg.Err() != nil {
+				return nil, errors.Join(errDialClosed, err)
+			}
 			if i > 0 {
 				t := time.NewTimer(max(backoff(i-1), 0))
 				select {
