@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -244,6 +247,35 @@ func TestCloseEndsTheCheckersTLSDial(t *testing.T) {
 	}
 	if n := ck.dialing.Load(); n != 0 {
 		t.Fatalf("after Close, %d dial(s) of the checker's connection still in progress", n)
+	}
+}
+
+// heedfulDialer's dial is go-redis's own with TLS (a handshake with the
+// node's TLSConfig), and a Dialer of the application's is kept as it is.
+func TestHeedfulDialerDialsAsGoRedisDoes(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: &tls.Config{InsecureSkipVerify: true}})
+	defer c.Close()
+	o := c.Options()
+	d := heedfulDialer(o)
+	if reflect.ValueOf(d).Pointer() == reflect.ValueOf(o.Dialer).Pointer() {
+		t.Fatal("go-redis's own dialer with TLS was kept: it ignores its context")
+	}
+	cn, err := d(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	if tc, ok := cn.(*tls.Conn); !ok || !tc.ConnectionState().HandshakeComplete {
+		t.Fatalf("the dial made %T, not a TLS connection with its handshake done", cn)
+	}
+	own := func(ctx context.Context, network, addr string) (net.Conn, error) { return nil, errors.New("own") }
+	c2 := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: &tls.Config{}, Dialer: own})
+	defer c2.Close()
+	if _, err := heedfulDialer(c2.Options())(ctx, "tcp", addr); err == nil || err.Error() != "own" {
+		t.Fatalf("the application's Dialer was replaced: %v", err)
 	}
 }
 
