@@ -23,8 +23,8 @@ import (
 // attempts, their timeouts and the backoffs are checkDialer's, each
 // ended by l.bg. The invariants:
 //
-//   - A dial begins (l.dials.Add) only under nodeMu while l.closed is
-//     false, and Close sets l.closed under nodeMu before l.dials.Wait
+//   - A dial begins (l.dials.Add) only under nodeMu (a checker's dial
+//     is never on a decision's path) while l.closed is false, and Close sets l.closed under nodeMu before l.dials.Wait
 //     (closeCheckers): every Add happens before the Wait, as
 //     sync.WaitGroup requires, and a dial asked for after it makes no
 //     attempt (errDialClosed).
