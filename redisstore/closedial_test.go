@@ -165,15 +165,23 @@ func closeWhileDialing(t *testing.T, l *Limiter, sd *silentDials, addr string) {
 // DialTimeout. go-redis dials in a goroutine of its own, with a context
 // detached from the check's, so cancelling the check left the dial
 // running after Close. A dial that connects as Close comes leaves no
-// connection open.
+// connection open. The same in the hybrid mode.
 func TestCloseEndsTheCheckersDial(t *testing.T) {
-	for _, connect := range []bool{false, true} {
-		t.Run(fmt.Sprintf("connects=%v", connect), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		connect bool
+		opts    []Option
+	}{
+		{"plain", false, nil},
+		{"plain, connects as Close comes", true, nil},
+		{"hybrid", false, []Option{WithHybrid(5*time.Millisecond, 10)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
-			sd := newSilentDials(t, connect)
+			sd := newSilentDials(t, tc.connect)
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
 			defer c.Close()
-			l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
+			l, err := New(c, engine.Config{Limit: 10, Window: time.Minute}, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
