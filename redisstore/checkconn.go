@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -96,18 +95,4 @@ func (c *checkConn) Read(p []byte) (int, error) {
 		return n, err
 	}
 	return n, &silentError{budget: c.budget}
-}
-
-// dialer wraps a checker's dial: its connections are checkConns, and
-// dialing counts the dials in progress.
-func (ck *checker) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error), budget time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		ck.dialing.Add(1)
-		defer ck.dialing.Add(-1)
-		cn, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &checkConn{Conn: cn, budget: budget}, nil
-	}
 }

@@ -55,8 +55,8 @@ func unboundedReads(client redis.UniversalClient) bool {
 // client of its own, made from the node's options (address, dialer, TLS,
 // credentials, database, OnConnect), with one connection, no retries, and
 // context deadlines enforced. It is made at the node's first suspicion and
-// closed by Close. A client of any other type has none: its checks share
-// its pool.
+// closed by Close, which ends its dials first (checkdial.go). A client of
+// any other type has none: its checks share its pool.
 
 // defaultLive is the longest reply treated as alive when the client sets
 // no read deadline: go-redis's default ReadTimeout.
@@ -117,7 +117,7 @@ func multiNode(client redis.UniversalClient) bool {
 // a check's silence themselves (checkconn.go).
 type checker struct {
 	c       *redis.Client
-	dialing atomic.Int64 // dials in progress (checkconn.go)
+	dialing atomic.Int64 // dials in progress (checkdial.go)
 }
 
 // checkerFor returns the checker of node (address addr), made at its
@@ -147,9 +147,10 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 	o.ReadTimeout, o.WriteTimeout = 2*l.live, 2*l.live // ignored by its connections, which keep their own (checkconn.go)
 	o.PoolTimeout = 2 * l.live
 	if o.Dialer == nil { // Options() is normalised: set already
-		o.Dialer = redis.NewDialer(&o)
+		o.Dialer = redis.NewDialer(node.Options())
 	}
-	o.Dialer = ck.dialer(o.Dialer, l.live)
+	// The retries are the dialer's, which Close ends (checkdial.go).
+	o.Dialer, o.DialerRetries = l.checkDialer(ck, &o), 1
 	// The node's own config is the client's, which go-redis writes under
 	// a lock of its own: the checker needs none.
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -163,11 +164,14 @@ func (l *Limiter) checkerFor(addr string, node *redis.Client) *checker {
 	return ck
 }
 
-// closeCheckers closes the checkers (Close, after the breakers stopped).
+// closeCheckers closes the checkers (Close, after the breakers stopped
+// and l.bg was cancelled), once their dials in progress have ended
+// (checkdial.go).
 func (l *Limiter) closeCheckers() {
 	l.nodeMu.Lock()
 	l.closed.Store(true)
 	l.nodeMu.Unlock()
+	l.dials.Wait()
 	l.checkers.Range(func(_, v any) bool {
 		_ = v.(*checker).c.Close()
 		return true

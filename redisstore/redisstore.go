@@ -82,11 +82,12 @@ type Limiter struct {
 	// under nodeMu. The hybrid mode's is hyb.br, or with a ClusterClient
 	// or a Ring the nodes' breakers, as in the plain mode.
 	br        *plainBreaker
-	multi     bool          // the client spreads keys over nodes (ClusterClient, Ring): breakers per node
-	nodes     sync.Map      // string → *plainBreaker
-	checkers  sync.Map      // string (a node's address) → *checker (client.go)
-	live      time.Duration // liveBudget: the longest silence of a node that answers
-	nodeCount atomic.Int32  // breakers in nodes
+	multi     bool           // the client spreads keys over nodes (ClusterClient, Ring): breakers per node
+	nodes     sync.Map       // string → *plainBreaker
+	checkers  sync.Map       // string (a node's address) → *checker (client.go)
+	dials     sync.WaitGroup // the checkers' dials in progress (checkdial.go)
+	live      time.Duration  // liveBudget: the longest silence of a node that answers
+	nodeCount atomic.Int32   // breakers in nodes
 	nodeMu    sync.Mutex
 	bg        context.Context // a probe's or a confirmation's parent, cancelled by Close
 	bgCancel  context.CancelFunc
@@ -257,8 +258,10 @@ func (l *Limiter) checkBounds() error {
 //
 // A plain limiter has nothing to flush: Close cancels a maxmemory-policy
 // check in flight, turns the breaker off (every later decision tries
-// Redis), stops the prober and the fallback engine's sweeper, and waits for
-// the round trips in flight when it is called. On a stalled server a round
+// Redis), stops the prober and the fallback engine's sweeper, ends the
+// dials of the confirmations' connections (waiting for one whose Dialer
+// ignores its context), and waits for the round trips in flight when it
+// is called. On a stalled server a round
 // trip lasts up to (1 + MaxRetries) × ReadTimeout plus go-redis's backoff,
 // or, with ContextTimeoutEnabled, until its context's deadline (see
 // ErrUnboundedRoundTrip; README, "Deadlines and batching").
