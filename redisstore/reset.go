@@ -23,9 +23,11 @@ import (
 // round trip is the caller's, bounded as the client bounds it.
 //
 // A hybrid limiter also forgets this replica's units not yet sent, and
-// decides the key exactly next; units other replicas admitted locally and
-// have not sent yet (at most maxLocal each, plus a batch in flight) still
-// count in the fresh window (README, "Resetting a key").
+// decides the key exactly next. Units other replicas admitted locally and
+// have not sent yet (up to each one's local allowance, plus a batch in
+// flight) still count in the fresh window, and another replica learns of
+// the Reset at its next flush: until then it may deny the key from its
+// last observation (README, "Resetting a key").
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if len(key) > l.norm.MaxKeyBytes {
 		return nil
