@@ -1,0 +1,88 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/ringlimit/ringlimit/engine"
+	"github.com/ringlimit/ringlimit/redisstore/redistest"
+)
+
+// watchWrites wraps a connection and closes sent once a write carrying
+// mark has gone out on it: the call is then in flight.
+type watchWrites struct {
+	net.Conn
+	mark []byte
+	sent chan struct{}
+	once *sync.Once
+}
+
+func (c watchWrites) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if bytes.Contains(b, c.mark) {
+		c.once.Do(func() { close(c.sent) })
+	}
+	return n, err
+}
+
+// "A call whose caller's context ends before Redis answers is never
+// admitted, under any policy ... This holds on every path: ... hybrid exact
+// decisions" (README, "Deadlines and batching"). A hybrid limiter's exact
+// first decision on a key, its caller's context without a deadline (as an
+// HTTP request's): the call is written, the path to Redis holds it (the
+// proxy's blackhole), the caller cancels, and only then does the path heal
+// and Redis run the call. Redis answered after the cancel, so the caller
+// must not be admitted. A late return is documented (go-redis does not
+// interrupt the read); an admission is not.
+func TestHybridExactDecisionCancelledInFlightNotAdmitted(t *testing.T) {
+	s := redistest.Start(t)
+	p := startProxy(t, s.Addr())
+	sent := make(chan struct{})
+	var once sync.Once
+	c := redis.NewClient(&redis.Options{
+		Addr: p.addr(), MaxRetries: -1, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		Dialer: func(dctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(dctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return watchWrites{conn, []byte("{victim}"), sent, &once}, nil
+		},
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, WithHybrid(time.Minute, 1), WithReplicas(1))
+	if d, err := l.AllowN(ctx, "warm", 1); err != nil || !d.Allowed { // the script is loaded
+		t.Fatalf("%+v %v", d, err)
+	}
+	heal := p.blackhole()
+	defer heal()
+	cctx, cancel := context.WithCancel(ctx)
+	type result struct {
+		d   engine.Decision
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := l.AllowN(cctx, "victim", 1)
+		done <- result{d, err}
+	}()
+	select {
+	case <-sent:
+	case r := <-done:
+		t.Fatalf("returned before its call went out: %+v %v", r.d, r.err)
+	case <-time.After(hangBound):
+		t.Fatal("the call never went out")
+	}
+	cancel() // Redis has not run the call: the path holds it
+	heal()
+	r := <-done
+	st := l.Stats()
+	if r.d.Allowed || r.err == nil {
+		t.Errorf("caller cancelled before Redis ran its call was admitted: %+v, error %v (stats %+v)", r.d, r.err, st)
+	}
+}
