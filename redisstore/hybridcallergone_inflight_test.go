@@ -13,21 +13,55 @@ import (
 	"github.com/ringlimit/ringlimit/redisstore/redistest"
 )
 
-// watchWrites wraps a connection and closes sent once a write carrying
+// writeSignal is closed by the first write carrying mark once armed.
+type writeSignal struct {
+	mu   sync.Mutex
+	mark []byte
+	ch   chan struct{} // nil while not armed
+}
+
+// arm returns the channel the next write carrying mark closes.
+func (w *writeSignal) arm() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ch = make(chan struct{})
+	return w.ch
+}
+
+// watchWrites wraps a connection and signals when a write carrying the
 // mark has gone out on it: the call is then in flight.
 type watchWrites struct {
 	net.Conn
-	mark []byte
-	sent chan struct{}
-	once *sync.Once
+	sig *writeSignal
 }
 
 func (c watchWrites) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	if bytes.Contains(b, c.mark) {
-		c.once.Do(func() { close(c.sent) })
+	if bytes.Contains(b, c.sig.mark) {
+		c.sig.mu.Lock()
+		if c.sig.ch != nil {
+			close(c.sig.ch)
+			c.sig.ch = nil
+		}
+		c.sig.mu.Unlock()
 	}
 	return n, err
+}
+
+// watchedClient is a client of p whose writes carrying mark w signals.
+func watchedClient(tb testing.TB, p *proxy, w *writeSignal) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr: p.addr(), MaxRetries: -1, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+		Dialer: func(dctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(dctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return watchWrites{conn, w}, nil
+		},
+	})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // "A call whose caller's context ends before Redis answers is never
@@ -42,23 +76,13 @@ func (c watchWrites) Write(b []byte) (int, error) {
 func TestHybridExactDecisionCancelledInFlightNotAdmitted(t *testing.T) {
 	s := redistest.Start(t)
 	p := startProxy(t, s.Addr())
-	sent := make(chan struct{})
-	var once sync.Once
-	c := redis.NewClient(&redis.Options{
-		Addr: p.addr(), MaxRetries: -1, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
-		Dialer: func(dctx context.Context, network, addr string) (net.Conn, error) {
-			conn, err := (&net.Dialer{}).DialContext(dctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return watchWrites{conn, []byte("{victim}"), sent, &once}, nil
-		},
-	})
-	t.Cleanup(func() { _ = c.Close() })
+	w := &writeSignal{mark: []byte("{victim}")}
+	c := watchedClient(t, p, w)
 	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, WithHybrid(time.Minute, 1), WithReplicas(1))
 	if d, err := l.AllowN(ctx, "warm", 1); err != nil || !d.Allowed { // the script is loaded
 		t.Fatalf("%+v %v", d, err)
 	}
+	sent := w.arm()
 	heal := p.blackhole()
 	defer heal()
 	cctx, cancel := context.WithCancel(ctx)
