@@ -108,6 +108,17 @@ type heldError struct{ err error }
 func (h *heldError) Error() string { return h.err.Error() }
 func (h *heldError) Unwrap() error { return h.err }
 
+// lateReply is a round trip Redis answered after its caller's context
+// ended (cerr): the decision is not used, and Redis counted the call. The
+// limiter answers it as a caller gone (failWith), without judging it:
+// Redis answered.
+type lateReply struct{ cerr error }
+
+func (e *lateReply) Error() string {
+	return "redisstore: Redis answered after the caller's context ended (Redis counted the call): " + e.cerr.Error()
+}
+func (e *lateReply) Unwrap() error { return e.cerr }
+
 var (
 	errAbandoned   = errors.New("redisstore: the caller's context ended before its call was sent (Redis counted nothing)")
 	errNotAnswered = errors.New("redisstore: the caller's context ended before Redis replied (Redis may have counted the call)")
@@ -147,6 +158,16 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 			}
 		}
 		b.handOn()
+		if err == nil {
+			if cerr := ctxDone(ctx); cerr != nil {
+				// go-redis reads the reply even after a cancellation
+				// (it ends a round trip only by its own timeouts, or by
+				// a deadline with ContextTimeoutEnabled): a caller that
+				// left while its call was in flight is not admitted,
+				// as in the queue (below). Redis counted the call.
+				return engine.Decision{}, time.Time{}, &lateReply{cerr}
+			}
+		}
 		return d, at, err
 	}
 	c := &call{key: key, n: n, limit: limit, reserve: reserve, deadline: dl, done: make(chan result, 1)}
