@@ -23,8 +23,9 @@ const maxReplicas = 1 << 16
 // max(maxLocal, ⌊headroom / (3 × n)⌋) units on a key that Redis has not
 // confirmed, where headroom is what the key could still take at the
 // replica's last observation of it (see WithHybrid). A smaller n than the
-// real count loosens the bound (it is stated with n); a larger one only
-// makes the allowance smaller than needed near the limit. Without
+// real count loosens the bound (it is stated with n); a larger one makes
+// every allowance smaller than needed, so a replica spends its share
+// sooner (a refusal with room left, until the next flush). Without
 // WithHybrid it has no effect.
 func WithReplicas(n int) Option {
 	return func(o *options) error {

@@ -32,9 +32,10 @@ import (
 // units not yet confirmed stay within its allowance: max(maxLocal,
 // ⌊headroom / (3 × replicas)⌋), where headroom is Limit less that count
 // and those exact admissions, and replicas is WithReplicas's (default 16).
-// A key far below its limit is thus admitted locally however hot it is,
-// and the share shrinks to maxLocal (1 ≤ maxLocal ≤ Limit) as the key
-// fills. A local denial is one of two: the window is full (Remaining <
+// A key far below its limit is thus admitted locally up to one allowance
+// per interval, which each flush renews (with an interval near the Window,
+// far below the limit), and the share shrinks to maxLocal (1 ≤ maxLocal ≤
+// Limit) as the key fills. A local denial is one of two: the window is full (Remaining <
 // n), with the RetryAfter of this replica's last exact denial on the key
 // less the time since, a true lower bound (the first such denial is
 // exact); or the replica's share is spent (Remaining ≥ n), with
@@ -107,7 +108,10 @@ import (
 // and near the limit, once every replica's allowance is maxLocal (each
 // saw a headroom below 3 × replicas × (maxLocal + 1)), Q ≤ Limit + (R − 1)
 // × 3 × maxLocal as with a fixed allowance. Slow flushes (a process short
-// of CPU, very many keys) raise c_i, and only the first form holds. The
+// of CPU, very many keys) raise c_i, and only the first form holds. With
+// KeyLimit, Limit is the key's; after a drop of it, the allowances other
+// replicas hold were sized on the old limit, and until their next flushes
+// only the first form holds, with those allowances. The
 // units admitted within any one window are at most the largest Q. The
 // measured overshoots are in the README (TestHybridBoundScale). The proof
 // is in the comment on the hybrid type and docs/design.md §13.
