@@ -37,3 +37,19 @@ func TestHybridLocalDecisionCallerGone(t *testing.T) {
 		t.Errorf("CallerGone %d → %d, want +1 (stats %+v)", before.CallerGone, after.CallerGone, after)
 	}
 }
+
+// "A deadline that has passed counts as the context's end even before the
+// context's timer fires" (README): also for a hybrid local decision.
+func TestHybridLocalDecisionPassedDeadline(t *testing.T) {
+	s := redistest.Start(t)
+	l := mustNew(t, client(t, s), engine.Config{Limit: 1000, Window: time.Minute}, WithHybrid(time.Minute, 10), WithReplicas(1))
+	for range 2 {
+		if d, err := l.AllowN(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("warm-up: %+v %v", d, err)
+		}
+	}
+	d, err := l.AllowN(staleDeadline{ctx}, "k", 1)
+	if d.Allowed || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a caller whose deadline had passed: %+v %v, want not admitted, wrapping DeadlineExceeded (stats %+v)", d, err, l.Stats())
+	}
+}
