@@ -109,15 +109,14 @@ func (h *heldError) Error() string { return h.err.Error() }
 func (h *heldError) Unwrap() error { return h.err }
 
 // lateReply is a round trip Redis answered after its caller's context
-// ended (cerr): the decision is not used, and Redis counted the call. The
+// ended (cerr): the decision is not used, and Redis counted the call, so
+// it reads as errNotAnswered, as a call given up in flight does. The
 // limiter answers it as a caller gone (failWith), without judging it:
 // Redis answered.
 type lateReply struct{ cerr error }
 
-func (e *lateReply) Error() string {
-	return "redisstore: Redis answered after the caller's context ended (Redis counted the call): " + e.cerr.Error()
-}
-func (e *lateReply) Unwrap() error { return e.cerr }
+func (e *lateReply) Error() string   { return errNotAnswered.Error() + ": " + e.cerr.Error() }
+func (e *lateReply) Unwrap() []error { return []error{errNotAnswered, e.cerr} }
 
 var (
 	errAbandoned   = errors.New("redisstore: the caller's context ended before its call was sent (Redis counted nothing)")

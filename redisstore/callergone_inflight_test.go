@@ -73,8 +73,9 @@ func watchedClient(tb testing.TB, p *proxy, w *writeSignal) *redis.Client {
 // caller cancels, and only then does the path heal and Redis run the call.
 // Redis answered after the cancel, so the caller must not be admitted. A
 // late return is documented (go-redis does not interrupt the read); an
-// admission is not. For a hybrid limiter's exact first decision on a key,
-// a plain limiter's decision, and a plain limiter's reservation.
+// admission is not. For a hybrid limiter's exact first decision on a key
+// and a plain limiter's decision; a reservation is the exception: the one
+// Redis made is returned, so that its Cancel can give the units back.
 func TestExactDecisionCancelledInFlightNotAdmitted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -106,16 +107,17 @@ func TestExactDecisionCancelledInFlightNotAdmitted(t *testing.T) {
 			type result struct {
 				d   engine.Decision
 				err error
+				res Reservation
 			}
 			done := make(chan result, 1)
 			go func() {
 				if tc.reserve {
-					r, err := l.Reserve(cctx, "victim", 1)
-					done <- result{r.Decision(), err}
+					res, err := l.Reserve(cctx, "victim", 1)
+					done <- result{res.Decision(), err, res}
 					return
 				}
 				d, err := l.AllowN(cctx, "victim", 1)
-				done <- result{d, err}
+				done <- result{d: d, err: err}
 			}()
 			select {
 			case <-sent:
@@ -127,6 +129,24 @@ func TestExactDecisionCancelledInFlightNotAdmitted(t *testing.T) {
 			cancel() // Redis has not run the call: the path holds it
 			heal()
 			r := <-done
+			if tc.reserve {
+				// A reservation Redis made is returned even when its caller
+				// left meanwhile, so that Cancel gives its units back (what
+				// httplimit's WithInFlight and WithSettle do).
+				if r.err != nil || !r.d.Allowed {
+					t.Fatalf("the reservation Redis made: %+v %v, want it returned", r.d, r.err)
+				}
+				if got := storedUnits(t, client(t, s), l, "victim"); got != 1 {
+					t.Fatalf("Redis holds %d units for the reservation, want 1", got)
+				}
+				if ok, err := r.res.Cancel(ctx); !ok || err != nil {
+					t.Fatalf("Cancel of the reservation whose caller left: %v %v, want its units back", ok, err)
+				}
+				if got := storedUnits(t, client(t, s), l, "victim"); got != 0 {
+					t.Errorf("Redis holds %d units after the reservation's Cancel, want 0", got)
+				}
+				return
+			}
 			st := l.Stats()
 			if r.d.Allowed || !errors.Is(r.err, context.Canceled) || errors.Is(r.err, ErrUnavailable) {
 				t.Errorf("caller cancelled before Redis ran its call: %+v, error %v; want not admitted, an error wrapping context.Canceled and not ErrUnavailable (stats %+v)", r.d, r.err, st)

@@ -112,11 +112,6 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (Reservation
 		r.d, err = l.failWith(ctx, key, n, limit, err, func() engine.Decision { return l.reservePolicy(&r, n, limit) })
 		return r, err
 	}
-	if cerr := ctxDone(ctx); cerr != nil { // answered after the caller left: not admitted (batch.go, lateReply)
-		var gerr error
-		r.d, gerr = l.gone(key, limit, cerr, &lateReply{cerr})
-		return r, gerr
-	}
 	l.redisDecisions.Add(1)
 	l.answeredDecision()
 	r.d = rep.d
