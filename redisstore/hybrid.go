@@ -35,11 +35,11 @@ import (
 // A key far below its limit is thus admitted locally up to one allowance
 // per interval, which each flush renews (with an interval near the Window,
 // far below the limit), and the share shrinks to maxLocal (1 ≤ maxLocal ≤
-// Limit) as the key fills. A local denial is one of two: the window is full (Remaining <
-// n), with the RetryAfter of this replica's last exact denial on the key
-// less the time since, a true lower bound (the first such denial is
-// exact); or the replica's share is spent (Remaining ≥ n), with
-// RetryAfter one interval, when the next flush renews it.
+// Limit) as the key fills. A local denial is one of two: the window is
+// full (Remaining < n), with the RetryAfter of this replica's last exact
+// denial on the key less the time since, a true lower bound (the first
+// such denial is exact); or the replica's share is spent (Remaining ≥ n),
+// with RetryAfter one interval, when the next flush renews it.
 //
 // Flushes. A key decided on only exactly since the last flush (a key used
 // once, or rarely) is not pulled: its decision brought its count back
