@@ -108,16 +108,6 @@ type heldError struct{ err error }
 func (h *heldError) Error() string { return h.err.Error() }
 func (h *heldError) Unwrap() error { return h.err }
 
-// lateReply is a round trip Redis answered after its caller's context
-// ended (cerr): the decision is not used, and Redis counted the call, so
-// it reads as errNotAnswered, as a call given up in flight does. The
-// limiter answers it as a caller gone (failWith), without judging it:
-// Redis answered.
-type lateReply struct{ cerr error }
-
-func (e *lateReply) Error() string   { return errNotAnswered.Error() + ": " + e.cerr.Error() }
-func (e *lateReply) Unwrap() []error { return []error{errNotAnswered, e.cerr} }
-
 var (
 	errAbandoned   = errors.New("redisstore: the caller's context ended before its call was sent (Redis counted nothing)")
 	errNotAnswered = errors.New("redisstore: the caller's context ended before Redis replied (Redis may have counted the call)")
@@ -163,8 +153,9 @@ func (b *batcher) do(ctx context.Context, key string, n, limit, reserve int64) (
 				// (it ends a round trip only by its own timeouts, or by
 				// a deadline with ContextTimeoutEnabled): a caller that
 				// left while its call was in flight is not admitted,
-				// as in the queue (below). Redis counted the call.
-				return engine.Decision{}, time.Time{}, &lateReply{cerr}
+				// and its answer is the queue's for one given up in
+				// flight (below). Redis counted the call.
+				return engine.Decision{}, time.Time{}, fmt.Errorf("%w: %w", errNotAnswered, cerr)
 			}
 		}
 		return d, at, err

@@ -59,10 +59,6 @@ func (l *Limiter) fail(ctx context.Context, key string, n, limit int64, err erro
 // from answer if it is not nil: a reservation's (reserve.go), which
 // FallbackLocal holds in its engine.
 func (l *Limiter) failWith(ctx context.Context, key string, n, limit int64, err error, answer func() engine.Decision) (engine.Decision, error) {
-	var late *lateReply
-	if errors.As(err, &late) { // Redis answered, after the caller left: not a failure
-		return l.gone(key, limit, late.cerr, late)
-	}
 	var v *verdict
 	var judged *judgedError
 	if errors.As(err, &judged) {
