@@ -38,6 +38,15 @@ type silentDials struct {
 	open    atomic.Int64  // connections made by checkers' dials, not closed
 }
 
+// suspect starts a confirmation on l, as a lost round trip does: its
+// check dials the checker's connection.
+func suspect(t *testing.T, l *Limiter) {
+	t.Helper()
+	if l.judge(ctx, "k", io.EOF) == nil {
+		t.Fatal("a lost round trip started no confirmation")
+	}
+}
+
 func newSilentDials(t testing.TB, connect bool) *silentDials {
 	sd := &silentDials{connect: connect, gone: make(chan struct{})}
 	t.Cleanup(func() { close(sd.gone) })
@@ -181,16 +190,11 @@ func TestCloseEndsTheCheckersDial(t *testing.T) {
 			sd := newSilentDials(t, tc.connect)
 			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
 			defer c.Close()
-			l, err := New(c, engine.Config{Limit: 10, Window: time.Minute}, tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute}, tc.opts...)
 			if _, err := l.AllowN(ctx, "k", 1); err != nil { // the client's pool keeps its connection
 				t.Fatal(err)
 			}
-			if l.judge(ctx, "k", io.EOF) == nil { // a lost round trip: a suspicion, whose check dials the checker's connection
-				t.Fatal("a lost round trip started no confirmation")
-			}
+			suspect(t, l) // a lost round trip: a suspicion, whose check dials the checker's connection
 			closeWhileDialing(t, l, sd, "")
 		})
 	}
@@ -205,13 +209,8 @@ func TestCloseWaitsForADialerDeafToItsContext(t *testing.T) {
 	sd.deaf = make(chan struct{})
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
 	defer c.Close()
-	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.judge(ctx, "k", io.EOF) == nil {
-		t.Fatal("a lost round trip started no confirmation")
-	}
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute})
+	suspect(t, l)
 	waitUntil(t, "dial of the checker's connection", func() bool { return sd.in.Load() > 0 }, func() any { return sd.in.Load() })
 	time.AfterFunc(50*time.Millisecond, func() { close(sd.deaf) }) // the dial's own timeout; a Close that does not wait returns before it
 	_ = l.Close()
@@ -253,13 +252,8 @@ func TestCloseEndsTheCheckersTLSDial(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), TLSConfig: &tls.Config{InsecureSkipVerify: true},
 		DialTimeout: time.Minute, MaxRetries: -1})
 	defer c.Close()
-	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.judge(ctx, "k", io.EOF) == nil {
-		t.Fatal("a lost round trip started no confirmation")
-	}
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute})
+	suspect(t, l)
 	var ck *checker
 	waitUntil(t, "dial of the checker's connection", func() bool {
 		if v, ok := l.checkers.Load(""); ok {
@@ -325,9 +319,7 @@ func TestCloseEndsAClusterCheckersDial(t *testing.T) {
 	if node == nil {
 		t.Fatal("no master for k")
 	}
-	if l.judge(ctx, "k", io.EOF) == nil {
-		t.Fatal("a lost round trip started no confirmation")
-	}
+	suspect(t, l)
 	closeWhileDialing(t, l, sd, addr)
 }
 
@@ -339,10 +331,7 @@ func TestCloseEndsTheDialsOfChecksBegunAsItRuns(t *testing.T) {
 	sd := newSilentDials(t, false)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Dialer: sd.dial, DialTimeout: time.Minute, MaxRetries: -1})
 	defer c.Close()
-	l, err := New(c, engine.Config{Limit: 10, Window: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, engine.Config{Limit: 10, Window: time.Minute})
 	cctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 8 {

@@ -27,10 +27,7 @@ func TestHybridCloseSlowRepliesCountOnce(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: p.addr()}) // go-redis defaults: retries on
 	t.Cleanup(func() { _ = c.Close() })
 	cfg := engine.Config{Limit: 1_000_000, Window: time.Minute}
-	l, err := New(c, cfg, WithHybrid(5*time.Millisecond, 10), WithReplicas(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustNew(t, c, cfg, WithHybrid(5*time.Millisecond, 10), WithReplicas(1))
 	var admitted, maybe atomic.Int64
 	decide := func() {
 		d, err := l.AllowN(ctx, "k", 1)

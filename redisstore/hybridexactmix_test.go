@@ -26,15 +26,7 @@ func TestHybridExactCostsDoNotStarveLocal(t *testing.T) {
 	var admitted int
 	var first engine.Decision
 	for i := 0; i < 1000; i++ {
-		d, err := l.AllowN(ctx, "k", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			admitted++
-		} else if first.Limit == 0 {
-			first = d
-		}
+		oneUnit(t, l, "k", &admitted, &first)
 	}
 	if admitted < 990 {
 		t.Errorf("key at 12%% of its limit: admitted %d of 1,000 one-unit calls after 100 exact ones; first denial %+v; stats %+v", admitted, first, l.Stats())
@@ -46,18 +38,25 @@ func TestHybridExactCostsDoNotStarveLocal(t *testing.T) {
 			t.Fatalf("exact %d: %+v %v", i, d, err)
 		}
 		for j := 0; j < 10; j++ {
-			d, err := l.AllowN(ctx, "m", 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d.Allowed {
-				admitted++
-			} else if first.Limit == 0 {
-				first = d
-			}
+			oneUnit(t, l, "m", &admitted, &first)
 		}
 	}
 	if admitted < 990 {
 		t.Errorf("interleaved, key at 12%% of its limit: admitted %d of 1,000 one-unit calls; first denial %+v; stats %+v", admitted, first, l.Stats())
+	}
+}
+
+// oneUnit decides one unit of key, counting it in admitted, and keeps
+// the first denial in first.
+func oneUnit(t *testing.T, l *Limiter, key string, admitted *int, first *engine.Decision) {
+	t.Helper()
+	d, err := l.AllowN(ctx, key, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed {
+		*admitted++
+	} else if first.Limit == 0 {
+		*first = d
 	}
 }
