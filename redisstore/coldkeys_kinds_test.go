@@ -18,7 +18,12 @@ import (
 func TestHybridColdKeysOneCallWhateverTheDecision(t *testing.T) {
 	s := redistest.Start(t)
 	c := client(t, s)
-	cfg := engine.Config{Limit: 10, Window: time.Minute}
+	cfg := engine.Config{Limit: 10, Window: time.Minute, KeyLimit: func(key string) int64 {
+		if key == "hot" {
+			return 1_000_000 // decided on until each flush below, however many times that takes
+		}
+		return 0 // Config.Limit
+	}}
 	filler := mustNew(t, client(t, s), cfg, WithHybrid(5*time.Millisecond, 3))
 	for i := range 100 {
 		if d, err := filler.AllowN(ctx, "full"+strconv.Itoa(i), 10); err != nil || !d.Allowed {
@@ -44,16 +49,27 @@ func TestHybridColdKeysOneCallWhateverTheDecision(t *testing.T) {
 	}
 	// A hot key keeps the flusher busy: five flushes that carry it, each
 	// one script call for it, beside its exact decisions (its first, and
-	// any after it idled for an interval).
+	// any after it idled for an interval). It is decided on until each
+	// flush comes: a flush carries only units decided locally, and on a
+	// starved machine a decision may come an interval after the one
+	// before, and be exact.
 	for range 5 {
 		f0 := l.Stats().Flushes
-		for range 2 {
+		waitUntil(t, "a flush", func() bool {
 			if d, err := l.AllowN(ctx, "hot", 1); err != nil || !d.Allowed {
 				t.Fatalf("hot: %+v %v", d, err)
 			}
-		}
-		waitUntil(t, "a flush", func() bool { return l.Stats().Flushes > f0 }, func() any { return l.Stats() })
+			return l.Stats().Flushes > f0
+		}, func() any { return l.Stats() })
 	}
+	// The hot key's last local units go in a regular flush (counted in
+	// Flushes), not in Close's last one.
+	waitUntil(t, "the hot key's units flushed", func() bool {
+		l.hyb.mu.Lock()
+		defer l.hyb.mu.Unlock()
+		k := l.hyb.keys["hot"]
+		return k == nil || k.pending+k.batch == 0
+	}, func() any { return l.Stats() })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
