@@ -62,8 +62,9 @@ func TestHybridColdKeysOneCallWhateverTheDecision(t *testing.T) {
 			return l.Stats().Flushes > f0
 		}, func() any { return l.Stats() })
 	}
-	// The hot key's last local units go in a regular flush (counted in
-	// Flushes), not in Close's last one.
+	// The hot key's last local units go in a regular flush, not in Close's
+	// last one, which counts once in Flushes however many script calls
+	// it makes (a key's unconfirmed batch and its pending units are two).
 	waitUntil(t, "the hot key's units flushed", func() bool {
 		l.hyb.mu.Lock()
 		defer l.hyb.mu.Unlock()

@@ -309,6 +309,9 @@ func (h *hybrid) close() error {
 			k.pending, k.batch, k.batchSeq = 0, 0, 0 // recorded, or counted as lost
 		}
 		h.mu.Unlock()
+		if lost == 0 {
+			h.l.flushes.Add(1)
+		}
 		if lost > 0 {
 			if serr == nil {
 				serr = firstErr(replies)

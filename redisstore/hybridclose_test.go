@@ -31,6 +31,9 @@ func TestHybridClose(t *testing.T) {
 		t.Fatalf("after Close Redis holds %d units, want 5", got)
 	}
 	before := l.Stats()
+	if before.Flushes != 1 || before.LostUnits != 0 {
+		t.Fatalf("after Close, whose last flush recorded every unit: stats %+v, want Flushes 1 (the last flush)", before)
+	}
 	admitted := 5
 	for range 100 {
 		d, err := l.AllowN(ctx, "k", 1)
@@ -136,8 +139,8 @@ func TestHybridCloseRedisDown(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "3 units admitted on 1 keys") {
 		t.Fatalf("Close: %v", err)
 	}
-	if st := l.Stats(); st.LostUnits != 3 {
-		t.Fatalf("stats %+v", st)
+	if st := l.Stats(); st.LostUnits != 3 || st.Flushes != 0 {
+		t.Fatalf("stats %+v, want LostUnits 3 and Flushes 0 (the last flush failed)", st)
 	}
 }
 

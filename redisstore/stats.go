@@ -47,9 +47,10 @@ type Stats struct {
 	// after SCRIPT FLUSH, a restart or a failover) and was loaded again,
 	// one per decision or flush round trip that met it.
 	NoScript uint64
-	// Flushes: hybrid flushes that completed; SlowFlushes: those of them
-	// that took longer than half the interval, the timing assumption of
-	// the hybrid bound's simple form (see WithHybrid).
+	// Flushes: hybrid flushes that completed, Close's last one included
+	// when it had units to send and Redis recorded them all; SlowFlushes:
+	// those of the flusher's that took longer than half the interval, the
+	// timing assumption of the hybrid bound's simple form (see WithHybrid).
 	Flushes, SlowFlushes uint64
 	// LostUnits: units a hybrid limiter admitted locally that it cannot
 	// show to be in Redis and will not send again: a batch still
