@@ -45,6 +45,10 @@ const (
 	// engine hold.
 	MaxKeyBytesCeiling = 1 << 20
 
+	// MaxExpectedKeys bounds Config.ExpectedKeys: its slab alone is
+	// 16 GiB with the default geometry.
+	MaxExpectedKeys = 1 << 26
+
 	// DefaultAuditMaxKeys is Config.AuditMaxKeys when 0, and
 	// MaxAuditMaxKeys its largest value.
 	DefaultAuditMaxKeys = 10_000
@@ -129,6 +133,16 @@ type Config struct {
 	// request for a new key is refused (ReasonKeysFull); existing keys
 	// are never evicted early to make room.
 	MaxKeys int64
+	// ExpectedKeys, if > 0, sizes the key table for that many keys from
+	// the start, as make(map, n) does: New presizes the maps, and starts
+	// the home slab (most keys found without the map) with 2 to 4 slots
+	// per expected key rather than growing into it (without it the slab
+	// starts at about 131k keys, and at a million keys 23% of them have
+	// a state of their own). The slab's memory is taken by New and kept:
+	// 128 B a slot for the default geometry, 256 MiB for 1M keys. The
+	// table still grows past it. 0 … MaxExpectedKeys, at most MaxKeys
+	// when that is set (docs/benchmarks.md, "ExpectedKeys").
+	ExpectedKeys int64
 	// LookupCache is ignored: the key table's home slab, which a table
 	// starts by itself once it holds about 131k keys, finds most keys
 	// without the map, with no pointer for the collector to scan
@@ -270,6 +284,12 @@ func (c Config) validate() (normalized, error) {
 	}
 	if c.MaxKeys < 0 {
 		return nc, fmt.Errorf("ringlimit: Config.MaxKeys = %d, want 0 (unlimited) or > 0", c.MaxKeys)
+	}
+	if hi := int64(MaxExpectedKeys); c.ExpectedKeys < 0 || c.ExpectedKeys > hi || c.MaxKeys > 0 && c.ExpectedKeys > c.MaxKeys {
+		if c.MaxKeys > 0 && c.MaxKeys < hi {
+			return nc, fmt.Errorf("ringlimit: Config.ExpectedKeys = %d, want 0 (grow as keys come) or 1 … %d (Config.MaxKeys)", c.ExpectedKeys, c.MaxKeys)
+		}
+		return nc, fmt.Errorf("ringlimit: Config.ExpectedKeys = %d, want 0 (grow as keys come) or 1 … %d", c.ExpectedKeys, hi)
 	}
 	if c.SweepInterval < 0 {
 		return nc, fmt.Errorf("ringlimit: Config.SweepInterval = %v, want 0 (default) or > 0", c.SweepInterval)

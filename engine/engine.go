@@ -85,6 +85,7 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 	if testHookNewTable != nil {
 		testHookNewTable(e.tab)
 	}
+	e.tab.Presize(nc.ExpectedKeys)
 	if nc.Audit > 0 {
 		e.auditBelow = nc.auditBelow
 		e.audit = newAuditor(nc)

@@ -27,7 +27,8 @@ import (
 // active later), n of −1, 0, 1 … Limit and Limit+1, Reset, and one jump of
 // more than 2^21 sub-windows, which retires every ring it finds. A count
 // taken from another key's state, from a retired ring or from an older
-// generation shows as a wrong Remaining or a wrong verdict.
+// generation shows as a wrong Remaining or a wrong verdict. Two of the
+// geometries run again with Config.ExpectedKeys.
 func TestSharedLimitKeysMatchTheirModelsUnderChurn(t *testing.T) {
 	geos := []engine.Config{
 		{Algorithm: engine.SlidingWindow, Limit: 6, Window: time.Second},
@@ -46,6 +47,13 @@ func TestSharedLimitKeysMatchTheirModelsUnderChurn(t *testing.T) {
 	keys := sharedLimitKeys(extra)
 	for _, g := range geos {
 		name := fmt.Sprintf("%s/n%d/L%d", g.Algorithm, g.SubWindows, g.Limit)
+		t.Run(name, func(t *testing.T) { sharedLimitChurn(t, g, keys, rounds) })
+	}
+	// And in a table presized for half the keys: its slab from the start,
+	// kept through the sweeps, and a new one as the keys outgrow it.
+	for _, g := range []engine.Config{geos[0], geos[4]} {
+		g.ExpectedKeys = int64(len(keys) / 2)
+		name := fmt.Sprintf("%s/n%d/L%d/expected", g.Algorithm, g.SubWindows, g.Limit)
 		t.Run(name, func(t *testing.T) { sharedLimitChurn(t, g, keys, rounds) })
 	}
 }

@@ -22,6 +22,7 @@ func engineOnly(cfg engine.Config) error {
 		{"CoarseClock", "time is Redis TIME", cfg.CoarseClock != 0},
 		{"Shards", "keys live in Redis, not in an in-process table", cfg.Shards != 0},
 		{"MaxKeys", "keys live in Redis and expire by TTL; bound Redis's memory with maxmemory", cfg.MaxKeys != 0},
+		{"ExpectedKeys", "keys live in Redis, not in an in-process table", cfg.ExpectedKeys != 0},
 		{"DisableEviction", "keys expire by TTL in Redis", cfg.DisableEviction},
 		{"SweepInterval", "keys expire by TTL in Redis", cfg.SweepInterval != 0},
 		{"Audit", "the self-audit replays the engine's own decisions", cfg.Audit != 0},

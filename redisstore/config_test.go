@@ -82,6 +82,7 @@ func TestConfigErrors(t *testing.T) {
 			{"CoarseClock", func(c *engine.Config) { c.CoarseClock = time.Millisecond }},
 			{"Shards", func(c *engine.Config) { c.Shards = 4 }},
 			{"MaxKeys", func(c *engine.Config) { c.MaxKeys = 1000 }},
+			{"ExpectedKeys", func(c *engine.Config) { c.ExpectedKeys = 1000 }},
 			{"DisableEviction", func(c *engine.Config) { c.DisableEviction = true }},
 			{"SweepInterval", func(c *engine.Config) { c.SweepInterval = time.Second }},
 			{"Audit", func(c *engine.Config) { c.Audit = 0.5 }},

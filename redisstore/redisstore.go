@@ -113,7 +113,7 @@ var script = redis.NewScript(luaSource)
 // SlidingWindow, Limit × sub-window width (ns) below 2^53; with
 // TokenBucket, a rate and Burst exact in Lua's doubles, and no WithHybrid.
 // The fields only the in-process engine implements (MaxLogLimit, Clock,
-// CoarseClock, Shards, MaxKeys, DisableEviction, SweepInterval, the
+// CoarseClock, Shards, MaxKeys, ExpectedKeys, DisableEviction, SweepInterval, the
 // Audit fields) and PerKeyLimits alone are refused with
 // an error naming the field; MaxKeyBytes is honoured (see AllowN).
 //

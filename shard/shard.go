@@ -107,6 +107,7 @@ type Table struct {
 	slotWords  int
 	slotKeyMax int
 	slabFrom   int64 // keys present at which renew starts the first slab
+	expect     int64 // Presize's keys: no slab is sized for fewer; 0: none
 	_          [cacheLine]byte
 	live       atomic.Int64 // keys present, for MaxKeys and Len
 	refused    atomic.Int64 // keys refused by MaxKeys
@@ -147,6 +148,27 @@ func (t *Table) ForceHashMask(mask uint64) { t.hashMask = mask }
 // exercise the slab with few keys, and must be called before the first key
 // is stored.
 func (t *Table) SlabFrom(n int64) { t.slabFrom = n }
+
+// Presize sizes the table for n keys (n > 0) from its first key: its maps
+// are presized for them, and, for a geometry whose rings go in slots, its
+// first slab starts now with room for them (slabSlots(n) slots), no slab
+// is ever sized for fewer, and a sweep never drops the slabs. The table
+// still grows past n through generations as without it. It must be called
+// before the first key is stored.
+func (t *Table) Presize(n int64) {
+	if n <= 0 {
+		return
+	}
+	t.expect = n
+	per := int(n / int64(len(t.shards)))
+	for i := range t.shards {
+		t.shards[i].m = xsync.NewMapOfWithHasher[uint64, ringslot.Ring](hashU64, xsync.WithPresize(per))
+	}
+	if t.slotWords != 0 {
+		t.slabFrom = 0
+		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(n), t.slotWords)})
+	}
+}
 
 // Hash returns the hash that every other method takes with key.
 func (t *Table) Hash(key string) uint64 {

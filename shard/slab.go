@@ -181,7 +181,7 @@ func (t *Table) renew() {
 	if g2 := t.gens.Load(); g2 != g {
 		return
 	}
-	n := &slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)}
+	n := &slabs{cur: newSlab(t.slabSlots(max(t.live.Load(), t.expect)), t.slotWords)}
 	if g != nil {
 		n.prev, n.old = g.cur, g.prev
 	}
@@ -198,8 +198,9 @@ func (t *Table) shrink() {
 		return
 	}
 	live := t.live.Load()
-	drop := live < t.slabFrom/2
-	if !drop && (live*slabShrink >= int64(g.cur.mask+1) || g.cur.mask+1 <= slabMinSlots) {
+	drop := live < t.slabFrom/2 // never with Presize, whose slabFrom is 0
+	slots := t.slabSlots(max(live, t.expect))
+	if !drop && (live*slabShrink >= int64(g.cur.mask+1) || slots >= int(g.cur.mask+1)) {
 		return
 	}
 	if !t.renewing.CompareAndSwap(false, true) {
@@ -211,7 +212,7 @@ func (t *Table) shrink() {
 	case drop:
 		t.gens.Store(nil) // the map alone, until renew sees slabFrom keys again
 	default:
-		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)})
+		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(max(t.live.Load(), t.expect)), t.slotWords)})
 	}
 }
 

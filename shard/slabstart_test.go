@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ringlimit/ringlimit/ringslot"
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,4 +72,70 @@ func TestSlabStartsAtSlabFrom(t *testing.T) {
 	}
 	require.NotNil(t, tab.gens.Load(), "no slab at slabFrom keys after the sweep")
 	found(keys[from:])
+}
+
+// Presize(n) starts a slab sized for n keys before the first key, so that
+// the keys created from the first one are in it (without Presize, 1,000
+// keys get no slab at all); no slab is sized for fewer than n, so a sweep
+// that reclaims every key keeps it (no drop, no smaller slab); and the
+// table still grows past n into a new slab. A geometry with no slots gets
+// no slab, and its keys are found.
+func TestPresizeStartsTheSlabForTheKeys(t *testing.T) {
+	const n = 1000
+	g := ringslot.NewGeometry(sec/10, 10, true, false)
+	tab := New(g, 4, 0)
+	tab.Presize(n)
+	first := tab.gens.Load()
+	require.NotNil(t, first, "no slab before the first key")
+	require.Equal(t, uint64(tab.slabSlots(n)), first.cur.mask+1)
+	var keys []string
+	in := 0
+	for i := range n {
+		k := "p" + strconv.Itoa(i)
+		keys = append(keys, k)
+		r, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0))
+		require.NoError(t, err)
+		if inSlabs([]*slab{first.cur}, r) {
+			in++
+		}
+	}
+	// Both of a key's slots are taken with a probability of about fill²:
+	// about 8% of the keys over a fill from 0 to 49%.
+	require.GreaterOrEqual(t, in, n*85/100, "keys in the presized slab")
+	require.Same(t, first, tab.gens.Load(), "a new slab below the presized count")
+	for _, k := range keys {
+		r, ok := tab.Load(tab.Hash(k), k)
+		require.True(t, ok && g.HasKey(r, k), k)
+	}
+
+	for i := range tab.Shards() {
+		tab.SweepShard(i, t0+10*sec) // every key idle
+	}
+	require.Zero(t, tab.Len())
+	require.Same(t, first, tab.gens.Load(), "a sweep replaced or dropped the presized slab")
+
+	for i := range 3 * n {
+		k := "q" + strconv.Itoa(i)
+		_, err := tab.LoadOrCreate(tab.Hash(k), k, freshAt(g, t0+20*sec))
+		require.NoError(t, err)
+	}
+	now := tab.gens.Load()
+	require.NotSame(t, first, now, "3,000 keys and the slab of 1,000 never renewed")
+	require.GreaterOrEqual(t, now.cur.mask+1, first.cur.mask+1)
+	for i := range 3 * n {
+		k := "q" + strconv.Itoa(i)
+		r, ok := tab.Load(tab.Hash(k), k)
+		require.True(t, ok && g.HasKey(r, k), k)
+	}
+
+	logs := New(ringslot.NewLog(sec), 4, 0)
+	logs.Presize(n)
+	require.Nil(t, logs.gens.Load(), "a slab for a geometry with no slots")
+	for i := range 10 {
+		k := "l" + strconv.Itoa(i)
+		_, err := logs.LoadOrCreate(logs.Hash(k), k, freshAt(ringslot.NewLog(sec), t0))
+		require.NoError(t, err)
+		_, ok := logs.Load(logs.Hash(k), k)
+		require.True(t, ok, k)
+	}
 }
