@@ -19,7 +19,8 @@ import (
 // DisableEviction. Cases: the algorithms at 1M keys "user:0" … (6 to 11
 // bytes), and the sliding window at 100k; the sliding window at 1M keys
 // of fixed lengths, across the 64-byte steps of the state's size (15
-// bytes fit 128, 16 … 79 take 192); and 10M keys. cmd/peergc in bench/peers compares the same figures with
+// bytes fit 128, 16 … 79 take 192); 1M keys in a table presized for
+// them (Config.ExpectedKeys); and 10M keys. cmd/peergc in bench/peers compares the same figures with
 // the layout before issue 10 and with sethvargo/go-limiter in one process.
 func BenchmarkLayout(b *testing.B) {
 	type layoutCase struct {
@@ -27,20 +28,22 @@ func BenchmarkLayout(b *testing.B) {
 		alg    engine.Algorithm
 		perKey bool
 		keys   int
-		keyLen int // 0: "user:N"
+		keyLen int   // 0: "user:N"
+		expect int64 // Config.ExpectedKeys
 	}
 	cases := []layoutCase{
-		{"alg=sliding/keys=1e5", engine.SlidingWindow, false, 100_000, 0},
-		{"alg=sliding/keys=1e6", engine.SlidingWindow, false, 1_000_000, 0},
-		{"alg=sliding/per-key-limits/keys=1e6", engine.SlidingWindow, true, 1_000_000, 0},
-		{"alg=strict/keys=1e6", engine.SlidingWindowStrict, false, 1_000_000, 0},
-		{"alg=fixed/keys=1e6", engine.FixedWindow, false, 1_000_000, 0},
-		{"alg=token/keys=1e6", engine.TokenBucket, false, 1_000_000, 0},
+		{"alg=sliding/keys=1e5", engine.SlidingWindow, false, 100_000, 0, 0},
+		{"alg=sliding/keys=1e6", engine.SlidingWindow, false, 1_000_000, 0, 0},
+		{"alg=sliding/keys=1e6/expected=1e6", engine.SlidingWindow, false, 1_000_000, 0, 1_000_000},
+		{"alg=sliding/per-key-limits/keys=1e6", engine.SlidingWindow, true, 1_000_000, 0, 0},
+		{"alg=strict/keys=1e6", engine.SlidingWindowStrict, false, 1_000_000, 0, 0},
+		{"alg=fixed/keys=1e6", engine.FixedWindow, false, 1_000_000, 0, 0},
+		{"alg=token/keys=1e6", engine.TokenBucket, false, 1_000_000, 0, 0},
 	}
 	for _, n := range []int{8, 15, 16, 36, 79, 80} {
-		cases = append(cases, layoutCase{"alg=sliding/keys=1e6/key-bytes=" + strconv.Itoa(n), engine.SlidingWindow, false, 1_000_000, n})
+		cases = append(cases, layoutCase{"alg=sliding/keys=1e6/key-bytes=" + strconv.Itoa(n), engine.SlidingWindow, false, 1_000_000, n, 0})
 	}
-	cases = append(cases, layoutCase{"alg=sliding/keys=1e7", engine.SlidingWindow, false, 10_000_000, 0})
+	cases = append(cases, layoutCase{"alg=sliding/keys=1e7", engine.SlidingWindow, false, 10_000_000, 0, 0})
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			if c.keys > 1_000_000 && testing.Short() {
@@ -48,7 +51,7 @@ func BenchmarkLayout(b *testing.B) {
 			}
 			keys := layoutKeys(c.keys, c.keyLen)
 			m0 := readGCMetrics()
-			e, err := engine.New(engine.Config{Limit: 100, Window: time.Second, SubWindows: 10, Algorithm: c.alg, PerKeyLimits: c.perKey, DisableEviction: true})
+			e, err := engine.New(engine.Config{Limit: 100, Window: time.Second, SubWindows: 10, Algorithm: c.alg, PerKeyLimits: c.perKey, DisableEviction: true, ExpectedKeys: c.expect})
 			if err != nil {
 				b.Fatal(err)
 			}

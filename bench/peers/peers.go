@@ -53,6 +53,7 @@ var Peers = []Peer{
 	{"ringlimit-sliding", "sliding window counter, 10 sub-windows, lock-free", ringlimitPeer(engine.SlidingWindow, 0), false},
 	{"ringlimit-sliding-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindow, time.Millisecond), false},
 	{"ringlimit-sliding-at", "same, AllowAt with the caller's time, reading Remaining", ringlimitAtPeer(engine.SlidingWindow), true},
+	{"ringlimit-sliding-1m", "same, Config.ExpectedKeys 1,000,000 (the key table presized)", ringlimitExpectedPeer(engine.SlidingWindow, 1_000_000), false},
 	{"ringlimit-strict", "strict sliding window, 10 sub-windows", ringlimitPeer(engine.SlidingWindowStrict, 0), false},
 	{"ringlimit-strict-coarse", "same, 1ms cached clock", ringlimitPeer(engine.SlidingWindowStrict, time.Millisecond), false},
 	{"ringlimit-fixed", "fixed window", ringlimitPeer(engine.FixedWindow, 0), false},
@@ -78,6 +79,15 @@ func (l ringlimitLimiter) Close()                { l.e.Close() }
 func ringlimitPeer(alg engine.Algorithm, coarse time.Duration) func(int64, time.Duration) Limiter {
 	return func(limit int64, window time.Duration) Limiter {
 		e, err := engine.New(engine.Config{Limit: limit, Window: window, Algorithm: alg, CoarseClock: coarse})
+		must(err)
+		return ringlimitLimiter{e}
+	}
+}
+
+// ringlimitExpectedPeer is ringlimitPeer with Config.ExpectedKeys n.
+func ringlimitExpectedPeer(alg engine.Algorithm, n int64) func(int64, time.Duration) Limiter {
+	return func(limit int64, window time.Duration) Limiter {
+		e, err := engine.New(engine.Config{Limit: limit, Window: window, Algorithm: alg, ExpectedKeys: n})
 		must(err)
 		return ringlimitLimiter{e}
 	}
