@@ -14,9 +14,22 @@ import (
 // found through the map), and in a state of their own (heap-%), and the
 // bytes per key of every slab still alive (slab-B/key; with no key
 // reclaimed, none is freed). The figures depend on the hash seed only.
+// The presized cases are the table Presize(n) sized for its n keys.
 func BenchmarkSlabCover(b *testing.B) {
+	type cover struct {
+		n       int
+		presize bool
+	}
+	var cases []cover
 	for _, n := range []int{1_000, 100_000, 1_000_000, 10_000_000} {
-		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
+		cases = append(cases, cover{n, false}, cover{n, true})
+	}
+	for _, c := range cases {
+		n, name := c.n, "keys="+strconv.Itoa(c.n)
+		if c.presize {
+			name += "/presized"
+		}
+		b.Run(name, func(b *testing.B) {
 			if n > 1_000_000 && testing.Short() {
 				b.Skip("10M keys need several GB; skipped with -short")
 			}
@@ -29,6 +42,10 @@ func BenchmarkSlabCover(b *testing.B) {
 			for b.Loop() {
 				tab := New(g, 64, 0)
 				var all []*slab // every slab the table started
+				if c.presize {
+					tab.Presize(int64(n))
+					all = append(all, tab.gens.Load().cur)
+				}
 				for _, k := range keys {
 					if _, err := tab.LoadOrCreate(tab.Hash(k), k, fresh); err != nil {
 						b.Fatal(err)
