@@ -45,9 +45,9 @@ const (
 	// engine hold.
 	MaxKeyBytesCeiling = 1 << 20
 
-	// MaxExpectedKeys bounds Config.ExpectedKeys: its slab alone is
-	// 16 GiB with the default geometry.
-	MaxExpectedKeys = 1 << 26
+	// MaxExpectedKeys bounds Config.ExpectedKeys (16,777,216): its slab
+	// alone is 4 GiB with the default geometry (2^25 slots of 128 B).
+	MaxExpectedKeys = 1 << 24
 
 	// DefaultAuditMaxKeys is Config.AuditMaxKeys when 0, and
 	// MaxAuditMaxKeys its largest value.
