@@ -1,6 +1,7 @@
 // Command peergc measures, in one process, what holding many keys costs the
 // heap and the garbage collector: ringlimit's layout (one pointer-free
-// state per key holding the key's bytes), a replica of its layout before
+// state per key holding the key's bytes; and with Config.ExpectedKeys
+// 1,000,000, its slab sized from the start), a replica of its layout before
 // issue 10 (peers.OldLayout: a map entry with the caller's string and a
 // separate 96-byte ring) and sethvargo/go-limiter's memorystore.
 //
@@ -52,6 +53,13 @@ type kind struct {
 var kinds = []kind{
 	{"ringlimit", func() peers.Limiter {
 		e, err := engine.New(engine.Config{Limit: 100_000_000_000, Window: time.Hour, DisableEviction: true})
+		if err != nil {
+			panic(err)
+		}
+		return ringlimit{e}
+	}},
+	{"ringlimit, ExpectedKeys 1,000,000", func() peers.Limiter {
+		e, err := engine.New(engine.Config{Limit: 100_000_000_000, Window: time.Hour, DisableEviction: true, ExpectedKeys: 1_000_000})
 		if err != nil {
 			panic(err)
 		}
