@@ -46,7 +46,8 @@ const (
 	MaxKeyBytesCeiling = 1 << 20
 
 	// MaxExpectedKeys bounds Config.ExpectedKeys (16,777,216): its slab
-	// alone is 4 GiB with the default geometry (2^25 slots of 128 B).
+	// is 4 GiB with the default geometry (2^25 slots of 128 B), and
+	// configurations with larger states take fewer keys (see ExpectedKeys).
 	MaxExpectedKeys = 1 << 24
 
 	// DefaultAuditMaxKeys is Config.AuditMaxKeys when 0, and
@@ -141,7 +142,9 @@ type Config struct {
 	// a state of their own). The slab's memory is taken by New and kept:
 	// 128 B a slot for the default geometry, 256 MiB for 1M keys. The
 	// table still grows past it. 0 … MaxExpectedKeys, at most MaxKeys
-	// when that is set (docs/benchmarks.md, "ExpectedKeys").
+	// when that is set, and at most what keeps the slab within 4 GiB
+	// (512 MiB on 32-bit platforms) for the configuration's state size:
+	// New's error gives that bound (docs/benchmarks.md, "ExpectedKeys").
 	ExpectedKeys int64
 	// LookupCache is ignored: the key table's home slab, which a table
 	// starts by itself once it holds about 131k keys, finds most keys

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -68,6 +69,9 @@ func newEngine(cfg Config, coarse *clock.Coarse) (*Engine, error) {
 		// Decision.Limit), is its Burst; the rate is the geometry's.
 		geo = ringslot.NewBucket(nc.Limit, int64(nc.Window), nc.burst)
 		limit = nc.burst
+	}
+	if hi := shard.PresizeMax(geo); nc.ExpectedKeys > hi {
+		return nil, fmt.Errorf("ringlimit: Config.ExpectedKeys = %d, want 0 (grow as keys come) or 1 … %d for this configuration (its presized key table within %d MiB)", nc.ExpectedKeys, hi, shard.MaxPresizeBytes>>20)
 	}
 	e := &Engine{
 		cfg:      nc,

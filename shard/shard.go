@@ -128,7 +128,7 @@ func New(geo *ringslot.Geometry, nshards int, maxKeys int64) *Table {
 		maxKeys:  maxKeys,
 		slabFrom: slabFromKeys,
 	}
-	if w := geo.SlotWords(); w > 0 && w*8 <= slabMaxSlotBytes {
+	if w := slotWordsOf(geo); w > 0 {
 		t.slotWords, t.slotKeyMax = w, geo.SlotKeyMax()
 	}
 	for i := range t.shards {
@@ -149,12 +149,13 @@ func (t *Table) ForceHashMask(mask uint64) { t.hashMask = mask }
 // is stored.
 func (t *Table) SlabFrom(n int64) { t.slabFrom = n }
 
-// Presize sizes the table for n keys (n > 0) from its first key: its maps
-// are presized for them, and, for a geometry whose rings go in slots, its
-// first slab starts now with room for them (slabSlots(n) slots), no slab
-// is ever sized for fewer, and a sweep never drops the slabs. The table
-// still grows past n through generations as without it. It must be called
-// before the first key is stored.
+// Presize sizes the table for n keys (0 < n ≤ PresizeMax(geo)) from its first
+// key: its maps are presized for them, and, for a geometry whose rings go
+// in slots, its first slab starts now with room for them (a power of two
+// at least slabPerKey·n slots), no slab is ever sized for fewer, and a
+// sweep never drops the slabs. The table still grows past n through
+// generations as without it. It must be called before the first key is
+// stored.
 func (t *Table) Presize(n int64) {
 	if n <= 0 {
 		return
@@ -166,7 +167,7 @@ func (t *Table) Presize(n int64) {
 	}
 	if t.slotWords != 0 {
 		t.slabFrom = 0
-		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(n), t.slotWords)})
+		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(0), t.slotWords)})
 	}
 }
 

@@ -181,7 +181,7 @@ func (t *Table) renew() {
 	if g2 := t.gens.Load(); g2 != g {
 		return
 	}
-	n := &slabs{cur: newSlab(t.slabSlots(max(t.live.Load(), t.expect)), t.slotWords)}
+	n := &slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)}
 	if g != nil {
 		n.prev, n.old = g.cur, g.prev
 	}
@@ -199,7 +199,7 @@ func (t *Table) shrink() {
 	}
 	live := t.live.Load()
 	drop := live < t.slabFrom/2 // never with Presize, whose slabFrom is 0
-	slots := t.slabSlots(max(live, t.expect))
+	slots := t.slabSlots(live)
 	if !drop && (live*slabShrink >= int64(g.cur.mask+1) || slots >= int(g.cur.mask+1)) {
 		return
 	}
@@ -212,19 +212,46 @@ func (t *Table) shrink() {
 	case drop:
 		t.gens.Store(nil) // the map alone, until renew sees slabFrom keys again
 	default:
-		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(max(t.live.Load(), t.expect)), t.slotWords)})
+		t.gens.Store(&slabs{cur: newSlab(t.slabSlots(t.live.Load()), t.slotWords)})
 	}
 }
 
 // slabSlots returns the slots of a new slab for keys keys present: a power
-// of two, at least slabPerKey per key and slabMinSlots.
+// of two, at least slabPerKey per key (one more key than present, and no
+// fewer than Presize's) and slabMinSlots.
 func (t *Table) slabSlots(keys int64) int {
 	n := slabMinSlots
-	for int64(n) < slabPerKey*(keys+1) {
+	for int64(n) < slabPerKey*max(keys+1, t.expect) {
 		n *= 2
 	}
 	return n
 }
+
+// PresizeMax is the largest n Table.Presize takes for rings of geometry
+// geo: a slab of at least slabPerKey slots per key within MaxPresizeBytes
+// (for a geometry with no slots, maps presized at 64 bytes a key within
+// it).
+func PresizeMax(geo *ringslot.Geometry) int64 {
+	w := slotWordsOf(geo)
+	if w == 0 {
+		return MaxPresizeBytes / 64
+	}
+	return MaxPresizeBytes / int64(w*8) / slabPerKey
+}
+
+// slotWordsOf returns the words of geo's slab slots, or 0 when its rings
+// do not go in slots (a log, a bucket, a state above slabMaxSlotBytes).
+func slotWordsOf(geo *ringslot.Geometry) int {
+	if w := geo.SlotWords(); w > 0 && w*8 <= slabMaxSlotBytes {
+		return w
+	}
+	return 0
+}
+
+// MaxPresizeBytes bounds a presized slab (PresizeMax): 4 GiB where an int
+// has 64 bits, 512 MiB where it has 32 (a slice's length is an int, and an
+// address space of 4 GiB must hold the rest too).
+const MaxPresizeBytes = 1 << (29 + 3*(bits.UintSize/64))
 
 // SlabID identifies the table's newest home slab by the address of its
 // memory, 0 while the table has none; two slabs alive at once never share
