@@ -3,6 +3,11 @@ package engine_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +77,65 @@ func TestExpectedKeysChangesNoDecision(t *testing.T) {
 				t.Fatalf("Len %d with ExpectedKeys, %d without", on.Len(), off.Len())
 			}
 		})
+	}
+}
+
+// Every ExpectedKeys that New accepts gives an engine, not a crash: the
+// largest, MaxExpectedKeys, documented as a slab of 16 GiB with the
+// default geometry, is built in a child process (a runtime out-of-memory
+// is fatal, not a panic), which must exit normally with New's answer and,
+// if New took it, no more heap than that slab and a little more.
+func TestExpectedKeysMaxBuilds(t *testing.T) {
+	const child = "RINGLIMIT_TEST_EXPECTEDKEYS_MAX"
+	if os.Getenv(child) != "" {
+		e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, ExpectedKeys: engine.MaxExpectedKeys})
+		if err != nil {
+			fmt.Printf("New: %v\n", err) // refusing is an answer; crashing is not
+			return
+		}
+		defer e.Close()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if limit := uint64(17 << 30); ms.HeapSys > limit {
+			t.Fatalf("New(ExpectedKeys: MaxExpectedKeys) holds %d GiB of heap, documented as a 16 GiB slab", ms.HeapSys>>30)
+		}
+		if !e.Allow("k") {
+			t.Fatal("the first request of a new key was denied")
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExpectedKeysMaxBuilds$", "-test.count=1")
+	cmd.Env = append(os.Environ(), child+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		lines := strings.SplitN(string(out), "\n", 4)
+		t.Fatalf("New(Config{ExpectedKeys: MaxExpectedKeys}) in a child process: %v; its output begins:\n%s", err, strings.Join(lines[:min(len(lines), 3)], "\n"))
+	}
+}
+
+// On a 32-bit platform too, an ExpectedKeys that validation accepts
+// gives an engine or an error naming the field, never a panic (the
+// slab of 1<<24 expected keys, 2^26 slots of 128 B, is more than the
+// address space).
+func TestExpectedKeysAcceptedNeverPanics(t *testing.T) {
+	if strconv.IntSize != 32 {
+		t.Skip("the sizes that overflow are only reachable on 32-bit platforms without gigabytes of allocation")
+	}
+	for _, n := range []int64{1 << 24, engine.MaxExpectedKeys} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("New(Config{ExpectedKeys: %d}) panicked: %v", n, p)
+				}
+			}()
+			e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, ExpectedKeys: n})
+			if err != nil {
+				if !strings.Contains(err.Error(), "Config.ExpectedKeys") {
+					t.Errorf("New(Config{ExpectedKeys: %d}) = %v, want an error naming Config.ExpectedKeys", n, err)
+				}
+				return
+			}
+			e.Close()
+		}()
 	}
 }
