@@ -15,7 +15,7 @@ import (
 // sub-windows, calls back in time within and across sub-windows, and
 // sweeps that empty the table and refill it many times. An engine with it
 // and one without answer alike through the same sequence, and hold and
-// reclaim as many keys.
+// reclaim and refuse as many keys.
 func TestExpectedKeysModelExtremes(t *testing.T) {
 	keys := expectedKeysMix(6)
 	type variant struct {
@@ -93,8 +93,8 @@ func TestExpectedKeysModelExtremes(t *testing.T) {
 							t.Fatalf("step %d: AllowAt(%q, %d, now%+v) = %+v with ExpectedKeys, %+v without", step, k, n, at.Sub(now), a, b)
 						}
 					}
-					if on.Len() != off.Len() {
-						t.Fatalf("step %d: Len %d with ExpectedKeys, %d without", step, on.Len(), off.Len())
+					if a, b := on.Stats(), off.Stats(); a != b || on.Len() != off.Len() {
+						t.Fatalf("step %d: Stats %+v (Len %d) with ExpectedKeys, %+v (Len %d) without", step, a, on.Len(), b, off.Len())
 					}
 				}
 			})
