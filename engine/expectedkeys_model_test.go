@@ -10,7 +10,7 @@ import (
 )
 
 // Config.ExpectedKeys changes no decision under the clock's extremes and
-// the table's: tiny expected counts (1, 7), MaxKeys equal to ExpectedKeys,
+// the table's: tiny expected counts (1, 7), MaxKeys equal to ExpectedKeys, KeyLimit,
 // keys of every length with binary bytes, forward jumps of more than 2^21
 // sub-windows, calls back in time within and across sub-windows, and
 // sweeps that empty the table and refill it many times. An engine with it
@@ -21,15 +21,19 @@ func TestExpectedKeysModelExtremes(t *testing.T) {
 	type variant struct {
 		expect, maxKeys int64
 		sub             int
+		keyLimit        bool // Config.KeyLimit from the key's length
 	}
-	variants := []variant{{1, 0, 0}, {7, 0, 1}, {7, 7, 0}, {64, 64, 4}, {int64(len(keys)), 0, 100}}
+	variants := []variant{{1, 0, 0, false}, {7, 0, 1, false}, {7, 7, 0, false}, {64, 64, 4, false}, {int64(len(keys)), 0, 100, false}, {5, 0, 0, true}}
 	for _, alg := range expectedKeysAlgs {
 		for _, v := range variants {
-			t.Run(fmt.Sprintf("%v/expected=%d/max=%d/sub=%d", alg, v.expect, v.maxKeys, v.sub), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/expected=%d/max=%d/sub=%d/keylimit=%v", alg, v.expect, v.maxKeys, v.sub, v.keyLimit), func(t *testing.T) {
 				clk := engine.NewManualClock(t0)
 				cfg := engine.Config{Algorithm: alg, Limit: 4, Window: time.Second, SubWindows: v.sub, Shards: 2, Clock: clk, SweepInterval: 1 << 62, MaxKeys: v.maxKeys, PerKeyLimits: alg != engine.TokenBucket}
 				if alg == engine.SlidingLog || alg == engine.TokenBucket {
 					cfg.SubWindows = 0
+				}
+				if v.keyLimit && alg != engine.TokenBucket {
+					cfg.KeyLimit = func(k string) int64 { return 1 + int64(len(k)%6) }
 				}
 				off := newEngine(t, cfg)
 				cfg.ExpectedKeys = v.expect
