@@ -287,3 +287,66 @@ func TestExpectedKeysMaxKeysRace(t *testing.T) {
 		})
 	}
 }
+
+// With ExpectedKeys, reservations made at t0 are cancelled while other
+// callers reach the same keys 2^21 and more sub-windows later (which
+// retires each key's state and builds a new one, in a presized slab that
+// fills and renews) and a sweeper runs: no Cancel gives anything to the
+// new state, so at the far instant each key admits exactly its limit.
+func TestExpectedKeysCancelAcrossFarJump(t *testing.T) {
+	const limit = 4
+	keys := expectedKeysMix(6)
+	for _, alg := range expectedKeysAlgs {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := engine.NewManualClock(t0)
+			e := newEngine(t, engine.Config{Algorithm: alg, Limit: limit, Window: time.Second, Shards: 2, Clock: clk, SweepInterval: 1 << 62, ExpectedKeys: 4})
+			var held []engine.Reservation
+			for _, k := range keys {
+				for range limit {
+					r := e.ReserveAt(k, 1, t0)
+					if !r.Decision().Allowed {
+						t.Fatalf("ReserveAt(%q) at t0 denied: %+v", k, r.Decision())
+					}
+					held = append(held, r)
+				}
+			}
+			far := t0.Add(time.Second / 10 * (1<<21 + 5))
+			clk.Set(far)
+			admits := make([]atomic.Int64, len(keys))
+			var wg sync.WaitGroup
+			wg.Add(3)
+			go func() {
+				defer wg.Done()
+				for i := range held {
+					held[i].Cancel()
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					e.Sweep()
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				for range 2 {
+					for i, k := range keys {
+						if e.AllowAt(k, 1, far).Allowed {
+							admits[i].Add(1)
+						}
+					}
+				}
+			}()
+			wg.Wait()
+			for i, k := range keys {
+				got := admits[i].Load()
+				for e.AllowAt(k, 1, far).Allowed {
+					got++
+				}
+				if got != limit {
+					t.Fatalf("key %q (len %d) admitted %d at the far instant, want exactly %d", k[:min(len(k), 9)], len(k), got, limit)
+				}
+			}
+		})
+	}
+}
