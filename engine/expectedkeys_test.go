@@ -80,13 +80,14 @@ func TestExpectedKeysChangesNoDecision(t *testing.T) {
 }
 
 // Every ExpectedKeys that New accepts gives an engine or an error, not a
-// crash: the largest, MaxExpectedKeys, documented as a slab of 16 GiB
-// with the default geometry, is built in a child process (a runtime
-// out-of-memory is fatal, not a panic), which must exit normally.
+// crash: the largest, MaxExpectedKeys, with the largest slot a slab holds
+// (512 B: 50 sub-windows with per-key limits), documented as a slab of
+// 16 GiB at most, is built in a child process (a runtime out-of-memory is
+// fatal, not a panic), which must exit normally.
 func TestExpectedKeysMaxBuilds(t *testing.T) {
 	const child = "RINGLIMIT_TEST_EXPECTEDKEYS_MAX"
 	if os.Getenv(child) != "" {
-		e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, ExpectedKeys: engine.MaxExpectedKeys})
+		e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, SubWindows: 50, PerKeyLimits: true, ExpectedKeys: engine.MaxExpectedKeys})
 		if err != nil {
 			fmt.Printf("New: %v\n", err) // refusing is an answer; crashing is not
 			return
@@ -102,19 +103,19 @@ func TestExpectedKeysMaxBuilds(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		lines := strings.SplitN(string(out), "\n", 4)
-		t.Fatalf("New(Config{ExpectedKeys: MaxExpectedKeys}) in a child process: %v; its output begins:\n%s", err, strings.Join(lines[:min(len(lines), 3)], "\n"))
+		t.Fatalf("New(Config{SubWindows: 50, PerKeyLimits: true, ExpectedKeys: MaxExpectedKeys}) in a child process: %v; its output begins:\n%s", err, strings.Join(lines[:min(len(lines), 3)], "\n"))
 	}
 }
 
 // On a 32-bit platform too, an ExpectedKeys that validation accepts
 // gives an engine or an error naming the field, never a panic (the
-// slab of 1<<24 expected keys, 2^26 slots of 128 B, is more than the
+// slab of MaxExpectedKeys, 2^26 slots of 128 B, is more than the
 // address space).
 func TestExpectedKeysAcceptedNeverPanics(t *testing.T) {
 	if strconv.IntSize != 32 {
 		t.Skip("the sizes that overflow are only reachable on 32-bit platforms without gigabytes of allocation")
 	}
-	for _, n := range []int64{1 << 24, engine.MaxExpectedKeys} {
+	for _, n := range []int64{engine.MaxExpectedKeys} {
 		func() {
 			defer func() {
 				if p := recover(); p != nil {
