@@ -3,6 +3,10 @@ package engine_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +76,60 @@ func TestExpectedKeysChangesNoDecision(t *testing.T) {
 				t.Fatalf("Len %d with ExpectedKeys, %d without", on.Len(), off.Len())
 			}
 		})
+	}
+}
+
+// Every ExpectedKeys that New accepts gives an engine or an error, not a
+// crash: the largest, MaxExpectedKeys, with the largest slot a slab holds
+// (512 B: 50 sub-windows with per-key limits), documented as a slab of
+// 16 GiB at most, is built in a child process (a runtime out-of-memory is
+// fatal, not a panic), which must exit normally.
+func TestExpectedKeysMaxBuilds(t *testing.T) {
+	const child = "RINGLIMIT_TEST_EXPECTEDKEYS_MAX"
+	if os.Getenv(child) != "" {
+		e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, SubWindows: 50, PerKeyLimits: true, ExpectedKeys: engine.MaxExpectedKeys})
+		if err != nil {
+			fmt.Printf("New: %v\n", err) // refusing is an answer; crashing is not
+			return
+		}
+		defer e.Close()
+		if !e.Allow("k") {
+			t.Fatal("the first request of a new key was denied")
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExpectedKeysMaxBuilds$", "-test.count=1")
+	cmd.Env = append(os.Environ(), child+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		lines := strings.SplitN(string(out), "\n", 4)
+		t.Fatalf("New(Config{SubWindows: 50, PerKeyLimits: true, ExpectedKeys: MaxExpectedKeys}) in a child process: %v; its output begins:\n%s", err, strings.Join(lines[:min(len(lines), 3)], "\n"))
+	}
+}
+
+// On a 32-bit platform too, an ExpectedKeys that validation accepts
+// gives an engine or an error naming the field, never a panic (the
+// slab of MaxExpectedKeys, 2^26 slots of 128 B, is more than the
+// address space).
+func TestExpectedKeysAcceptedNeverPanics(t *testing.T) {
+	if strconv.IntSize != 32 {
+		t.Skip("the sizes that overflow are only reachable on 32-bit platforms without gigabytes of allocation")
+	}
+	for _, n := range []int64{engine.MaxExpectedKeys} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("New(Config{ExpectedKeys: %d}) panicked: %v", n, p)
+				}
+			}()
+			e, err := engine.New(engine.Config{Limit: 10, Window: time.Second, ExpectedKeys: n})
+			if err != nil {
+				if !strings.Contains(err.Error(), "Config.ExpectedKeys") {
+					t.Errorf("New(Config{ExpectedKeys: %d}) = %v, want an error naming Config.ExpectedKeys", n, err)
+				}
+				return
+			}
+			e.Close()
+		}()
 	}
 }
