@@ -135,9 +135,10 @@ type Config struct {
 	// are never evicted early to make room.
 	MaxKeys int64
 	// ExpectedKeys, if > 0, sizes the key table for that many keys from
-	// the start, as make(map, n) does: New presizes the maps, and starts
-	// the home slab (most keys found without the map) with 2 to 4 slots
-	// per expected key rather than growing into it (without it the slab
+	// the start, as make(map, n) does: New presizes the maps and, for the
+	// counter algorithms (states of at most 512 B), starts the home slab
+	// (most keys found without the map) with a power of two ≥ 2n slots,
+	// at least 64, rather than growing into it (without it the slab
 	// starts at about 131k keys, and at a million keys 23% of them have
 	// a state of their own). The slab's memory is taken by New and kept:
 	// 128 B a slot for the default geometry, 256 MiB for 1M keys. The
