@@ -42,7 +42,11 @@ func TestBadConfig(t *testing.T) {
 		{"max keys negative", func(c *engine.Config) { c.MaxKeys = -1 }, []string{"Config.MaxKeys = -1"}},
 		{"expected keys negative", func(c *engine.Config) { c.ExpectedKeys = -1 }, []string{"Config.ExpectedKeys = -1", "0 (grow as keys come) or 1 … 16777216"}},
 		{"expected keys too many", func(c *engine.Config) { c.ExpectedKeys = engine.MaxExpectedKeys + 1 }, []string{"Config.ExpectedKeys = 16777217", "1 … 16777216"}},
-		{"expected keys above the slab's bound", func(c *engine.Config) { c.SubWindows = 50; c.PerKeyLimits = true; c.ExpectedKeys = engine.MaxExpectedKeys }, []string{"Config.ExpectedKeys = 16777216", "for this configuration", "MiB"}},
+		{"expected keys above the slab's bound", func(c *engine.Config) {
+			c.SubWindows = 50
+			c.PerKeyLimits = true
+			c.ExpectedKeys = engine.MaxExpectedKeys
+		}, []string{"Config.ExpectedKeys = 16777216", "for this configuration", "MiB"}},
 		{"expected keys above max keys", func(c *engine.Config) { c.MaxKeys = 1000; c.ExpectedKeys = 1001 }, []string{"Config.ExpectedKeys = 1001", "1 … 1000 (Config.MaxKeys)"}},
 		{"coarse clock too fine", func(c *engine.Config) { c.CoarseClock = time.Microsecond }, []string{"Config.CoarseClock = 1µs", "≥ 100µs"}},
 		{"two clocks", func(c *engine.Config) { c.CoarseClock = time.Millisecond; c.Clock = engine.NewManualClock(t0) }, []string{"Config.Clock and Config.CoarseClock"}},
