@@ -44,7 +44,7 @@ func TestExpectedKeysModelExtremes(t *testing.T) {
 				}
 				rng := rand.New(rand.NewPCG(uint64(alg), uint64(v.expect*1000+v.maxKeys)))
 				now, swept := t0, t0
-				for step := range 12_000 {
+				for step := range scaled(4_000, 12_000) {
 					switch j := rng.IntN(1000); {
 					case j < 2: // more than 2^21 sub-windows ahead
 						now = now.Add(sub * (1<<21 + time.Duration(rng.IntN(1<<20))))

@@ -14,8 +14,8 @@ import (
 )
 
 // Config.ExpectedKeys changes where states live, never a decision: an
-// engine with it and one without, driven through the same 40,000 calls
-// (AllowAt with n of 0 … 2, reservations cancelled or kept, Reset,
+// engine with it and one without, driven through the same 15,000 calls
+// (40,000 under -long: AllowAt with n of 0 … 2, reservations cancelled or kept, Reset,
 // per-key limits, idle stretches whose sweeps reclaim most keys, and a
 // table that grows to three times the expected count), answer alike, and
 // hold as many keys, for every algorithm.
@@ -33,8 +33,9 @@ func TestExpectedKeysChangesNoDecision(t *testing.T) {
 			keys := tableKeys(3000 - 1000)
 			rng := rand.New(rand.NewPCG(uint64(alg), 29))
 			now := t0
-			for step := range 40_000 {
-				if step%8_000 == 7_999 { // an idle stretch: most keys are reclaimed
+			steps := scaled(15_000, 40_000)
+			for step := range steps {
+				if step%(steps/5) == steps/5-1 { // an idle stretch: most keys are reclaimed
 					now = now.Add(3 * time.Second)
 					clk.Set(now)
 					if a, b := on.Sweep(), off.Sweep(); a != b {
