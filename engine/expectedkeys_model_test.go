@@ -71,32 +71,7 @@ func TestExpectedKeysModelExtremes(t *testing.T) {
 					}
 					k := keys[rng.IntN(len(keys))]
 					n := int64(rng.IntN(3))
-					switch op := rng.IntN(100); {
-					case op < 3:
-						if a, b := on.Reset(k), off.Reset(k); a != b {
-							t.Fatalf("step %d: Reset(%q) = %v with ExpectedKeys, %v without", step, k, a, b)
-						}
-					case op < 6 && cfg.PerKeyLimits:
-						l := int64(1 + rng.IntN(6))
-						a, b := on.SetLimitAt(k, l, at), off.SetLimitAt(k, l, at)
-						if fmt.Sprint(a) != fmt.Sprint(b) {
-							t.Fatalf("step %d: SetLimitAt(%q, %d) = %v with ExpectedKeys, %v without", step, k, l, a, b)
-						}
-					case op < 25:
-						ra, rb := on.ReserveAt(k, n, at), off.ReserveAt(k, n, at)
-						if ra.Decision() != rb.Decision() {
-							t.Fatalf("step %d: ReserveAt(%q, %d) = %+v with ExpectedKeys, %+v without", step, k, n, ra.Decision(), rb.Decision())
-						}
-						if rng.IntN(2) == 0 {
-							if a, b := ra.Cancel(), rb.Cancel(); a != b {
-								t.Fatalf("step %d: Cancel of %q = %v with ExpectedKeys, %v without", step, k, a, b)
-							}
-						}
-					default:
-						if a, b := on.AllowAt(k, n, at), off.AllowAt(k, n, at); a != b {
-							t.Fatalf("step %d: AllowAt(%q, %d, now%+v) = %+v with ExpectedKeys, %+v without", step, k, n, at.Sub(now), a, b)
-						}
-					}
+					sameAnswers(t, step, on, off, rng, callMix{reset: 3, setLimit: 6, reserve: 25, maxLimit: 6}, cfg.PerKeyLimits, k, n, at)
 					if a, b := on.Stats(), off.Stats(); a != b || on.Len() != off.Len() {
 						t.Fatalf("step %d: Stats %+v (Len %d) with ExpectedKeys, %+v (Len %d) without", step, a, on.Len(), b, off.Len())
 					}

@@ -40,6 +40,24 @@ func expectedKeysMix(per int) []string {
 	return keys
 }
 
+// sweepUntilStopped runs e.Sweep in a loop on a goroutine of its own until
+// the returned func is called, which returns once the loop has ended.
+func sweepUntilStopped(e *engine.Engine) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				e.Sweep()
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
 // With a tiny ExpectedKeys, deciders, reservations (cancelled or kept) and
 // a sweeper race on keys of every length while the table fills its first
 // slab, grows past it through new generations and, phase after phase,
@@ -66,19 +84,7 @@ func TestExpectedKeysConcurrentExact(t *testing.T) {
 					clk.Set(now)
 					net := make([]atomic.Int64, len(keys))
 					var wg sync.WaitGroup
-					stop := make(chan struct{})
-					swept := make(chan struct{})
-					go func() { // reclaims the last phase's keys while they are revived
-						defer close(swept)
-						for {
-							select {
-							case <-stop:
-								return
-							default:
-								e.Sweep()
-							}
-						}
-					}()
+					stopSweeps := sweepUntilStopped(e) // reclaims the last phase's keys while they are revived
 					for w := range workers {
 						wg.Add(1)
 						go func() {
@@ -107,8 +113,7 @@ func TestExpectedKeysConcurrentExact(t *testing.T) {
 						}()
 					}
 					wg.Wait()
-					close(stop)
-					<-swept
+					stopSweeps()
 					for i, k := range keys {
 						got := net[i].Load()
 						for e.AllowAt(k, 1, now).Allowed {
@@ -158,20 +163,7 @@ func TestExpectedKeysConcurrentLimitsAndResets(t *testing.T) {
 				admits := make([]atomic.Int64, len(keys))
 				resets := make([]atomic.Int64, len(keys))
 				var wg sync.WaitGroup
-				stop := make(chan struct{})
-				var side sync.WaitGroup
-				side.Add(1)
-				go func() {
-					defer side.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-							e.Sweep()
-						}
-					}
-				}()
+				stopSweeps := sweepUntilStopped(e)
 				wg.Add(2)
 				go func() { // raises group 1's limits
 					defer wg.Done()
@@ -206,8 +198,7 @@ func TestExpectedKeysConcurrentLimitsAndResets(t *testing.T) {
 					}()
 				}
 				wg.Wait()
-				close(stop)
-				side.Wait()
+				stopSweeps()
 				for i, k := range keys {
 					drained := int64(0)
 					for e.AllowAt(k, 1, now).Allowed {

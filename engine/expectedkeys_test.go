@@ -46,32 +46,7 @@ func TestExpectedKeysChangesNoDecision(t *testing.T) {
 				clk.Set(now)
 				k := keys[rng.IntN(len(keys))]
 				n := int64(rng.IntN(3))
-				switch op := rng.IntN(100); {
-				case op < 3:
-					if a, b := on.Reset(k), off.Reset(k); a != b {
-						t.Fatalf("step %d: Reset(%q) = %v with ExpectedKeys, %v without", step, k, a, b)
-					}
-				case op < 5 && cfg.PerKeyLimits:
-					l := int64(1 + rng.IntN(9))
-					a, b := on.SetLimitAt(k, l, now), off.SetLimitAt(k, l, now)
-					if fmt.Sprint(a) != fmt.Sprint(b) {
-						t.Fatalf("step %d: SetLimitAt(%q, %d) = %v with ExpectedKeys, %v without", step, k, l, a, b)
-					}
-				case op < 15:
-					ra, rb := on.ReserveAt(k, n, now), off.ReserveAt(k, n, now)
-					if ra.Decision() != rb.Decision() {
-						t.Fatalf("step %d: ReserveAt(%q, %d) = %+v with ExpectedKeys, %+v without", step, k, n, ra.Decision(), rb.Decision())
-					}
-					if rng.IntN(2) == 0 {
-						if a, b := ra.Cancel(), rb.Cancel(); a != b {
-							t.Fatalf("step %d: Cancel of %q = %v with ExpectedKeys, %v without", step, k, a, b)
-						}
-					}
-				default:
-					if a, b := on.AllowAt(k, n, now), off.AllowAt(k, n, now); a != b {
-						t.Fatalf("step %d: AllowAt(%q, %d) = %+v with ExpectedKeys, %+v without", step, k, n, a, b)
-					}
-				}
+				sameAnswers(t, step, on, off, rng, callMix{reset: 3, setLimit: 5, reserve: 15, maxLimit: 9}, cfg.PerKeyLimits, k, n, now)
 			}
 			if on.Len() != off.Len() {
 				t.Fatalf("Len %d with ExpectedKeys, %d without", on.Len(), off.Len())
@@ -132,5 +107,44 @@ func TestExpectedKeysAcceptedNeverPanics(t *testing.T) {
 			}
 			e.Close()
 		}()
+	}
+}
+
+// callMix is the shares of sameAnswers' calls, out of 100: Reset below
+// reset, SetLimitAt (of 1 … maxLimit) below setLimit when the engines
+// have per-key limits, ReserveAt below reserve, AllowAt above.
+type callMix struct{ reset, setLimit, reserve, maxLimit int }
+
+// sameAnswers makes one call drawn from mix on key k at at (n units),
+// on the engine with ExpectedKeys and on the one without, cancels half
+// the reservations on both, and fails the test at the first answer that
+// differs.
+func sameAnswers(t *testing.T, step int, on, off *engine.Engine, rng *rand.Rand, mix callMix, perKey bool, k string, n int64, at time.Time) {
+	t.Helper()
+	switch op := rng.IntN(100); {
+	case op < mix.reset:
+		if a, b := on.Reset(k), off.Reset(k); a != b {
+			t.Fatalf("step %d: Reset(%q) = %v with ExpectedKeys, %v without", step, k, a, b)
+		}
+	case op < mix.setLimit && perKey:
+		l := int64(1 + rng.IntN(mix.maxLimit))
+		a, b := on.SetLimitAt(k, l, at), off.SetLimitAt(k, l, at)
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("step %d: SetLimitAt(%q, %d) = %v with ExpectedKeys, %v without", step, k, l, a, b)
+		}
+	case op < mix.reserve:
+		ra, rb := on.ReserveAt(k, n, at), off.ReserveAt(k, n, at)
+		if ra.Decision() != rb.Decision() {
+			t.Fatalf("step %d: ReserveAt(%q, %d) = %+v with ExpectedKeys, %+v without", step, k, n, ra.Decision(), rb.Decision())
+		}
+		if rng.IntN(2) == 0 {
+			if a, b := ra.Cancel(), rb.Cancel(); a != b {
+				t.Fatalf("step %d: Cancel of %q = %v with ExpectedKeys, %v without", step, k, a, b)
+			}
+		}
+	default:
+		if a, b := on.AllowAt(k, n, at), off.AllowAt(k, n, at); a != b {
+			t.Fatalf("step %d: AllowAt(%q, %d, %v) = %+v with ExpectedKeys, %+v without", step, k, n, at, a, b)
+		}
 	}
 }

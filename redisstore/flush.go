@@ -311,8 +311,7 @@ func (h *hybrid) close() error {
 		h.mu.Unlock()
 		if lost == 0 {
 			h.l.flushes.Add(1)
-		}
-		if lost > 0 {
+		} else {
 			if serr == nil {
 				serr = firstErr(replies)
 			}
