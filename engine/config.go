@@ -136,16 +136,13 @@ type Config struct {
 	MaxKeys int64
 	// ExpectedKeys, if > 0, sizes the key table for that many keys from
 	// the start, as make(map, n) does: New presizes the maps and, for the
-	// counter algorithms (states of at most 512 B), starts the home slab
-	// (most keys found without the map) with a power of two ≥ 2n slots,
-	// at least 64, rather than growing into it (without it the slab
-	// starts at about 131k keys, and at a million keys 23% of them have
-	// a state of their own). The slab's memory is taken by New and kept:
-	// 128 B a slot for the default geometry, 256 MiB for 1M keys. The
-	// table still grows past it. 0 … MaxExpectedKeys, at most MaxKeys
-	// when that is set, and at most what keeps the slab within 4 GiB
-	// (512 MiB on 32-bit platforms) for the configuration's state size:
-	// New's error gives that bound (docs/benchmarks.md, "ExpectedKeys").
+	// counter algorithms, starts the home slab (most keys found without
+	// the map) with a power of two ≥ 2n slots. The slab's memory is taken
+	// by New and kept (256 MiB for 1M keys with the default geometry); the
+	// table still grows past n. 0 … MaxExpectedKeys, at most MaxKeys when
+	// set, and within a 4 GiB slab (512 MiB on 32-bit) for the
+	// configuration's state size: New's error gives that bound
+	// (docs/benchmarks.md, "ExpectedKeys").
 	ExpectedKeys int64
 	// LookupCache is ignored: the key table's home slab, which a table
 	// starts by itself once it holds about 131k keys, finds most keys
